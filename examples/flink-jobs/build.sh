@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Compile every Java program under examples/flink-jobs/src against the jars of the
+# apache-flink==2.3.0 wheel (no Maven). Output: examples/flink-jobs/build/ (git-ignored).
+# Prints the classpath to use with `java -cp`.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+python="${PYTHON:-python3}"
+flink_lib="$("$python" -c 'import os, pyflink; print(os.path.join(os.path.dirname(pyflink.__file__), "lib"))')"
+cp="$flink_lib/*:$here/build"
+mkdir -p "$here/build"
+mapfile -t sources < <(find "$here/src" -name '*.java' | sort)
+javac -nowarn -encoding UTF-8 -d "$here/build" -cp "$flink_lib/*" "${sources[@]}" >&2
+echo "$cp"

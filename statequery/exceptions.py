@@ -1,0 +1,76 @@
+"""The exception hierarchy of statequery.
+
+Every error raised on purpose derives from :class:`StatequeryError`. Errors about bytes name the
+file (or inline handle) and, where known, the byte offset, so a user can tell which of a
+savepoint's hundreds of files is damaged.
+"""
+
+from __future__ import annotations
+
+
+class StatequeryError(Exception):
+    """Base class of every error statequery raises on purpose."""
+
+
+class SavepointNotFoundError(StatequeryError):
+    """The given location holds no ``_metadata`` (neither a savepoint nor a checkpoint)."""
+
+
+class CorruptStateError(StatequeryError):
+    """Bytes that do not follow Flink's format: truncated, wrong magic, impossible lengths.
+
+    ``source`` names the file or inline handle, ``offset`` the byte position where reading failed.
+    """
+
+    def __init__(self, message: str, source: str | None = None, offset: int | None = None) -> None:
+        self.reason = message
+        self.source = source
+        self.offset = offset
+        where = ""
+        if source is not None:
+            where = f"{source}"
+            if offset is not None:
+                where += f" at byte {offset}"
+            where += ": "
+        super().__init__(f"{where}{message}")
+
+
+class UnsupportedFormatError(StatequeryError):
+    """A well-formed input using a version or feature statequery does not read (named in the message)."""
+
+
+class UnknownSerializerError(StatequeryError):
+    """A serializer snapshot class statequery cannot decode; the affected state is not decodable."""
+
+    def __init__(self, class_name: str, message: str | None = None) -> None:
+        self.class_name = class_name
+        super().__init__(message or f"unknown serializer snapshot class {class_name}")
+
+
+class StorageError(StatequeryError):
+    """A file referenced by the savepoint cannot be read (missing, unreadable, escapes its directory)."""
+
+
+class NoSuchOperatorError(StatequeryError, KeyError):
+    """No operator matches the given uid, name or id."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class NoSuchStateError(StatequeryError, KeyError):
+    """The operator has no state of that name."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class NoSuchTableError(StatequeryError, KeyError):
+    """The catalog database has no table of that name."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class InvalidOptionError(StatequeryError, ValueError):
+    """An option given to a reader, the CLI or the Spark data source is unknown or malformed."""

@@ -1,0 +1,1 @@
+"""statequery.serializers."""

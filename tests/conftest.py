@@ -1,0 +1,56 @@
+"""Shared test fixtures: the committed, Flink-written savepoints under tests/fixtures/."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+MANIFEST = FIXTURES / "manifest.json"
+
+
+def load_manifest() -> dict[str, Any]:
+    """The fixture manifest (docs/fixtures.md). Missing is an error, never a skip."""
+    with open(MANIFEST, encoding="utf-8") as f:
+        return json.load(f)  # type: ignore[no-any-return]
+
+
+def fixture_records() -> list[dict[str, Any]]:
+    return list(load_manifest()["fixtures"])
+
+
+def fixture_names() -> list[str]:
+    return [r["name"] for r in fixture_records()]
+
+
+def fixture_record(name: str) -> dict[str, Any]:
+    for r in fixture_records():
+        if r["name"] == name:
+            return r
+    raise KeyError(name)
+
+
+def fixture_dir(name: str) -> Path:
+    """The directory that holds the fixture's ``_metadata``."""
+    return FIXTURES / fixture_record(name)["path"]
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def expected_entries(name: str) -> list[dict[str, Any]]:
+    return read_jsonl(FIXTURES / "expected" / f"{name}.jsonl")
+
+
+def dump_entries(name: str) -> list[dict[str, Any]]:
+    return read_jsonl(FIXTURES / "dump" / f"{name}.jsonl")
+
+
+@pytest.fixture(scope="session")
+def manifest() -> dict[str, Any]:
+    return load_manifest()
