@@ -1,0 +1,586 @@
+"""Regenerate statequery's test fixtures with a real Flink 2.3.0 (see docs/fixtures.md).
+
+    python examples/flink-jobs/generate_fixtures.py                 # the whole matrix
+    python examples/flink-jobs/generate_fixtures.py --only NAME      # one fixture (repeatable)
+
+Needs the `fixtures` extra (apache-flink==2.3.0, which bundles the Flink runtime) and a JDK 17
+(`java`, `javac`). For each fixture it
+
+1. runs the DataStream job (Java, MiniCluster in one JVM) or the SQL job (PyFlink) into a scratch
+   directory under the system temp dir and takes one savepoint or retained checkpoint,
+2. copies the snapshot into ``tests/fixtures/<name>/`` (savepoints keep their Flink directory name,
+   checkpoints keep ``<job-id>/{chk-N,shared,taskowned}``),
+3. writes ``tests/fixtures/expected/<name>.jsonl`` from a pure-Python model of the job over its
+   deterministic input (nothing is read back from the snapshot except the generated operator ids
+   of the SQL job, which have no uid),
+4. runs the Flink-based oracle ``statequery.fixtures.SavepointDump`` (if it is built) into
+   ``tests/fixtures/dump/<name>.jsonl`` and compares it with the expected file,
+5. records the fixture in ``tests/fixtures/manifest.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime as dt
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+FIXTURES = REPO / "tests" / "fixtures"
+BUILD = HERE / "build"
+FLINK_VERSION = "2.3.0"
+MAX_FIXTURE_BYTES = 2 * 1024 * 1024
+
+
+def _fx(name, job, backend, snapshot, fmt, *, incremental=False, max_parallelism=128,
+        compression=False, inline=False):
+    return {"name": name, "job": job, "backend": backend, "snapshot": snapshot, "format": fmt,
+            "incremental": incremental, "max_parallelism": max_parallelism,
+            "compression": compression, "inline": inline}
+
+
+MATRIX = [
+    _fx("datastream-hashmap-canonical", "datastream", "hashmap", "savepoint", "canonical"),
+    _fx("datastream-hashmap-native", "datastream", "hashmap", "savepoint", "native"),
+    _fx("datastream-rocksdb-canonical", "datastream", "rocksdb", "savepoint", "canonical"),
+    _fx("datastream-rocksdb-native", "datastream", "rocksdb", "savepoint", "native"),
+    _fx("sql-hashmap-canonical", "sql", "hashmap", "savepoint", "canonical"),
+    _fx("sql-hashmap-native", "sql", "hashmap", "savepoint", "native"),
+    _fx("sql-rocksdb-canonical", "sql", "rocksdb", "savepoint", "canonical"),
+    _fx("sql-rocksdb-native", "sql", "rocksdb", "savepoint", "native"),
+    _fx("datastream-hashmap-inline", "datastream", "hashmap", "savepoint", "canonical",
+        inline=True),
+    _fx("datastream-rocksdb-canonical-snappy", "datastream", "rocksdb", "savepoint", "canonical",
+        compression=True),
+    _fx("datastream-hashmap-canonical-maxpar256", "datastream", "hashmap", "savepoint", "canonical",
+        max_parallelism=256),
+    _fx("datastream-hashmap-checkpoint", "datastream", "hashmap", "checkpoint", "native"),
+    _fx("datastream-rocksdb-incremental-checkpoint", "datastream", "rocksdb", "checkpoint",
+        "native", incremental=True),
+]
+BY_NAME = {f["name"]: f for f in MATRIX}
+
+
+# --------------------------------------------------------------------------------------------
+# Operator ids: Flink hashes a uid with Guava's murmur3_128 (seed 0); OperatorID.toString() is the
+# hex of the 16 hash bytes. Own implementation of MurmurHash3 x64 128.
+# --------------------------------------------------------------------------------------------
+
+_M64 = (1 << 64) - 1
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (64 - r))) & _M64
+
+
+def _fmix(k: int) -> int:
+    k ^= k >> 33
+    k = (k * 0xFF51AFD7ED558CCD) & _M64
+    k ^= k >> 33
+    k = (k * 0xC4CEB9FE1A85EC53) & _M64
+    return k ^ (k >> 33)
+
+
+def murmur3_x64_128(data: bytes, seed: int = 0) -> bytes:
+    c1, c2 = 0x87C37B91114253D5, 0x4CF5AD432745937F
+    h1 = h2 = seed
+    nblocks = len(data) // 16
+    for i in range(nblocks):
+        k1 = int.from_bytes(data[16 * i:16 * i + 8], "little")
+        k2 = int.from_bytes(data[16 * i + 8:16 * i + 16], "little")
+        h1 ^= (_rotl((k1 * c1) & _M64, 31) * c2) & _M64
+        h1 = (((_rotl(h1, 27) + h2) & _M64) * 5 + 0x52DCE729) & _M64
+        h2 ^= (_rotl((k2 * c2) & _M64, 33) * c1) & _M64
+        h2 = (((_rotl(h2, 31) + h1) & _M64) * 5 + 0x38495AB5) & _M64
+    tail = data[16 * nblocks:]
+    if len(tail) > 8:
+        k2 = int.from_bytes(tail[8:], "little")
+        h2 ^= (_rotl((k2 * c2) & _M64, 33) * c1) & _M64
+    if tail:
+        k1 = int.from_bytes(tail[:8], "little")
+        h1 ^= (_rotl((k1 * c1) & _M64, 31) * c2) & _M64
+    h1 ^= len(data)
+    h2 ^= len(data)
+    h1 = (h1 + h2) & _M64
+    h2 = (h2 + h1) & _M64
+    h1, h2 = _fmix(h1), _fmix(h2)
+    h1 = (h1 + h2) & _M64
+    h2 = (h2 + h1) & _M64
+    return h1.to_bytes(8, "little") + h2.to_bytes(8, "little")
+
+
+def operator_id_for_uid(uid: str) -> str:
+    return murmur3_x64_128(uid.encode("utf-8")).hex()
+
+
+# --------------------------------------------------------------------------------------------
+# Entry helpers (docs/fixtures.md "Entry format")
+# --------------------------------------------------------------------------------------------
+
+
+def canonical(entry: dict) -> str:
+    return json.dumps(entry, sort_keys=True, separators=(",", ":"))
+
+
+def b64(data: bytes) -> dict:
+    return {"$bytes": base64.b64encode(data).decode("ascii")}
+
+
+def java_utf(s: str) -> bytes:
+    raw = s.encode("utf-8")  # the fixture strings are ASCII: modified UTF-8 == UTF-8
+    return struct.pack(">H", len(raw)) + raw
+
+
+# --------------------------------------------------------------------------------------------
+# The DataStream job, modelled (DataStreamStateJob.java / FixtureFunctions.java)
+# --------------------------------------------------------------------------------------------
+
+N_EVENTS = 200
+N_USERS = 20
+CATEGORIES = ["books", "games", "music", "food"]
+TS_BASE = 1_700_000_000_000
+TIMER_BASE = 4102444800000
+HOUR_MS = 3_600_000
+TIERS = ["GOLD", "SILVER", "BRONZE"]
+
+
+def ds_event(i: int) -> dict:
+    return {"id": i, "user": f"user-{i % N_USERS}", "u": i % N_USERS,
+            "amount": (i * 37) % 101, "category": CATEGORIES[(i // 20) % 4],
+            "ts": TS_BASE + i * 60_000}
+
+
+DS_UIDS = {
+    "fixture-source": "Source: Fixture Source",
+    "operator-state": "Operator State",
+    "user-state": "User State",
+    "window-agg": "Window Agg",
+    "fixture-sink": "Fixture Sink: Writer",
+    "window-sink": "Window Sink: Writer",
+}
+
+
+def _st(name, kind, value_type, key_type=None, namespace_type=None, user_key_type=None):
+    st = {"name": name, "kind": kind}
+    if key_type is not None:
+        st["key_type"] = key_type
+        st["namespace_type"] = namespace_type
+    if user_key_type is not None:
+        st["user_key_type"] = user_key_type
+    st["value_type"] = value_type
+    return st
+
+
+PROFILE_TYPE = ("POJO<statequery.fixtures.UserProfile>{name STRING, totalAmount BIGINT, "
+                "lastAmount INT NULL, "
+                "address POJO<statequery.fixtures.Address>{city STRING, zip INT}, "
+                "tier ENUM<statequery.fixtures.Tier>}")
+
+DS_STATES = {
+    "fixture-source": [_st("SourceReaderState", "operator_list",
+                           "BYTES (SimpleVersionedSerialization of FixtureSplit)")],
+    "operator-state": [
+        _st("buffered-ids", "operator_list", "BIGINT"),
+        _st("union-markers", "operator_union", "STRING"),
+        _st("rules", "broadcast", "STRING", user_key_type="STRING"),
+    ],
+    "user-state": [
+        _st("count", "value", "BIGINT", "STRING", "VOID"),
+        _st("recent-categories", "list", "STRING", "STRING", "VOID"),
+        _st("amount-by-category", "map", "BIGINT", "STRING", "VOID", user_key_type="STRING"),
+        _st("sum-amount", "reducing", "BIGINT", "STRING", "VOID"),
+        _st("avg-amount", "aggregating", "TUPLE2<BIGINT, BIGINT> (accumulator: sum, count)",
+            "STRING", "VOID"),
+        _st("profile", "value", PROFILE_TYPE, "STRING", "VOID"),
+        _st("_timer_state/event_user-timers", "event_timer", None, "STRING", "VOID"),
+        _st("_timer_state/processing_user-timers", "processing_timer", None, "STRING", "VOID"),
+    ],
+    "window-agg": [
+        _st("window-contents", "aggregating", "BIGINT (accumulator)", "STRING", "TimeWindow"),
+        _st("_timer_state/event_window-timers", "event_timer", None, "STRING", "TimeWindow"),
+        _st("_timer_state/processing_window-timers", "processing_timer", None, "STRING",
+            "TimeWindow"),
+    ],
+}
+
+
+def datastream_expected() -> list[dict]:
+    entries: list[dict] = []
+    ids = {uid: operator_id_for_uid(uid) for uid in DS_UIDS}
+
+    def add(uid, state, kind, **fields):
+        entries.append({"operator_uid": uid, "operator_id": ids[uid], "state": state,
+                        "kind": kind, **fields})
+
+    # fixture-source: the reader got split-0 then split-1 and read both to the end. Each list
+    # element is SimpleVersionedSerialization: int version, int length, then the split bytes
+    # (FixtureSplitSerializer v1: writeUTF(id), writeLong(next)).
+    for index, (split_id, nxt) in enumerate([("split-0", 100), ("split-1", 200)]):
+        payload = java_utf(split_id) + struct.pack(">q", nxt)
+        data = struct.pack(">ii", 1, len(payload)) + payload
+        add("fixture-source", "SourceReaderState", "operator_list", subtask=0, index=index,
+            value=b64(data))
+
+    # operator-state
+    for subtask in range(2):
+        for index, v in enumerate([subtask * 1000 + 1, subtask * 1000 + 2]):
+            add("operator-state", "buffered-ids", "operator_list", subtask=subtask, index=index,
+                value=v)
+        add("operator-state", "union-markers", "operator_union", subtask=subtask, index=0,
+            value=f"subtask-{subtask}")
+    for k, v in {"books": "discount-10", "games": "discount-20", "music": "none"}.items():
+        add("operator-state", "rules", "broadcast", subtask=0, user_key=k, value=v)
+
+    # user-state: per user, its events in input order (all of a user's events travel through the
+    # same operator-state subtask: 20 users, strict round-robin over 2 channels).
+    events = [ds_event(i) for i in range(N_EVENTS)]
+    for u in range(N_USERS):
+        user = f"user-{u}"
+        mine = [e for e in events if e["u"] == u]
+        total = sum(e["amount"] for e in mine)
+        ks = {"key": user, "namespace": None}
+        add("user-state", "count", "value", value=len(mine), **ks)
+        add("user-state", "recent-categories", "list", value=[e["category"] for e in mine], **ks)
+        by_cat: dict[str, int] = {}
+        for e in mine:
+            by_cat[e["category"]] = by_cat.get(e["category"], 0) + e["amount"]
+        for cat, amount in by_cat.items():
+            add("user-state", "amount-by-category", "map", user_key=cat, value=amount, **ks)
+        add("user-state", "sum-amount", "reducing", value=total, **ks)
+        add("user-state", "avg-amount", "aggregating", value={"f0": total, "f1": len(mine)}, **ks)
+        profile = {
+            "name": user,
+            "totalAmount": total,
+            "lastAmount": None if u % 2 == 0 else mine[-1]["amount"],
+            "address": {"city": f"city-{u % 3}", "zip": 10000 + u},
+            "tier": TIERS[u % 3],
+        }
+        add("user-state", "profile", "value", value=profile, **ks)
+        add("user-state", "_timer_state/event_user-timers", "event_timer",
+            timestamp=TIMER_BASE + u, **ks)
+        add("user-state", "_timer_state/processing_user-timers", "processing_timer",
+            timestamp=TIMER_BASE + 1000 + u, **ks)
+
+        # window-agg: 1 h tumbling event-time windows, nothing ever fired.
+        windows: dict[int, int] = {}
+        for e in mine:
+            start = e["ts"] - e["ts"] % HOUR_MS
+            windows[start] = windows.get(start, 0) + e["amount"]
+        for start, amount in windows.items():
+            ns = {"start": start, "end": start + HOUR_MS}
+            add("window-agg", "window-contents", "aggregating", key=user, namespace=ns,
+                value=amount)
+            add("window-agg", "_timer_state/event_window-timers", "event_timer", key=user,
+                namespace=ns, timestamp=start + HOUR_MS - 1)
+    return entries
+
+
+# --------------------------------------------------------------------------------------------
+# The SQL job, modelled (sql_job.py)
+# --------------------------------------------------------------------------------------------
+
+SQL_ROWS = 500
+SQL_TS_BASE_NANOS = (int(dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc).timestamp())
+                     * 1_000_000_000 + 123_456_000)
+
+SQL_ACC_TYPE = ("ROW<f0 BIGINT (COUNT(*) count1), f1 BIGINT (SUM sum), f2 BIGINT (COUNT DISTINCT "
+                "count), f3 DECIMAL(12, 2) (MAX), f4 DECIMAL(30, 6) (MAX), f5 TIMESTAMP(6) (MAX), "
+                "f6 STRING (MAX), f7 RAW('org.apache.flink.table.api.dataview.MapView', "
+                "NullSerializer): placeholder of the state-backed distinct view, bytes 00>")
+
+SQL_STATES = [
+    _st("accState", "value", SQL_ACC_TYPE, "ROW<f0 STRING>", "VOID"),
+    _st("distinctAcc_0", "map", "BIGINT (bit set: bit 0 = seen by distinct agg 0)",
+        "ROW<f0 STRING>", "VOID", user_key_type="INT"),
+    _st("distinctAcc_0_null_state", "value", "BIGINT", "ROW<f0 STRING>", "VOID"),
+]
+
+
+def _decimal_str(numerator: int, denominator: int, scale: int) -> str:
+    """numerator/denominator as a plain decimal with `scale` digits (exact in our data)."""
+    scaled = numerator * 10**scale
+    assert scaled % denominator == 0
+    q = scaled // denominator
+    s = str(q).rjust(scale + 1, "0")
+    return f"{s[:-scale]}.{s[-scale:]}" if scale else s
+
+
+def sql_expected(agg_operator_id: str) -> list[dict]:
+    entries: list[dict] = []
+    groups: dict[str, list[int]] = {}
+    for i in range(1, SQL_ROWS + 1):
+        groups.setdefault(f"w{i % 17}", []).append(i)
+
+    def add(state, kind, word, **fields):
+        entries.append({"operator_uid": "", "operator_id": agg_operator_id, "state": state,
+                        "kind": kind, "key": {"f0": word}, "namespace": None, **fields})
+
+    for word, ids in groups.items():
+        mx = max(ids)
+        distinct = sorted({i % 5 for i in ids})
+        acc = {
+            "f0": len(ids),
+            "f1": sum(ids),
+            "f2": len(distinct),
+            "f3": _decimal_str(mx, 4, 2),
+            "f4": _decimal_str(mx, 1, 6),
+            "f5": SQL_TS_BASE_NANOS + mx * 1_000_000_000,
+            "f6": max(f"longer-than-seven-{i}" for i in ids),
+            # The distinct MapView lives in its own MapState ("distinctAcc_0"); the accumulator row
+            # keeps a RAW placeholder whose NullSerializer bytes are one 0x00 byte.
+            "f7": b64(b"\x00"),
+        }
+        add("accState", "value", word, value=acc)
+        for m in distinct:
+            add("distinctAcc_0", "map", word, user_key=m, value=1)
+    return entries
+
+
+# --------------------------------------------------------------------------------------------
+# Running Flink
+# --------------------------------------------------------------------------------------------
+
+_classpath: str | None = None
+
+
+def build() -> str:
+    """Compile the Java programs; if the oracle does not compile yet, compile the rest alone."""
+    global _classpath
+    if _classpath:
+        return _classpath
+    env = dict(os.environ, PYTHON=sys.executable)
+    proc = subprocess.run(["bash", str(HERE / "build.sh")], env=env, capture_output=True, text=True)
+    if proc.returncode == 0:
+        _classpath = proc.stdout.strip().splitlines()[-1]
+        return _classpath
+    print("warning: build.sh failed, compiling without SavepointDump.java:\n" + proc.stderr[-3000:],
+          file=sys.stderr)
+    import pyflink
+
+    lib = Path(pyflink.__file__).parent / "lib"
+    sources = sorted(str(p) for p in (HERE / "src").rglob("*.java")
+                     if p.name != "SavepointDump.java")
+    BUILD.mkdir(exist_ok=True)
+    subprocess.run(["javac", "-nowarn", "-encoding", "UTF-8", "-d", str(BUILD), "-cp",
+                    f"{lib}/*", *sources], check=True)
+    _classpath = f"{lib}/*:{BUILD}"
+    return _classpath
+
+
+def _run(cmd: list[str], log: Path, timeout: int = 300) -> dict[str, str]:
+    with open(log, "w") as out:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=out, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"{cmd[:4]}... failed ({proc.returncode}), see {log}:\n{proc.stdout[-2000:]}")
+    result = {}
+    for line in proc.stdout.splitlines():
+        if "=" in line and line.split("=", 1)[0] in ("SNAPSHOT_PATH", "JOB_ID"):
+            k, v = line.split("=", 1)
+            result[k] = v
+    if "SNAPSHOT_PATH" not in result:
+        raise RuntimeError(f"no SNAPSHOT_PATH from {cmd[:4]}, see {log}:\n{proc.stdout[-2000:]}")
+    return result
+
+
+def run_job(fx: dict, scratch: Path) -> dict[str, str]:
+    out = scratch / "out"
+    if fx["job"] == "datastream":
+        kind = "checkpoint" if fx["snapshot"] == "checkpoint" else f"savepoint-{fx['format']}"
+        cmd = ["java", "-cp", build(), "statequery.fixtures.DataStreamStateJob", fx["backend"],
+               str(fx["incremental"]).lower(), str(fx["max_parallelism"]),
+               str(fx["compression"]).lower(), str(fx["inline"]).lower(), kind, str(out)]
+    else:
+        cmd = [sys.executable, str(HERE / "sql_job.py"), "--backend", fx["backend"], "--kind",
+               f"savepoint-{fx['format']}", "--out", str(out), "--max-parallelism",
+               str(fx["max_parallelism"])]
+        cmd += ["--incremental"] if fx["incremental"] else []
+        cmd += ["--compression"] if fx["compression"] else []
+        cmd += ["--inline"] if fx["inline"] else []
+    return _run(cmd, scratch / "job.log")
+
+
+def snapshot_info(snapshot_dir: Path) -> list[dict]:
+    proc = subprocess.run(["java", "-cp", build(), "statequery.fixtures.SnapshotInfo",
+                           str(snapshot_dir)], capture_output=True, text=True, check=True)
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+def dump_available() -> bool:
+    return (BUILD / "statequery" / "fixtures" / "SavepointDump.class").exists()
+
+
+def run_dump(snapshot_dir: Path, out: Path, log: Path) -> bool:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as err:
+        proc = subprocess.run(["java", "-cp", build(), "statequery.fixtures.SavepointDump",
+                               str(snapshot_dir), str(out)], stdout=err, stderr=err, timeout=300)
+    return proc.returncode == 0
+
+
+# --------------------------------------------------------------------------------------------
+# One fixture
+# --------------------------------------------------------------------------------------------
+
+
+def write_jsonl(path: Path, entries: list[dict]) -> None:
+    lines = sorted(canonical(e) for e in entries)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(line + "\n" for line in lines))
+
+
+def compare(expected: Path, dump: Path) -> list[str]:
+    """Differences between the expected file and the dump (key_group ignored)."""
+    exp = set(expected.read_text().splitlines())
+    got = set()
+    for line in dump.read_text().splitlines():
+        if line.strip():
+            e = json.loads(line)
+            e.pop("key_group", None)
+            got.add(canonical(e))
+    problems = [f"missing from dump: {x}" for x in sorted(exp - got)]
+    problems += [f"only in dump:      {x}" for x in sorted(got - exp)]
+    return problems
+
+
+def du(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
+    name = fx["name"]
+    dest = FIXTURES / name
+    exp_path = FIXTURES / "expected" / f"{name}.jsonl"
+    dump_path = FIXTURES / "dump" / f"{name}.jsonl"
+    for p in (exp_path, dump_path):
+        p.unlink(missing_ok=True)
+    shutil.rmtree(dest, ignore_errors=True)
+
+    for attempt in range(1, attempts + 1):
+        scratch = scratch_root / f"{name}-{attempt}"
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir(parents=True)
+        t0 = time.time()
+        res = run_job(fx, scratch)
+        snap = Path(res["SNAPSHOT_PATH"])
+        print(f"  {name}: job {res.get('JOB_ID')} took {time.time() - t0:.1f}s -> {snap}")
+
+        # copy the snapshot
+        shutil.rmtree(dest, ignore_errors=True)
+        if fx["snapshot"] == "savepoint":
+            shutil.copytree(snap, dest / snap.name)
+            rel = f"{name}/{snap.name}"
+        else:
+            job_dir = snap.parent
+            shutil.copytree(job_dir, dest / job_dir.name)
+            rel = f"{name}/{job_dir.name}/{snap.name}"
+        fixture_dir = FIXTURES / rel
+
+        infos = snapshot_info(fixture_dir)
+        if fx["job"] == "datastream":
+            for info in infos:
+                if info["uid"] and info["operator_id"] != operator_id_for_uid(info["uid"]):
+                    raise RuntimeError(f"operator id mismatch for uid {info['uid']}: {info}")
+            entries = datastream_expected()
+        else:
+            aggs = [i for i in infos if i["name"].startswith("GroupAggregate")]
+            if len(aggs) != 1:
+                raise RuntimeError(f"expected one GroupAggregate operator, got {infos}")
+            entries = sql_expected(aggs[0]["operator_id"])
+        write_jsonl(exp_path, entries)
+
+        problems: list[str] = []
+        if dump_available():
+            if run_dump(fixture_dir, dump_path, scratch / "dump.log"):
+                problems = compare(exp_path, dump_path)
+            else:
+                problems = [f"SavepointDump failed, see {scratch / 'dump.log'}"]
+                dump_path.unlink(missing_ok=True)
+        else:
+            print(f"  warning: SavepointDump is not built; no dump for {name}", file=sys.stderr)
+        if problems and attempt < attempts:
+            print(f"  {name}: dump differs from expected ({len(problems)} lines), retrying:\n    "
+                  + "\n    ".join(problems[:10]), file=sys.stderr)
+            continue
+        break
+
+    size = du(dest)
+    if size > MAX_FIXTURE_BYTES:
+        raise RuntimeError(f"{name} is {size} bytes, over the {MAX_FIXTURE_BYTES} byte budget")
+    if problems:
+        print(f"  WARNING {name}: dump differs from expected ({len(problems)} lines):\n    "
+              + "\n    ".join(problems[:20]), file=sys.stderr)
+    else:
+        print(f"  {name}: {size} bytes, {len(entries)} expected entries"
+              + (", dump matches" if dump_path.exists() else ""))
+    return manifest_record(fx, rel, infos)
+
+
+def manifest_record(fx: dict, rel: str, infos: list[dict]) -> dict:
+    operators = []
+    for info in sorted(infos, key=lambda i: (i["uid"] or "~", i["name"])):
+        if fx["job"] == "datastream":
+            states = DS_STATES.get(info["uid"], [])
+        else:
+            states = SQL_STATES if info["name"].startswith("GroupAggregate") else []
+        op = {"uid": info["uid"], "name": info["name"], "operator_id": info["operator_id"],
+              "parallelism": info["parallelism"], "max_parallelism": info["max_parallelism"],
+              "states": states}
+        if info["fully_finished"]:
+            op["fully_finished"] = True
+        if info["coordinator_state_bytes"] >= 0:
+            op["coordinator_state_bytes"] = info["coordinator_state_bytes"]
+        operators.append(op)
+    rec = {k: fx[k] for k in ("name", "job", "backend", "snapshot", "format")}
+    rec["path"] = rel
+    rec.update({k: fx[k] for k in ("incremental", "max_parallelism", "compression", "inline")})
+    rec["operators"] = operators
+    return rec
+
+
+def write_manifest(records: dict[str, dict]) -> None:
+    path = FIXTURES / "manifest.json"
+    old = {}
+    if path.exists():
+        old = {r["name"]: r for r in json.loads(path.read_text()).get("fixtures", [])}
+    old.update(records)
+    ordered = [old[f["name"]] for f in MATRIX if f["name"] in old]
+    path.write_text(json.dumps({"flink_version": FLINK_VERSION, "fixtures": ordered}, indent=1)
+                    + "\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--only", action="append", choices=sorted(BY_NAME), metavar="NAME",
+                    help="regenerate only this fixture (repeatable)")
+    ap.add_argument("--keep-scratch", action="store_true", help="keep the scratch directory")
+    args = ap.parse_args()
+
+    selected = [BY_NAME[n] for n in args.only] if args.only else MATRIX
+    t0 = time.time()
+    build()
+    scratch_root = Path(tempfile.mkdtemp(prefix="statequery-fixtures-"))
+    records = {}
+    try:
+        for fx in selected:
+            records[fx["name"]] = generate(fx, scratch_root)
+            write_manifest(records)
+    finally:
+        if args.keep_scratch:
+            print(f"scratch kept in {scratch_root}")
+        else:
+            shutil.rmtree(scratch_root, ignore_errors=True)
+    print(f"done: {len(selected)} fixture(s) in {time.time() - t0:.0f}s")
+
+
+if __name__ == "__main__":
+    main()
