@@ -237,6 +237,44 @@ class FileIO:
         except (OSError, FileNotFoundError) as e:
             raise StorageError(f"cannot open {location}: {e}") from e
 
+    def write_atomic(self, location: str, data: bytes) -> None:
+        """Write ``data`` to ``location`` so readers never see a partial file.
+
+        Local files: a temporary file in the same directory, fsynced, then renamed over the
+        target. Object stores (one PUT is atomic): written directly. Other filesystems: a
+        temporary name, then a move.
+        """
+        location = normalize_location(location)
+        try:
+            if _is_local(location):
+                import tempfile
+
+                directory = os.path.dirname(os.path.abspath(location))
+                fd, tmp = tempfile.mkstemp(prefix=".statequery-", dir=directory)
+                try:
+                    with os.fdopen(fd, "wb") as f:
+                        f.write(data)
+                        f.flush()
+                        os.fsync(f.fileno())
+                    os.replace(tmp, location)
+                except BaseException:
+                    if os.path.exists(tmp):
+                        os.unlink(tmp)
+                    raise
+                return
+            fs = self._fs(location)
+            scheme = urlsplit(location).scheme.lower()
+            if scheme in ("s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "oss"):
+                with fs.open(location, "wb") as f:
+                    f.write(data)
+                return
+            tmp = location + ".statequery-tmp"
+            with fs.open(tmp, "wb") as f:
+                f.write(data)
+            fs.mv(tmp, location)
+        except (OSError, FileNotFoundError) as e:
+            raise StorageError(f"cannot write {location}: {e}") from e
+
     def list_dir(self, location: str) -> list[str]:
         """Names of the entries of a directory (used by the catalog to find savepoints)."""
         location = normalize_location(location)

@@ -1,0 +1,1 @@
+"""statequery.metadata."""

@@ -1,0 +1,555 @@
+"""The StateMeta snapshot: everything statequery knows about a savepoint's states, in one file.
+
+Deriving it reads ``_metadata`` and the header of every state file; the snapshot (a small,
+versioned msgpack file, layout in ``docs/statemeta.md``) lets later opens skip the headers. It
+records the ``_metadata`` file's size and SHA-256 and is used only when they still match.
+
+The model:
+
+* :class:`StateMeta` — one savepoint/checkpoint: id, metadata version, snapshot type, format,
+  backend, ``_metadata`` fingerprint, operators;
+* :class:`OperatorInfo` — one operator: ids, uid, name, parallelism, key serializer, subtasks,
+  states;
+* :class:`SubtaskInfo` — one subtask's handles (key-group range, keyed/operator handles) and what
+  its headers said (compression, header end, state ids);
+* :class:`StateInfo` — one state: kind, key/namespace/value specs, TTL, decodability, size, the
+  SQL-safe ``table_name``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import msgpack
+
+from statequery.exceptions import CorruptStateError, StatequeryError
+from statequery.hashing import KeyGroupRange
+from statequery.io import FileIO
+from statequery.metadata.handles import (
+    KeyedHandle,
+    OperatorStreamHandle,
+    StreamHandle,
+    handle_from_dict,
+    handle_to_dict,
+)
+from statequery.serializers.spec import (
+    EnumSpec,
+    GenericArraySpec,
+    ListSpec,
+    MapSpec,
+    NamespaceSpec,
+    NullableSpec,
+    OpaqueSpec,
+    PojoSpec,
+    PrimitiveArraySpec,
+    PrimitiveSpec,
+    RowDataSpec,
+    RowSpec,
+    SerializerSpec,
+    TtlSpec,
+    TupleSpec,
+    from_dict,
+    to_dict,
+)
+
+__all__ = [
+    "FORMAT_VERSION",
+    "MAGIC",
+    "SNAPSHOT_FILE_NAME",
+    "HeaderInfo",
+    "OperatorInfo",
+    "StateInfo",
+    "StateMeta",
+    "dumps",
+    "fingerprint",
+    "loads",
+    "read_snapshot",
+    "sql_name",
+    "type_string",
+    "write_snapshot",
+]
+
+MAGIC = "statequery-statemeta"
+FORMAT_VERSION = 1
+SNAPSHOT_FILE_NAME = "_statequery_meta.msgpack"
+MAX_SNAPSHOT_BYTES = 256 << 20
+
+
+@dataclass(frozen=True)
+class HeaderInfo:
+    """What one subtask's state-file header said (enough to read data without re-parsing it).
+
+    ``state_ids`` maps state name → id in that header (the ``kvStateId`` of keyed data; operator
+    and broadcast states are numbered in header order); ``header_end`` is where key-group data may
+    start (None when unknown); ``error`` names the part of the header that could not be read.
+    """
+
+    version: int
+    compressed: bool
+    header_end: int | None
+    state_ids: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class SubtaskInfo:
+    """One subtask: its handles and header facts. ``key_groups`` is None for non-keyed subtasks."""
+
+    index: int
+    key_groups: KeyGroupRange | None = None
+    keyed_handle: KeyedHandle | None = None
+    operator_handle: OperatorStreamHandle | None = None
+    raw_keyed_handle: KeyedHandle | None = None
+    raw_operator_handle: OperatorStreamHandle | None = None
+    keyed_header: HeaderInfo | None = None
+    operator_header: HeaderInfo | None = None
+    keyed_bytes: int = 0
+    operator_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class StateInfo:
+    """One state of one operator.
+
+    ``kind``: value, list, map, reducing, aggregating, event_timer, processing_timer,
+    operator_list, operator_union, broadcast (also ``priority_queue`` for non-timer queues,
+    ``folding``/``unknown`` for legacy keyed states).
+    ``key_spec`` is the operator's key serializer (keyed states), ``namespace_spec`` the namespace,
+    ``value_spec`` the value — for list states the *element*, for map states the map value —
+    and ``user_key_spec`` the map key (map state) or broadcast key. Specs keep TTL wrappers
+    (``TtlSpec``); ``ttl`` says so. ``serializers`` holds the header's serializers unchanged
+    (Flink's keys), for readers that need the full state serializer.
+    """
+
+    operator_id: str
+    operator_uid: str
+    operator_name: str
+    parallelism: int
+    max_parallelism: int
+    name: str
+    kind: str
+    backend_type: str
+    key_spec: SerializerSpec | None = None
+    namespace_spec: SerializerSpec | None = None
+    value_spec: SerializerSpec | None = None
+    user_key_spec: SerializerSpec | None = None
+    serializers: dict[str, SerializerSpec] = field(default_factory=dict)
+    options: dict[str, str] = field(default_factory=dict)
+    ttl: bool = False
+    decodable: bool = True
+    reason: str | None = None
+    size_bytes: int = 0
+    backend: str | None = None
+    format: str | None = None
+    table_name: str = ""
+
+    @property
+    def keyed(self) -> bool:
+        return self.kind not in ("operator_list", "operator_union", "broadcast")
+
+    @property
+    def key_type(self) -> str | None:
+        return type_string(self.key_spec)
+
+    @property
+    def namespace_type(self) -> str | None:
+        return type_string(self.namespace_spec)
+
+    @property
+    def value_type(self) -> str | None:
+        return type_string(self.value_spec)
+
+    @property
+    def user_key_type(self) -> str | None:
+        return type_string(self.user_key_spec)
+
+
+@dataclass(frozen=True)
+class OperatorInfo:
+    """One operator: identity, parallelism, its subtasks' handles and its states."""
+
+    operator_id: str
+    uid: str
+    name: str
+    parallelism: int
+    max_parallelism: int
+    key_spec: SerializerSpec | None = None
+    backend: str | None = None
+    coordinator_state: StreamHandle | None = None
+    fully_finished: bool = False
+    finished_subtasks: tuple[int, ...] = ()
+    subtasks: tuple[SubtaskInfo, ...] = ()
+    states: tuple[StateInfo, ...] = ()
+
+    @property
+    def display_name(self) -> str:
+        return self.uid or self.name or self.operator_id
+
+    def state(self, name: str) -> StateInfo | None:
+        for s in self.states:
+            if s.name == name:
+                return s
+        return None
+
+
+@dataclass(frozen=True)
+class StateMeta:
+    """The StateMeta snapshot of one savepoint or checkpoint."""
+
+    checkpoint_id: int
+    metadata_version: int
+    snapshot_type: str  # savepoint | checkpoint
+    format: str | None  # canonical | native (checkpoints: native); None when unknown
+    backend: str | None  # hashmap | rocksdb | changelog | None (canonical: backend-independent)
+    metadata_size: int
+    metadata_sha256: str
+    operators: tuple[OperatorInfo, ...] = ()
+    statequery_version: str = ""
+
+    @property
+    def states(self) -> tuple[StateInfo, ...]:
+        return tuple(s for op in self.operators for s in op.states)
+
+    def matches(self, metadata_bytes: bytes) -> bool:
+        """Was this snapshot derived from exactly these ``_metadata`` bytes?"""
+        size, digest = fingerprint(metadata_bytes)
+        return size == self.metadata_size and digest == self.metadata_sha256
+
+
+def fingerprint(metadata_bytes: bytes) -> tuple[int, str]:
+    return len(metadata_bytes), hashlib.sha256(metadata_bytes).hexdigest()
+
+
+# -- type strings ------------------------------------------------------------------------------
+
+_PRIMITIVE_SQL = {
+    "boolean": "BOOLEAN",
+    "byte": "TINYINT",
+    "short": "SMALLINT",
+    "int": "INT",
+    "long": "BIGINT",
+    "float": "FLOAT",
+    "double": "DOUBLE",
+    "char": "CHAR",
+    "string": "STRING",
+    "void": "VOID",
+    "bigint": "BIGINTEGER",
+    "bigdec": "BIGDECIMAL",
+    "date": "DATE (java.util.Date)",
+    "sql_date": "DATE",
+    "sql_time": "TIME",
+    "sql_timestamp": "TIMESTAMP",
+    "instant": "TIMESTAMP_LTZ",
+    "local_date": "DATE",
+    "local_time": "TIME",
+    "local_date_time": "TIMESTAMP",
+    "string_data": "STRING",
+    "null_value": "NULL",
+    "boolean_value": "BOOLEAN",
+}
+_NAMESPACE_SQL = {
+    "void": "VOID",
+    "time_window": "TimeWindow",
+    "global_window": "GlobalWindow",
+    "count_window": "CountWindow",
+}
+
+
+def type_string(spec: SerializerSpec | None) -> str | None:
+    """A SQL-like type name for ``inspect`` and ``state_meta`` (TTL wrappers unwrapped)."""
+    if spec is None:
+        return None
+    if isinstance(spec, TtlSpec):
+        return type_string(spec.inner)
+    if isinstance(spec, PrimitiveSpec):
+        if spec.name == "decimal_data":
+            return f"DECIMAL({spec.precision}, {spec.scale})"
+        if spec.name == "timestamp_data":
+            return f"TIMESTAMP({spec.precision})"
+        return _PRIMITIVE_SQL.get(spec.name, spec.name.upper())
+    if isinstance(spec, PrimitiveArraySpec):
+        if spec.element == "byte":
+            return "BYTES"
+        inner = _PRIMITIVE_SQL.get(spec.element, spec.element.upper())
+        return f"ARRAY<{inner} NOT NULL>"
+    if isinstance(spec, NamespaceSpec):
+        return _NAMESPACE_SQL.get(spec.name, spec.name)
+    if isinstance(spec, TupleSpec):
+        inner = ", ".join(type_string(f) or "?" for f in spec.fields)
+        return f"TUPLE{len(spec.fields)}<{inner}>"
+    if isinstance(spec, RowSpec):
+        names = spec.names or tuple(f"f{i}" for i in range(len(spec.fields)))
+        inner = ", ".join(f"{n} {type_string(f)}" for n, f in zip(names, spec.fields, strict=False))
+        return f"ROW<{inner}>"
+    if isinstance(spec, PojoSpec):
+        inner = ", ".join(f"{f.name} {type_string(f.spec) or 'REMOVED'}" for f in spec.fields)
+        return f"POJO<{spec.class_name}>{{{inner}}}"
+    if isinstance(spec, EnumSpec):
+        return f"ENUM<{spec.class_name}>"
+    if isinstance(spec, ListSpec):
+        return f"ARRAY<{type_string(spec.element)}>"
+    if isinstance(spec, MapSpec):
+        if spec.is_set or spec.value is None:
+            return f"MULTISET<{type_string(spec.key)}>"
+        return f"MAP<{type_string(spec.key)}, {type_string(spec.value)}>"
+    if isinstance(spec, GenericArraySpec):
+        return f"ARRAY<{type_string(spec.element)}>"
+    if isinstance(spec, NullableSpec):
+        return type_string(spec.inner)
+    if isinstance(spec, RowDataSpec):
+        return str(spec.type)
+    if isinstance(spec, OpaqueSpec):
+        what = spec.type_class or spec.snapshot_class or "?"
+        return f"{spec.family.upper()}<{what}>"
+    return spec.display
+
+
+_SQL_UNSAFE = re.compile(r"[^0-9a-zA-Z_]+")
+
+
+def sql_name(text: str) -> str:
+    """A lowercase SQL identifier: runs of other characters become one ``_``."""
+    s = _SQL_UNSAFE.sub("_", text).strip("_").lower()
+    return s or "unnamed"
+
+
+def assign_table_names(operators: Iterable[OperatorInfo]) -> tuple[OperatorInfo, ...]:
+    """Give each state a unique ``<operator uid|name|id>__<state>`` table name."""
+    ops = list(operators)
+    taken: set[str] = set()
+    out = []
+    for op in ops:
+        base = sql_name(op.uid or op.name or op.operator_id)
+        states = []
+        for s in op.states:
+            name = f"{base}__{sql_name(s.name)}"
+            if name in taken:
+                name = f"{name}__{op.operator_id[:8]}"
+            n = 2
+            candidate = name
+            while candidate in taken:
+                candidate = f"{name}_{n}"
+                n += 1
+            taken.add(candidate)
+            states.append(replace(s, table_name=candidate))
+        out.append(replace(op, states=tuple(states)))
+    return tuple(out)
+
+
+# -- msgpack -----------------------------------------------------------------------------------
+
+
+def _spec(s: SerializerSpec | None) -> Any:
+    return None if s is None else to_dict(s)
+
+
+def _unspec(d: Any) -> SerializerSpec | None:
+    return None if d is None else from_dict(d)
+
+
+def _header_to(h: HeaderInfo | None) -> Any:
+    if h is None:
+        return None
+    return {
+        "version": h.version,
+        "compressed": h.compressed,
+        "header_end": h.header_end,
+        "state_ids": dict(h.state_ids),
+        "error": h.error,
+    }
+
+
+def _header_from(d: Any) -> HeaderInfo | None:
+    if d is None:
+        return None
+    return HeaderInfo(
+        d["version"], d["compressed"], d["header_end"], dict(d["state_ids"]), d["error"]
+    )
+
+
+def _kg_to(r: KeyGroupRange | None) -> Any:
+    return None if r is None else [r.start, r.end]
+
+
+def _state_to(s: StateInfo) -> dict[str, Any]:
+    return {
+        "name": s.name,
+        "kind": s.kind,
+        "backend_type": s.backend_type,
+        "key": _spec(s.key_spec),
+        "namespace": _spec(s.namespace_spec),
+        "value": _spec(s.value_spec),
+        "user_key": _spec(s.user_key_spec),
+        "serializers": {k: to_dict(v) for k, v in s.serializers.items()},
+        "options": dict(s.options),
+        "ttl": s.ttl,
+        "decodable": s.decodable,
+        "reason": s.reason,
+        "size_bytes": s.size_bytes,
+        "backend": s.backend,
+        "format": s.format,
+        "table_name": s.table_name,
+    }
+
+
+def _state_from(d: Mapping[str, Any], op: Mapping[str, Any]) -> StateInfo:
+    return StateInfo(
+        operator_id=op["operator_id"],
+        operator_uid=op["uid"],
+        operator_name=op["name"],
+        parallelism=op["parallelism"],
+        max_parallelism=op["max_parallelism"],
+        name=d["name"],
+        kind=d["kind"],
+        backend_type=d["backend_type"],
+        key_spec=_unspec(d["key"]),
+        namespace_spec=_unspec(d["namespace"]),
+        value_spec=_unspec(d["value"]),
+        user_key_spec=_unspec(d["user_key"]),
+        serializers={k: from_dict(v) for k, v in d["serializers"].items()},
+        options=dict(d["options"]),
+        ttl=d["ttl"],
+        decodable=d["decodable"],
+        reason=d["reason"],
+        size_bytes=d["size_bytes"],
+        backend=d["backend"],
+        format=d["format"],
+        table_name=d["table_name"],
+    )
+
+
+def _subtask_to(s: SubtaskInfo) -> dict[str, Any]:
+    return {
+        "index": s.index,
+        "key_groups": _kg_to(s.key_groups),
+        "keyed": handle_to_dict(s.keyed_handle),
+        "operator": handle_to_dict(s.operator_handle),
+        "raw_keyed": handle_to_dict(s.raw_keyed_handle),
+        "raw_operator": handle_to_dict(s.raw_operator_handle),
+        "keyed_header": _header_to(s.keyed_header),
+        "operator_header": _header_to(s.operator_header),
+        "keyed_bytes": s.keyed_bytes,
+        "operator_bytes": s.operator_bytes,
+    }
+
+
+def _subtask_from(d: Mapping[str, Any]) -> SubtaskInfo:
+    kg = d["key_groups"]
+    return SubtaskInfo(
+        index=d["index"],
+        key_groups=None if kg is None else KeyGroupRange(kg[0], kg[1]),
+        keyed_handle=handle_from_dict(d["keyed"]),
+        operator_handle=handle_from_dict(d["operator"]),
+        raw_keyed_handle=handle_from_dict(d["raw_keyed"]),
+        raw_operator_handle=handle_from_dict(d["raw_operator"]),
+        keyed_header=_header_from(d["keyed_header"]),
+        operator_header=_header_from(d["operator_header"]),
+        keyed_bytes=d["keyed_bytes"],
+        operator_bytes=d["operator_bytes"],
+    )
+
+
+def _operator_to(op: OperatorInfo) -> dict[str, Any]:
+    return {
+        "operator_id": op.operator_id,
+        "uid": op.uid,
+        "name": op.name,
+        "parallelism": op.parallelism,
+        "max_parallelism": op.max_parallelism,
+        "key": _spec(op.key_spec),
+        "backend": op.backend,
+        "coordinator_state": handle_to_dict(op.coordinator_state),
+        "fully_finished": op.fully_finished,
+        "finished_subtasks": list(op.finished_subtasks),
+        "subtasks": [_subtask_to(s) for s in op.subtasks],
+        "states": [_state_to(s) for s in op.states],
+    }
+
+
+def _operator_from(d: Mapping[str, Any]) -> OperatorInfo:
+    return OperatorInfo(
+        operator_id=d["operator_id"],
+        uid=d["uid"],
+        name=d["name"],
+        parallelism=d["parallelism"],
+        max_parallelism=d["max_parallelism"],
+        key_spec=_unspec(d["key"]),
+        backend=d["backend"],
+        coordinator_state=handle_from_dict(d["coordinator_state"]),
+        fully_finished=d["fully_finished"],
+        finished_subtasks=tuple(d["finished_subtasks"]),
+        subtasks=tuple(_subtask_from(s) for s in d["subtasks"]),
+        states=tuple(_state_from(s, d) for s in d["states"]),
+    )
+
+
+def dumps(meta: StateMeta) -> bytes:
+    """The snapshot bytes (msgpack map; see docs/statemeta.md)."""
+    doc = {
+        "magic": MAGIC,
+        "format_version": FORMAT_VERSION,
+        "statequery_version": meta.statequery_version,
+        "metadata": {"size": meta.metadata_size, "sha256": meta.metadata_sha256},
+        "checkpoint_id": meta.checkpoint_id,
+        "metadata_version": meta.metadata_version,
+        "snapshot_type": meta.snapshot_type,
+        "format": meta.format,
+        "backend": meta.backend,
+        "operators": [_operator_to(op) for op in meta.operators],
+    }
+    return msgpack.packb(doc, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+class SnapshotVersionError(StatequeryError):
+    """A StateMeta snapshot written by an incompatible statequery (it is ignored, not an error
+    for :meth:`Savepoint.open`)."""
+
+
+def loads(data: bytes, source: str = "StateMeta snapshot") -> StateMeta:
+    """Parse snapshot bytes. Raises :class:`CorruptStateError` or :class:`SnapshotVersionError`."""
+    if len(data) > MAX_SNAPSHOT_BYTES:
+        raise CorruptStateError(f"{len(data)} bytes is too large for a StateMeta snapshot", source)
+    try:
+        doc = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except Exception as e:  # msgpack raises several unrelated types
+        raise CorruptStateError(f"not a StateMeta snapshot: {e}", source) from e
+    if not isinstance(doc, dict) or doc.get("magic") != MAGIC:
+        raise CorruptStateError("not a StateMeta snapshot (no magic)", source)
+    version = doc.get("format_version")
+    if version != FORMAT_VERSION:
+        raise SnapshotVersionError(
+            f"{source}: StateMeta snapshot format {version}, this statequery reads {FORMAT_VERSION}"
+        )
+    try:
+        return StateMeta(
+            checkpoint_id=doc["checkpoint_id"],
+            metadata_version=doc["metadata_version"],
+            snapshot_type=doc["snapshot_type"],
+            format=doc["format"],
+            backend=doc["backend"],
+            metadata_size=doc["metadata"]["size"],
+            metadata_sha256=doc["metadata"]["sha256"],
+            operators=tuple(_operator_from(op) for op in doc["operators"]),
+            statequery_version=doc.get("statequery_version", ""),
+        )
+    except CorruptStateError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise CorruptStateError(
+            f"malformed StateMeta snapshot: {type(e).__name__}: {e}", source
+        ) from e
+
+
+def read_snapshot(io: FileIO, location: str) -> StateMeta:
+    f = io.new_input(location)
+    return loads(f.read(), f.location)
+
+
+def write_snapshot(io: FileIO, location: str, meta: StateMeta) -> str:
+    """Write the snapshot atomically (temporary file + rename); returns the location."""
+    io.write_atomic(location, dumps(meta))
+    return location

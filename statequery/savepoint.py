@@ -1,0 +1,719 @@
+"""``Savepoint``: one Flink savepoint or retained checkpoint, opened for inspection and reading.
+
+>>> sp = statequery.open("/savepoints/savepoint-3305c6-b004b8ed05c4")
+>>> [s.table_name for s in sp.states]
+>>> sp.state_meta()                       # pyarrow.Table, one row per state
+
+Opening reads ``_metadata``. The states (operators, kinds, serializers) come from the StateMeta
+snapshot next to ``_metadata`` when one exists and was derived from the same ``_metadata`` bytes;
+otherwise they are derived once — ``_metadata`` plus the header of every state file, read in
+parallel through the storage seam — and cached on the instance.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from statequery.exceptions import (
+    NoSuchOperatorError,
+    NoSuchStateError,
+    SavepointNotFoundError,
+    StorageError,
+)
+from statequery.io import FileIO, join_location, location_parent, normalize_location
+from statequery.metadata.checkpoint import CheckpointMetadata, OperatorState, parse_metadata
+from statequery.metadata.handles import (
+    ChangelogHandle,
+    ChangelogStreamHandle,
+    HandleResolver,
+    IncrementalHandle,
+    InMemoryChangelogHandle,
+    KeyedHandle,
+    KeyGroupsHandle,
+    OperatorStreamHandle,
+    StreamHandle,
+)
+from statequery.metadata.proxy import (
+    KeyedBackendProxy,
+    OperatorBackendProxy,
+    StateMetaInfo,
+    read_header,
+    read_keyed_proxy,
+    read_operator_proxy,
+)
+from statequery.metadata.statemeta import (
+    SNAPSHOT_FILE_NAME,
+    HeaderInfo,
+    OperatorInfo,
+    SnapshotVersionError,
+    StateInfo,
+    StateMeta,
+    SubtaskInfo,
+    assign_table_names,
+    fingerprint,
+    loads,
+    type_string,
+    write_snapshot,
+)
+from statequery.serializers.spec import (
+    ListSpec,
+    MapSpec,
+    OpaqueSpec,
+    SerializerSpec,
+    TimerSpec,
+    TtlSpec,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["Savepoint", "derive_state_meta", "find_metadata"]
+
+METADATA_FILE = "_metadata"
+DEFAULT_WORKERS = 16
+_CHK = re.compile(r"^chk-(\d+)$")
+
+
+def find_metadata(io: FileIO, location: str) -> str:
+    """The ``_metadata`` file for a savepoint/checkpoint directory, the file itself, or a job
+    directory holding ``chk-N`` checkpoints (the highest N)."""
+    location = normalize_location(location.rstrip("/") if len(location) > 1 else location)
+    if posixpath.basename(location) == METADATA_FILE and io.new_input(location).exists():
+        return location
+    if io.is_dir(location):
+        candidate = join_location(location, METADATA_FILE)
+        if io.new_input(candidate).exists():
+            return candidate
+        try:
+            entries = io.list_dir(location)
+        except StorageError:
+            entries = []
+        chks = sorted(
+            (int(m.group(1)), name) for name in entries if (m := _CHK.match(name)) is not None
+        )
+        for _, name in reversed(chks):
+            candidate = join_location(location, f"{name}/{METADATA_FILE}")
+            if io.new_input(candidate).exists():
+                return candidate
+    raise SavepointNotFoundError(
+        f"no savepoint or checkpoint at {location}: expected a directory holding _metadata, "
+        "the _metadata file, or a job directory with chk-N checkpoints"
+    )
+
+
+class Savepoint:
+    """A savepoint or retained checkpoint. Create with :meth:`open` (or ``statequery.open``)."""
+
+    def __init__(
+        self,
+        io: FileIO,
+        metadata_location: str,
+        metadata_bytes: bytes,
+        state_meta: StateMeta | None = None,
+        max_workers: int = DEFAULT_WORKERS,
+    ) -> None:
+        self.io = io
+        self.metadata_location = metadata_location
+        self.location = location_parent(metadata_location)
+        self._metadata_bytes = metadata_bytes
+        self._metadata: CheckpointMetadata | None = None
+        self._meta = state_meta
+        self.from_snapshot = state_meta is not None
+        self.max_workers = max_workers
+        self.resolver = HandleResolver(io, self.location)
+
+    @classmethod
+    def open(
+        cls,
+        location: str,
+        *,
+        io: FileIO | None = None,
+        storage_options: dict[str, Any] | None = None,
+        use_snapshot: bool = True,
+        snapshot: str | None = None,
+        max_workers: int = DEFAULT_WORKERS,
+    ) -> Savepoint:
+        """Open the savepoint/checkpoint at ``location`` (directory, ``_metadata`` or URI).
+
+        ``snapshot`` names a StateMeta snapshot file (default: ``_statequery_meta.msgpack`` next
+        to ``_metadata``); it is used only if ``use_snapshot`` and it matches ``_metadata``.
+        """
+        io = io or FileIO(storage_options)
+        metadata_location = find_metadata(io, location)
+        data = io.new_input(metadata_location).read()
+        meta = None
+        if use_snapshot:
+            snap_loc = snapshot or join_location(
+                location_parent(metadata_location), SNAPSHOT_FILE_NAME
+            )
+            f = io.new_input(snap_loc)
+            if f.exists():
+                try:
+                    candidate = loads(f.read(), f.location)
+                except SnapshotVersionError:
+                    candidate = None
+                if candidate is not None and candidate.matches(data):
+                    meta = candidate
+        return cls(io, metadata_location, data, meta, max_workers)
+
+    def __repr__(self) -> str:
+        return f"Savepoint({self.location!r})"
+
+    # -- metadata --------------------------------------------------------------------------------
+
+    @property
+    def metadata(self) -> CheckpointMetadata:
+        """The parsed ``_metadata`` (parsed on first use)."""
+        if self._metadata is None:
+            self._metadata = parse_metadata(self._metadata_bytes, self.metadata_location)
+        return self._metadata
+
+    @property
+    def meta(self) -> StateMeta:
+        """The StateMeta model (from the snapshot, or derived once and cached)."""
+        if self._meta is None:
+            self._meta = derive_state_meta(
+                self.metadata, self.resolver, self._metadata_bytes, self.max_workers
+            )
+        return self._meta
+
+    @property
+    def checkpoint_id(self) -> int:
+        return self.meta.checkpoint_id
+
+    @property
+    def snapshot_type(self) -> str:
+        return self.meta.snapshot_type
+
+    @property
+    def format(self) -> str | None:
+        return self.meta.format
+
+    @property
+    def backend(self) -> str | None:
+        return self.meta.backend
+
+    @property
+    def operators(self) -> tuple[OperatorInfo, ...]:
+        return self.meta.operators
+
+    @property
+    def states(self) -> tuple[StateInfo, ...]:
+        return self.meta.states
+
+    def operator(self, identifier: str) -> OperatorInfo:
+        """The operator with this uid, OperatorID (hex) or name (uid first, as Flink resolves)."""
+        for attr in ("uid", "operator_id", "name"):
+            matches = [op for op in self.operators if getattr(op, attr) == identifier]
+            if len(matches) == 1:
+                return matches[0]
+            if len(matches) > 1:
+                raise NoSuchOperatorError(
+                    f"{len(matches)} operators are named {identifier!r} in {self.location}; "
+                    "use the uid or operator id"
+                )
+        from statequery.hashing import operator_id_from_uid
+
+        hashed = operator_id_from_uid(identifier)
+        for op in self.operators:
+            if op.operator_id == hashed:
+                return op
+        known = ", ".join(op.display_name for op in self.operators)
+        raise NoSuchOperatorError(f"no operator {identifier!r} in {self.location} (have: {known})")
+
+    def state(self, operator_or_table: str, name: str | None = None) -> StateInfo:
+        """A state by ``(operator, state name)`` or by its ``table_name``."""
+        if name is None:
+            for s in self.states:
+                if s.table_name == operator_or_table:
+                    return s
+            raise NoSuchStateError(f"no state table {operator_or_table!r} in {self.location}")
+        op = self.operator(operator_or_table)
+        found = op.state(name)
+        if found is None:
+            have = ", ".join(x.name for x in op.states) or "none"
+            raise NoSuchStateError(
+                f"operator {op.display_name!r} has no state {name!r} (has: {have})"
+            )
+        return found
+
+    def state_meta(self) -> pa.Table:
+        """One row per state (keyed, timers, operator list/union, broadcast): see the columns of
+        :data:`STATE_META_SCHEMA`."""
+        return state_meta_table(self.meta)
+
+    # -- snapshot --------------------------------------------------------------------------------
+
+    @property
+    def default_snapshot_location(self) -> str:
+        return join_location(self.location, SNAPSHOT_FILE_NAME)
+
+    def write_snapshot(self, location: str | None = None) -> str:
+        """Write the StateMeta snapshot (next to ``_metadata`` by default); returns where."""
+        return write_snapshot(self.io, location or self.default_snapshot_location, self.meta)
+
+    # -- data (delegated to the reader layer) ----------------------------------------------------
+
+    def _resolve_state(self, state: StateInfo | str, name: str | None = None) -> StateInfo:
+        if isinstance(state, StateInfo):
+            return state
+        return self.state(state, name)
+
+    def read(
+        self, state: StateInfo | str, name: str | None = None, **options: Any
+    ) -> Iterator[Any]:
+        """Record batches of a state (see :func:`statequery.reader.read_state`)."""
+        from statequery.reader import read_state
+
+        return read_state(self, self._resolve_state(state, name), **options)
+
+    def lookup(
+        self, state: StateInfo | str, key: Any, name: str | None = None, **options: Any
+    ) -> Any:
+        """The entries of one key (see :func:`statequery.reader.lookup`)."""
+        from statequery.reader import lookup
+
+        return lookup(self, self._resolve_state(state, name), key, **options)
+
+    def key_group_of(self, state: StateInfo | str, key: Any, name: str | None = None) -> int:
+        """The key group Flink assigned to ``key`` in this state's operator."""
+        from statequery.hashing import key_group_of
+
+        s = self._resolve_state(state, name)
+        return key_group_of(key, s.max_parallelism, s.key_spec)
+
+
+# -- deriving the StateMeta model ----------------------------------------------------------------
+
+
+@dataclass
+class _HeaderJob:
+    op_index: int
+    subtask: int
+    kind: str  # keyed | operator
+    handle: StreamHandle
+
+
+def _keyed_header_stream(h: KeyedHandle | None) -> StreamHandle | None:
+    if isinstance(h, KeyGroupsHandle):
+        return h
+    if isinstance(h, IncrementalHandle):
+        return h.meta
+    if isinstance(h, ChangelogHandle):
+        for m in h.materialized:
+            s = _keyed_header_stream(m)
+            if s is not None:
+                return s
+    return None
+
+
+def _stream_bytes(handles: tuple[StreamHandle, ...]) -> int:
+    return sum(h.size or 0 for h in handles)
+
+
+def _backend_of(h: KeyedHandle | None) -> str | None:
+    if isinstance(h, IncrementalHandle):
+        return "rocksdb"
+    if isinstance(h, KeyGroupsHandle):
+        return "hashmap" if h.handle_type == 12 else None
+    if isinstance(h, (ChangelogHandle, ChangelogStreamHandle, InMemoryChangelogHandle)):
+        return "changelog"
+    return None
+
+
+def _kind(info: StateMetaInfo) -> str:
+    t = info.backend_type
+    if t in ("KEY_VALUE", "KEY_VALUE_V2"):
+        return (info.state_type or "unknown").lower()
+    if t == "PRIORITY_QUEUE":
+        if info.name.startswith("_timer_state/event_"):
+            return "event_timer"
+        if info.name.startswith("_timer_state/processing_"):
+            return "processing_timer"
+        return "priority_queue"
+    if t == "BROADCAST" or info.distribution_mode == "BROADCAST":
+        return "broadcast"
+    if info.distribution_mode == "UNION":
+        return "operator_union"
+    return "operator_list"
+
+
+def _first_opaque(specs: tuple[SerializerSpec | None, ...]) -> str | None:
+    for spec in specs:
+        if spec is None:
+            continue
+        stack = [spec]
+        while stack:
+            s = stack.pop()
+            if isinstance(s, OpaqueSpec):
+                what = s.type_class or s.snapshot_class
+                return s.reason or f"{s.family} serializer {what} is not decodable"
+            stack.extend(s.children())
+    return None
+
+
+def _partition_bytes(handle: OperatorStreamHandle, name: str) -> int:
+    """Bytes of one operator state's elements inside the subtask's stream."""
+    part = handle.partition(name)
+    if part is None or not part.offsets:
+        return 0
+    end = handle.delegate.size or 0
+    bounds = sorted({o for p in handle.partitions for o in p.offsets} | {end})
+    total = 0
+    for o in part.offsets:
+        i = bounds.index(o)
+        nxt = bounds[i + 1] if i + 1 < len(bounds) else end
+        total += max(0, nxt - o)
+    return total
+
+
+def _state_info(
+    op: OperatorState,
+    info: StateMetaInfo,
+    key_spec: SerializerSpec | None,
+    backend: str | None,
+    fmt: str | None,
+) -> StateInfo:
+    kind = _kind(info)
+    sers = info.serializers
+    value = sers.get("VALUE_SERIALIZER")
+    namespace = sers.get("NAMESPACE_SERIALIZER")
+    user_key = None
+    key = key_spec
+    if kind == "list" and isinstance(value, ListSpec):
+        value = value.element
+    elif kind == "map":
+        if "USER_KEY_SERIALIZER" in sers:
+            user_key = sers["USER_KEY_SERIALIZER"]
+        elif isinstance(value, MapSpec):
+            user_key, value = value.key, value.value
+    elif kind in ("event_timer", "processing_timer", "priority_queue"):
+        if isinstance(value, TimerSpec):
+            namespace = value.namespace
+            value = None
+    elif kind == "broadcast":
+        user_key = sers.get("KEY_SERIALIZER")
+        key = None
+    elif kind in ("operator_list", "operator_union"):
+        key = None
+    ttl = isinstance(value, TtlSpec)
+    reason = info.error or _first_opaque((key, namespace, value, user_key))
+    return StateInfo(
+        operator_id=op.operator_id,
+        operator_uid=op.uid,
+        operator_name=op.name,
+        parallelism=op.parallelism,
+        max_parallelism=op.max_parallelism,
+        name=info.name,
+        kind=kind,
+        backend_type=info.backend_type,
+        key_spec=key,
+        namespace_spec=namespace,
+        value_spec=value,
+        user_key_spec=user_key,
+        serializers=dict(sers),
+        options=dict(info.options),
+        ttl=ttl,
+        decodable=reason is None,
+        reason=reason,
+        backend=backend if kind not in ("operator_list", "operator_union", "broadcast") else None,
+        format=fmt,
+    )
+
+
+def derive_state_meta(
+    md: CheckpointMetadata,
+    resolver: HandleResolver,
+    metadata_bytes: bytes,
+    max_workers: int = DEFAULT_WORKERS,
+) -> StateMeta:
+    """Build the StateMeta model from ``_metadata`` and every state-file header (in parallel)."""
+    from statequery import __version__
+
+    jobs: list[_HeaderJob] = []
+    for i, op in enumerate(md.operators):
+        for st in op.subtasks:
+            ks = _keyed_header_stream(st.managed_keyed)
+            if ks is not None:
+                jobs.append(_HeaderJob(i, st.index, "keyed", ks))
+            oh = st.managed_operator
+            if oh is not None and oh.partitions and not oh.is_empty:
+                jobs.append(_HeaderJob(i, st.index, "operator", oh.delegate))
+
+    def run(job: _HeaderJob) -> KeyedBackendProxy | OperatorBackendProxy:
+        if job.kind == "keyed":
+            return read_header(resolver, job.handle, read_keyed_proxy)
+        return read_header(resolver, job.handle, read_operator_proxy)
+
+    if len(jobs) > 1 and max_workers > 1:
+        with ThreadPoolExecutor(max_workers=min(max_workers, len(jobs))) as pool:
+            results = list(pool.map(run, jobs))
+    else:
+        results = [run(j) for j in jobs]
+    headers: dict[tuple[int, int, str], Any] = {
+        (j.op_index, j.subtask, j.kind): r for j, r in zip(jobs, results, strict=True)
+    }
+
+    snapshot_type = (
+        md.properties.snapshot_type
+        if md.properties
+        else (
+            "checkpoint"
+            if _CHK.match(posixpath.basename(md.directory.rstrip("/")))
+            else "savepoint"
+        )
+    )
+    keyed_types = {
+        st.managed_keyed.type_code
+        if not isinstance(st.managed_keyed, KeyGroupsHandle)
+        else st.managed_keyed.handle_type
+        for op in md.operators
+        for st in op.subtasks
+        if st.managed_keyed is not None
+    }
+    if md.properties and md.properties.format:
+        fmt: str | None = md.properties.format.lower()
+    elif snapshot_type == "checkpoint":
+        fmt = "native"
+    elif keyed_types:
+        fmt = "canonical" if keyed_types <= {3, 7} else "native"
+    else:
+        fmt = None
+    backends = {
+        _backend_of(st.managed_keyed)
+        for op in md.operators
+        for st in op.subtasks
+        if st.managed_keyed is not None
+    }
+    backend = backends.pop() if len(backends) == 1 else None
+
+    operators = []
+    for i, op in enumerate(md.operators):
+        key_spec: SerializerSpec | None = None
+        merged: dict[str, tuple[StateMetaInfo, str | None]] = {}
+        op_backend = None
+        subtasks = []
+        header_errors: list[str] = []
+        for st in op.subtasks:
+            kp = headers.get((i, st.index, "keyed"))
+            opp = headers.get((i, st.index, "operator"))
+            keyed_header = operator_header = None
+            if st.managed_keyed is not None:
+                op_backend = op_backend or _backend_of(st.managed_keyed)
+            if isinstance(kp, KeyedBackendProxy):
+                key_spec = key_spec or kp.key_serializer
+                keyed_header = HeaderInfo(
+                    kp.version,
+                    kp.compressed,
+                    kp.header_end,
+                    {s.name: s.state_id for s in kp.states},
+                    kp.error,
+                )
+                for s in kp.states:
+                    merged.setdefault(s.name, (s, "keyed"))
+                if kp.error:
+                    header_errors.append(kp.error)
+            if isinstance(opp, OperatorBackendProxy):
+                operator_header = HeaderInfo(
+                    opp.version,
+                    opp.compressed,
+                    opp.header_end,
+                    {s.name: n for n, s in enumerate(opp.states)},
+                    opp.error,
+                )
+                for s in opp.states:
+                    merged.setdefault(s.name, (s, "operator"))
+                if opp.error:
+                    header_errors.append(opp.error)
+            mk = st.managed_keyed
+            subtasks.append(
+                SubtaskInfo(
+                    index=st.index,
+                    key_groups=mk.key_group_range if mk is not None else None,
+                    keyed_handle=mk,
+                    operator_handle=st.managed_operator,
+                    raw_keyed_handle=st.raw_keyed,
+                    raw_operator_handle=st.raw_operator,
+                    keyed_header=keyed_header,
+                    operator_header=operator_header,
+                    keyed_bytes=_stream_bytes(mk.stream_handles()) if mk is not None else 0,
+                    operator_bytes=(st.managed_operator.delegate.size or 0)
+                    if st.managed_operator is not None
+                    else 0,
+                )
+            )
+        keyed_bytes = sum(s.keyed_bytes for s in subtasks)
+        deltas = any(
+            isinstance(s.keyed_handle, ChangelogHandle) and s.keyed_handle.non_materialized
+            for s in subtasks
+        )
+        states = []
+        for info, where in merged.values():
+            state = _state_info(op, info, key_spec if where == "keyed" else None, op_backend, fmt)
+            if where == "keyed":
+                size = keyed_bytes
+            else:
+                size = sum(
+                    _partition_bytes(s.operator_handle, info.name)
+                    for s in subtasks
+                    if s.operator_handle is not None
+                )
+            reason = state.reason
+            if reason is None and where == "keyed" and deltas:
+                reason = (
+                    "changelog state backend: non-materialized state changes are not "
+                    "supported (read a savepoint instead)"
+                )
+            if reason is None and header_errors:
+                reason = header_errors[0]
+            states.append(
+                StateInfo(
+                    **{
+                        **state.__dict__,
+                        "size_bytes": size,
+                        "decodable": reason is None,
+                        "reason": reason,
+                    }
+                )
+            )
+        operators.append(
+            OperatorInfo(
+                operator_id=op.operator_id,
+                uid=op.uid,
+                name=op.name,
+                parallelism=op.parallelism,
+                max_parallelism=op.max_parallelism,
+                key_spec=key_spec,
+                backend=op_backend,
+                coordinator_state=op.coordinator_state,
+                fully_finished=op.fully_finished,
+                finished_subtasks=op.finished_subtasks,
+                subtasks=tuple(subtasks),
+                states=tuple(states),
+            )
+        )
+
+    size, digest = fingerprint(metadata_bytes)
+    return StateMeta(
+        checkpoint_id=md.checkpoint_id,
+        metadata_version=md.version,
+        snapshot_type=snapshot_type,
+        format=fmt,
+        backend=backend,
+        metadata_size=size,
+        metadata_sha256=digest,
+        operators=assign_table_names(operators),
+        statequery_version=__version__,
+    )
+
+
+# -- the state_meta table ------------------------------------------------------------------------
+
+
+def _schema() -> pa.Schema:
+    import pyarrow as pa
+
+    kg = pa.struct([("subtask", pa.int32()), ("start", pa.int32()), ("end", pa.int32())])
+    return pa.schema(
+        [
+            ("operator_id", pa.string()),
+            ("operator_uid", pa.string()),
+            ("operator_name", pa.string()),
+            ("parallelism", pa.int32()),
+            ("max_parallelism", pa.int32()),
+            ("state_name", pa.string()),
+            ("kind", pa.string()),
+            ("key_type", pa.string()),
+            ("namespace_type", pa.string()),
+            ("user_key_type", pa.string()),
+            ("value_type", pa.string()),
+            ("key_serializer", pa.string()),
+            ("namespace_serializer", pa.string()),
+            ("user_key_serializer", pa.string()),
+            ("value_serializer", pa.string()),
+            ("ttl", pa.bool_()),
+            ("backend", pa.string()),
+            ("format", pa.string()),
+            ("decodable", pa.bool_()),
+            ("reason", pa.string()),
+            ("size_bytes", pa.int64()),
+            ("key_groups", pa.list_(kg)),
+            ("table_name", pa.string()),
+        ]
+    )
+
+
+def _snapshot_class(spec: SerializerSpec | None) -> str | None:
+    if spec is None:
+        return None
+    return spec.snapshot_class or None
+
+
+def state_meta_table(meta: StateMeta) -> pa.Table:
+    """The ``state_meta`` table of a StateMeta model (one row per state)."""
+    import pyarrow as pa
+
+    rows: dict[str, list[Any]] = {name: [] for name in _schema().names}
+    for op in meta.operators:
+        ranges = [
+            {"subtask": s.index, "start": s.key_groups.start, "end": s.key_groups.end}
+            for s in op.subtasks
+            if s.key_groups is not None
+        ]
+        for s in op.states:
+            rows["operator_id"].append(op.operator_id)
+            rows["operator_uid"].append(op.uid)
+            rows["operator_name"].append(op.name)
+            rows["parallelism"].append(op.parallelism)
+            rows["max_parallelism"].append(op.max_parallelism)
+            rows["state_name"].append(s.name)
+            rows["kind"].append(s.kind)
+            rows["key_type"].append(type_string(s.key_spec))
+            rows["namespace_type"].append(type_string(s.namespace_spec))
+            rows["user_key_type"].append(type_string(s.user_key_spec))
+            rows["value_type"].append(type_string(s.value_spec))
+            rows["key_serializer"].append(_snapshot_class(s.key_spec))
+            rows["namespace_serializer"].append(_snapshot_class(s.namespace_spec))
+            rows["user_key_serializer"].append(_snapshot_class(s.user_key_spec))
+            rows["value_serializer"].append(_snapshot_class(s.value_spec))
+            rows["ttl"].append(s.ttl)
+            rows["backend"].append(s.backend)
+            rows["format"].append(s.format)
+            rows["decodable"].append(s.decodable)
+            rows["reason"].append(s.reason)
+            rows["size_bytes"].append(s.size_bytes)
+            rows["key_groups"].append(ranges if s.keyed else [])
+            rows["table_name"].append(s.table_name)
+    return pa.Table.from_pydict(rows, schema=_schema())
+
+
+STATE_META_COLUMNS = (
+    "operator_id",
+    "operator_uid",
+    "operator_name",
+    "parallelism",
+    "max_parallelism",
+    "state_name",
+    "kind",
+    "key_type",
+    "namespace_type",
+    "user_key_type",
+    "value_type",
+    "key_serializer",
+    "namespace_serializer",
+    "user_key_serializer",
+    "value_serializer",
+    "ttl",
+    "backend",
+    "format",
+    "decodable",
+    "reason",
+    "size_bytes",
+    "key_groups",
+    "table_name",
+)
