@@ -100,9 +100,17 @@ def find_metadata(io: FileIO, location: str) -> str:
             candidate = join_location(location, f"{name}/{METADATA_FILE}")
             if io.new_input(candidate).exists():
                 return candidate
+        # a folder holding one savepoint directory (Flink's savepoint target directory, or a
+        # catalog database)
+        from statequery.catalog import find_metadata_dir
+
+        found = find_metadata_dir(io, location, depth=2)
+        if found is not None:
+            return join_location(found, METADATA_FILE)
     raise SavepointNotFoundError(
         f"no savepoint or checkpoint at {location}: expected a directory holding _metadata, "
-        "the _metadata file, or a job directory with chk-N checkpoints"
+        "the _metadata file, a job directory with chk-N checkpoints, or a folder holding one "
+        "savepoint directory"
     )
 
 
