@@ -1,0 +1,379 @@
+"""The PySpark data source ``statequery`` (Spark 4.1+ Python Data Source API).
+
+This is a thin facade over the Spark-free core: the schema comes from metadata only, partitions
+are small picklable key-group ranges, and ``read()`` streams Arrow record batches produced by
+:func:`statequery.reader.read_state`. Spark finds it statically through the top-level module
+``pyspark_statequery`` (``USING statequery`` / ``spark.read.format("statequery")``).
+
+Options (case-insensitive):
+
+==============================  ===================================================================
+``path``                        savepoint/checkpoint directory, its ``_metadata``, or an fsspec URI
+``catalog``, ``database``       instead of ``path``: a catalog folder and a database in it
+``table``                       a table of that database (``state_meta`` or a ``table_name`` from
+                                ``state_meta``); instead of ``operator`` + ``state``
+``operator``                    operator uid, name or id (``operator.uid`` / ``operator.uid.hash``)
+``state``                       state name (omit both for the ``state_meta`` table)
+``mode``                        ``rows`` (default), ``flat`` (list: one row per element) or
+                                ``nested`` (map: one map per key)
+``key``                         read only this key (a string, or JSON for structured keys)
+``key_groups_per_partition``    key groups in one Spark partition (default: one subtask's range)
+``batch_size``                  rows per Arrow batch (default 65536)
+``pushdown``                    ``auto`` (default: as Spark's setting below), ``true``, ``false``
+==============================  ===================================================================
+
+With ``spark.sql.python.filterPushdown.enabled=true`` an equality on ``key`` (or ``key_group``)
+in the query is pushed down: only the key group that can hold the key is read.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    EqualTo,
+    Filter,
+    In,
+    InputPartition,
+)
+from pyspark.sql.types import StructType
+
+from statequery.exceptions import InvalidOptionError
+
+if TYPE_CHECKING:
+    from statequery.savepoint import Savepoint
+
+__all__ = ["ReadOptions", "StatequeryDataSource", "spark_arrow_schema"]
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """The data source options, parsed once; unknown keys are rejected, naming the valid ones."""
+
+    path: str | None = None
+    catalog: str | None = None
+    database: str | None = None
+    table: str | None = None
+    operator: str | None = None
+    state: str | None = None
+    mode: str | None = None
+    key: str | None = None
+    key_groups_per_partition: int | None = None
+    batch_size: int = 65536
+    pushdown: str = "auto"
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> ReadOptions:
+        valid = {f.name for f in fields(cls)}
+        aliases = {"operator.uid": "operator", "operator.uid.hash": "operator",
+                   "state.path": "path", "state.name": "state"}
+        values: dict[str, Any] = {}
+        for raw_key, value in options.items():
+            key = aliases.get(raw_key.lower(), raw_key.lower())
+            if key not in valid:
+                raise InvalidOptionError(
+                    f"unknown statequery option {raw_key!r}; valid options: "
+                    + ", ".join(sorted(valid | set(aliases)))
+                )
+            values[key] = value
+        for int_key in ("key_groups_per_partition", "batch_size"):
+            if int_key in values:
+                try:
+                    values[int_key] = int(values[int_key])
+                except ValueError:
+                    raise InvalidOptionError(
+                        f"option {int_key} must be an integer, got {values[int_key]!r}"
+                    ) from None
+                if values[int_key] <= 0:
+                    raise InvalidOptionError(f"option {int_key} must be positive")
+        if values.get("pushdown", "auto").lower() not in ("auto", "true", "false"):
+            raise InvalidOptionError(
+                f"option pushdown must be auto, true or false, got {values['pushdown']!r}"
+            )
+        opts = cls(**values)
+        if opts.path is None and (opts.catalog is None or opts.database is None):
+            from statequery.catalog import DEFAULT_CATALOG
+
+            if opts.database is None:
+                raise InvalidOptionError(
+                    "statequery needs option 'path' (a savepoint) or 'database' "
+                    "(with optional 'catalog' folder)"
+                )
+            opts = replace(opts, catalog=opts.catalog or DEFAULT_CATALOG)
+        if (opts.operator is None) != (opts.state is None) and opts.table is None:
+            raise InvalidOptionError("options 'operator' and 'state' go together")
+        return opts
+
+    @property
+    def is_state_meta(self) -> bool:
+        if self.table is not None:
+            return self.table.lower() == "state_meta"
+        return self.state is None
+
+
+_OPEN: dict[tuple[str, ...], Savepoint] = {}
+
+
+def _open(opts: ReadOptions) -> tuple[Savepoint, str | None, str | None]:
+    """The savepoint and the (operator, state) the options name (cached per worker process)."""
+    import statequery
+    from statequery.catalog import Catalog
+
+    operator, state = opts.operator, opts.state
+    if opts.path is not None:
+        cache_key: tuple[str, ...] = ("path", opts.path)
+        if cache_key not in _OPEN:
+            _OPEN[cache_key] = statequery.open(opts.path)
+        sp = _OPEN[cache_key]
+    else:
+        assert opts.catalog is not None and opts.database is not None
+        cache_key = ("catalog", opts.catalog, opts.database)
+        if cache_key not in _OPEN:
+            _OPEN[cache_key] = Catalog(opts.catalog).savepoint(opts.database)
+        sp = _OPEN[cache_key]
+    if opts.table is not None and not opts.is_state_meta:
+        row = _resolve_table(sp, opts.table)
+        operator, state = row["operator_id"], row["state_name"]
+    return sp, operator, state
+
+
+def _resolve_table(sp: Savepoint, table: str) -> dict[str, Any]:
+    from statequery.exceptions import NoSuchTableError
+
+    rows = sp.state_meta().to_pylist()
+    for row in rows:
+        if str(row["table_name"]).lower() == table.lower():
+            return row  # type: ignore[no-any-return]
+    raise NoSuchTableError(
+        f"no table {table!r} in {sp.location}; tables: state_meta, "
+        + ", ".join(str(r["table_name"]) for r in rows)
+    )
+
+
+# -- Arrow types Spark accepts --------------------------------------------------------------------
+
+
+def _spark_type(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_timestamp(t):
+        return pa.timestamp("us", tz=t.tz)
+    if pa.types.is_time(t):
+        return pa.int64()  # milliseconds of the day; Spark has no TIME type for data sources
+    if pa.types.is_null(t):
+        return pa.string()  # always null (VoidNamespace)
+    if pa.types.is_dictionary(t):
+        return _spark_type(t.value_type)
+    if pa.types.is_uint8(t) or pa.types.is_uint16(t):
+        return pa.int32()
+    if pa.types.is_uint32(t) or pa.types.is_uint64(t):
+        return pa.int64()
+    if pa.types.is_decimal256(t):
+        return pa.string()  # wider than Spark's DECIMAL(38)
+    if pa.types.is_large_string(t):
+        return pa.string()
+    if pa.types.is_large_binary(t):
+        return pa.binary()
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _spark_type(f.type), f.nullable) for f in t])
+    if pa.types.is_map(t):
+        return pa.map_(_spark_type(t.key_type), _spark_type(t.item_type))
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return pa.list_(_spark_type(t.value_type))
+    return t
+
+
+def spark_arrow_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with the types Spark cannot take replaced by the nearest ones it can."""
+    return pa.schema([pa.field(f.name, _spark_type(f.type), True) for f in schema])
+
+
+def _to_spark_struct(schema: pa.Schema) -> StructType:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema)
+
+
+def _cast(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    if batch.schema.equals(schema):
+        return batch
+    columns = [col.cast(field.type) for col, field in zip(batch.columns, schema, strict=True)]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+# -- the data source ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KeyGroupPartition(InputPartition):  # type: ignore[misc]
+    """Key groups ``start..end`` (inclusive) of a keyed state; ``(-1, -1)`` for everything else."""
+
+    start: int
+    end: int
+
+
+class StatequeryDataSource(DataSource):  # type: ignore[misc]
+    """``spark.read.format("statequery")``: state_meta or one state of a savepoint as a table."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "statequery"
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        super().__init__(options)
+        self.opts = ReadOptions.parse(dict(options))
+
+    def _arrow_schema(self) -> pa.Schema:
+        sp, operator, state = _open(self.opts)
+        if self.opts.is_state_meta:
+            return spark_arrow_schema(sp.state_meta().schema)
+        from statequery.reader import schema_of
+
+        return spark_arrow_schema(schema_of(sp, operator, state, self.opts.mode))
+
+    def schema(self) -> StructType:
+        return _to_spark_struct(self._arrow_schema())
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        pushdown = self.opts.pushdown.lower()
+        if pushdown == "true" or (pushdown == "auto" and _planner_pushdown_enabled()):
+            return StatequeryPushdownReader(self.opts, self._arrow_schema())
+        return StatequeryReader(self.opts, self._arrow_schema())
+
+
+def _planner_pushdown_enabled() -> bool:
+    """Whether Spark plans this read with ``spark.sql.python.filterPushdown.enabled``.
+
+    Spark (4.1-4.3) refuses a reader that implements ``pushFilters`` when that setting is off and
+    tells the data source nothing about it. Its planning workers show it, though: with the setting
+    on, the reader is created by the worker module ``data_source_pushdown_filters``; otherwise by
+    ``plan_data_source_read``, whose caller holds the setting in a local ``enable_pushdown``.
+    Anything unexpected means "off", and the reader then works without pushdown.
+    """
+    frame = sys._getframe(1).f_back
+    for _ in range(4):
+        if frame is None:
+            return False
+        if frame.f_code.co_filename.endswith("data_source_pushdown_filters.py"):
+            return True
+        value = frame.f_locals.get("enable_pushdown")
+        if isinstance(value, bool):
+            return value
+        frame = frame.f_back
+    return False
+
+
+class StatequeryReader(DataSourceReader):  # type: ignore[misc]
+    """Reads key-group ranges; ``key`` (an option) restricts it to one key group."""
+
+    def __init__(self, opts: ReadOptions, arrow_schema: pa.Schema) -> None:
+        self.opts = opts
+        self.arrow_schema = arrow_schema
+        self.keys: list[Any] | None = None if opts.key is None else [_parse_key(opts.key)]
+        self.key_groups: set[int] | None = None
+
+    def partitions(self) -> Sequence[InputPartition]:
+        if self.opts.is_state_meta:
+            return [KeyGroupPartition(-1, -1)]
+        sp, operator, state = _open(self.opts)
+        ranges = plan_key_groups(
+            sp, operator, state, keys=self.keys, key_groups=self.key_groups,
+            per_partition=self.opts.key_groups_per_partition,
+        )
+        if ranges is None:  # operator (non-keyed) state
+            return [KeyGroupPartition(-1, -1)]
+        return [KeyGroupPartition(a, b) for a, b in ranges] or [KeyGroupPartition(0, -1)]
+
+    def read(self, partition: KeyGroupPartition) -> Iterator[pa.RecordBatch]:
+        sp, operator, state = _open(self.opts)
+        if self.opts.is_state_meta:
+            for batch in sp.state_meta().to_batches():
+                yield _cast(batch, self.arrow_schema)
+            return
+        if partition.end < partition.start and partition.start >= 0:
+            return
+        from statequery.reader import read_state
+
+        key_groups = None if partition.start < 0 else range(partition.start, partition.end + 1)
+        keys = self.keys
+        for key in keys if keys is not None else [None]:
+            for batch in read_state(
+                sp, operator, state, key=key, key_groups=key_groups, mode=self.opts.mode,
+                batch_size=self.opts.batch_size,
+            ):
+                if batch.num_rows:
+                    yield _cast(batch, self.arrow_schema)
+
+
+class StatequeryPushdownReader(StatequeryReader):
+    """The reader with filter pushdown: ``key`` and ``key_group`` equalities and IN lists."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:  # noqa: N802 (Spark's name)
+        # Every filter is still returned: Spark re-checks rows, we only read less.
+        for f in filters:
+            column = getattr(f, "attribute", None)
+            if isinstance(f, EqualTo) and column == ("key",) and self.keys is None:
+                self.keys = [f.value]
+            elif isinstance(f, In) and column == ("key",) and self.keys is None:
+                self.keys = list(f.value)
+            elif isinstance(f, EqualTo) and column == ("key_group",):
+                self.key_groups = {int(f.value)} & (self.key_groups or {int(f.value)})
+            elif isinstance(f, In) and column == ("key_group",):
+                values = {int(v) for v in f.value}
+                self.key_groups = values & self.key_groups if self.key_groups else values
+            yield f
+
+
+def plan_key_groups(
+    sp: Savepoint,
+    operator: str | None,
+    state: str | None,
+    keys: list[Any] | None = None,
+    key_groups: set[int] | None = None,
+    per_partition: int | None = None,
+) -> list[tuple[int, int]] | None:
+    """Key-group ranges (inclusive) to read as Spark partitions; None for non-keyed state.
+
+    By default one partition per subtask handle (its files are read by one task). With keys, only
+    the key groups that can hold them; with ``key_groups``, only those.
+    """
+    assert operator is not None and state is not None
+    info = sp.state(operator, state)
+    if info.kind in ("operator_list", "operator_union", "broadcast"):
+        return None
+    op = sp.operator(info.operator_id)
+    wanted: set[int] | None = None
+    if keys is not None:
+        wanted = {sp.key_group_of(info, k) for k in keys}
+    if key_groups is not None:
+        wanted = key_groups if wanted is None else wanted & key_groups
+    if wanted is not None:
+        return [(kg, kg) for kg in sorted(wanted) if 0 <= kg < info.max_parallelism]
+    ranges = sorted(
+        (st.key_groups.start, st.key_groups.end)
+        for st in op.subtasks
+        if st.key_groups is not None and st.keyed_handle is not None
+    )
+    if per_partition is None:
+        return ranges
+    out = []
+    for start, end in ranges:
+        for a in range(start, end + 1, per_partition):
+            out.append((a, min(end, a + per_partition - 1)))
+    return out
+
+
+def _parse_key(text: str) -> Any:
+    """A key option: JSON when it reads as an object, array or number, else the string itself."""
+    stripped = text.strip()
+    if stripped[:1] in ("{", "[") or stripped.lstrip("-").isdigit():
+        try:
+            return json.loads(stripped)
+        except ValueError:
+            pass
+    return text

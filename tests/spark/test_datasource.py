@@ -1,0 +1,177 @@
+"""The Spark data source, tested for real: a local Spark session and the spark-sql CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import expected_entries, fixture_dir
+
+pytestmark = pytest.mark.spark
+
+CANONICAL = "datastream-hashmap-canonical"
+SQL = "sql-hashmap-canonical"
+ROCKSDB = "datastream-rocksdb-native"
+
+
+@pytest.fixture(scope="module")
+def spark():  # type: ignore[no-untyped-def]
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("statequery-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.python.filterPushdown.enabled", "true")
+        .getOrCreate()
+    )
+    yield session
+    session.stop()
+
+
+def _expected(name: str, state: str) -> dict[object, object]:
+    return {
+        e["key"]: e["value"] for e in expected_entries(name) if e["state"] == state
+    }
+
+
+def test_state_meta_table(spark) -> None:  # type: ignore[no-untyped-def]
+    import statequery
+
+    df = spark.read.format("statequery").load(str(fixture_dir(CANONICAL)))
+    rows = df.collect()
+    meta = statequery.open(str(fixture_dir(CANONICAL))).state_meta()
+    assert len(rows) == meta.num_rows
+    kinds = {(r["operator_uid"], r["state_name"]): r["kind"] for r in rows}
+    assert kinds[("user-state", "count")] == "value"
+    assert kinds[("user-state", "recent-categories")] == "list"
+    assert kinds[("window-agg", "_timer_state/event_window-timers")] == "event_timer"
+    assert kinds[("operator-state", "union-markers")] == "operator_union"
+
+
+@pytest.mark.parametrize("name", [CANONICAL, ROCKSDB])
+def test_value_state_matches_expected(spark, name: str) -> None:  # type: ignore[no-untyped-def]
+    df = (
+        spark.read.format("statequery")
+        .option("operator", "user-state")
+        .option("state", "count")
+        .load(str(fixture_dir(name)))
+    )
+    got = {r["key"]: r["value"] for r in df.collect()}
+    assert got == _expected(name, "count")
+    assert len(got) == 20
+
+
+def test_key_equality_is_pushed_down(spark) -> None:  # type: ignore[no-untyped-def]
+    df = (
+        spark.read.format("statequery")
+        .option("operator", "user-state")
+        .option("state", "profile")
+        .load(str(fixture_dir(CANONICAL)))
+    )
+    rows = df.where("key = 'user-1'").select("key", "value.name", "value.address.zip",
+                                            "value.tier", "value.lastAmount").collect()
+    assert [tuple(r) for r in rows] == [("user-1", "user-1", 10001, "SILVER", 31)]
+    # the plan holds one partition: the key group of 'user-1'
+    assert df.where("key = 'user-1'").rdd.getNumPartitions() == 1
+
+
+def test_list_and_window_state(spark) -> None:  # type: ignore[no-untyped-def]
+    path = str(fixture_dir(CANONICAL))
+    lists = (
+        spark.read.format("statequery").option("operator", "user-state")
+        .option("state", "recent-categories").load(path)
+    )
+    got = {r["key"]: list(r["value"]) for r in lists.collect()}
+    assert got == _expected(CANONICAL, "recent-categories")
+
+    windows = (
+        spark.read.format("statequery").option("operator", "window-agg")
+        .option("state", "window-contents").load(path)
+    )
+    rows = (
+        windows.where("key = 'user-0'")
+        .selectExpr("unix_millis(namespace.start) AS start", "value")
+        .orderBy("start")
+        .collect()
+    )
+    expected = sorted(
+        (e["namespace"]["start"], e["value"])
+        for e in expected_entries(CANONICAL)
+        if e["state"] == "window-contents" and e["key"] == "user-0"
+    )
+    assert [(r["start"], r["value"]) for r in rows] == expected
+
+
+def test_sql_rowdata_state(spark) -> None:  # type: ignore[no-untyped-def]
+    df = (
+        spark.read.format("statequery").option("operator", "GroupAggregate[7]")
+        .option("state", "accState").load(str(fixture_dir(SQL)))
+    )
+    rows = {r["key"]["f0"]: r["value"] for r in df.collect()}
+    want = {e["key"]["f0"]: e["value"] for e in expected_entries(SQL) if e["state"] == "accState"}
+    assert set(rows) == set(want)
+    for word, acc in want.items():
+        got = rows[word]
+        assert got["f0"] == acc["f0"] and got["f1"] == acc["f1"] and got["f2"] == acc["f2"]
+        assert got["f3"] == Decimal(acc["f3"])
+        assert got["f4"] == Decimal(acc["f4"])
+        assert got["f6"] == acc["f6"]
+
+
+def _spark_sql_binary() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).parent / "bin" / "spark-sql"
+
+
+def test_spark_sql_cli_finds_the_source_statically(tmp_path: Path) -> None:
+    """`USING statequery` in the real spark-sql shell: no registration call anywhere."""
+    path = fixture_dir(CANONICAL)
+    script = tmp_path / "query.sql"
+    script.write_text(
+        f"CREATE TEMPORARY VIEW counts USING statequery "
+        f"OPTIONS (path '{path}', operator 'user-state', state 'count');\n"
+        "SELECT concat('ROW:', key, '=', value) FROM counts WHERE key IN ('user-3', 'user-7') "
+        "ORDER BY key;\n"
+    )
+    env = dict(os.environ)
+    env["PYSPARK_PYTHON"] = sys.executable
+    env["SPARK_HOME"] = str(_spark_sql_binary().parent.parent)
+    proc = subprocess.run(
+        [str(_spark_sql_binary()), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
+         "-f", str(script)],
+        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("ROW:")]
+    assert lines == ["ROW:user-3=10", "ROW:user-7=10"]
+
+
+def test_key_option_and_unknown_option(spark) -> None:  # type: ignore[no-untyped-def]
+    path = str(fixture_dir(CANONICAL))
+    df = (
+        spark.read.format("statequery").option("operator", "user-state")
+        .option("state", "amount-by-category").option("key", "user-2").load(path)
+    )
+    got = sorted((r["key"], r["user_key"], r["value"]) for r in df.collect())
+    want = sorted(
+        (e["key"], e["user_key"], e["value"])
+        for e in expected_entries(CANONICAL)
+        if e["state"] == "amount-by-category" and e["key"] == "user-2"
+    )
+    assert got == want and len(want) >= 2
+    assert df.rdd.getNumPartitions() == 1
+
+    from pyspark.errors import PySparkException
+
+    with pytest.raises(PySparkException, match="unknown statequery option 'colour'"):
+        spark.read.format("statequery").option("colour", "red").load(path).schema
