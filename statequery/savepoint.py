@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -273,20 +273,52 @@ class Savepoint:
         return self.state(state, name)
 
     def read(
-        self, state: StateInfo | str, name: str | None = None, **options: Any
-    ) -> Iterator[Any]:
-        """Record batches of a state (see :func:`statequery.reader.read_state`)."""
+        self,
+        operator: StateInfo | str,
+        state: str | None = None,
+        key: Any = None,
+        key_groups: Iterable[int] | None = None,
+        mode: str | None = None,
+    ) -> pa.Table:
+        """The rows of one state as a Table.
+
+        ``operator`` is a uid, name or id (with ``state`` the state name), a ``table_name`` from
+        :meth:`state_meta`, or a :class:`StateInfo`. ``key`` reads only the key group that can
+        hold it; ``key_groups`` restricts the read to those key groups; ``mode`` is ``rows``,
+        ``flat`` (list elements) or ``nested`` (one map per key). Columns:
+        :mod:`statequery.arrow.schemas`. For large states use :meth:`read_batches`.
+        """
+        from statequery.reader import read_table
+
+        info = self._resolve_state(operator, state)
+        return read_table(self, info, key=key, key_groups=key_groups, mode=mode)
+
+    def read_batches(
+        self,
+        operator: StateInfo | str,
+        state: str | None = None,
+        key: Any = None,
+        key_groups: Iterable[int] | None = None,
+        mode: str | None = None,
+        batch_size: int = 65536,
+    ) -> Iterator[pa.RecordBatch]:
+        """Like :meth:`read`, streamed as RecordBatches (memory bounded by one key group)."""
         from statequery.reader import read_state
 
-        return read_state(self, self._resolve_state(state, name), **options)
+        info = self._resolve_state(operator, state)
+        return read_state(
+            self, info, key=key, key_groups=key_groups, mode=mode, batch_size=batch_size
+        )
 
-    def lookup(
-        self, state: StateInfo | str, key: Any, name: str | None = None, **options: Any
-    ) -> Any:
-        """The entries of one key (see :func:`statequery.reader.lookup`)."""
+    def lookup(self, key: Any, operator: str | None = None) -> dict[tuple[str, str], pa.Table]:
+        """Everything every keyed state holds for ``key``: ``{(operator, state): Table}``.
+
+        Reads only the key group that can hold the key, computed as Flink computes it. ``operator``
+        (uid, name or id) limits the search to one operator.
+        """
         from statequery.reader import lookup
 
-        return lookup(self, self._resolve_state(state, name), key, **options)
+        return lookup(self, key, operator)
 
     def key_group_of(self, state: StateInfo | str, key: Any, name: str | None = None) -> int:
         """The key group Flink assigned to ``key`` in this state's operator."""

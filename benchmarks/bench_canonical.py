@@ -1,0 +1,265 @@
+"""Canonical-savepoint decoding benchmark: prints figures (not a timed test).
+
+    python benchmarks/make_large_savepoint.py --keys 1000000 --out /tmp/statequery-bench/hashmap
+    python benchmarks/bench_canonical.py /tmp/statequery-bench/hashmap/savepoint-*
+
+For every state of the operator (default ``large-state``): a full scan in a fresh process on one
+core — rows/s, MB/s of state files read, peak RSS — then single-key lookups: latency cold (open
+the savepoint, parse ``_metadata`` and the state headers, read one key group) and warm (headers
+cached), and the bytes each lookup read through the storage seam.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import time
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def child_scan(
+    path: str, operator: str, state: str, mode: str | None, batch_size: int
+) -> dict[str, Any]:
+    import statequery
+    from statequery.reader import list_states, read_state
+
+    base_rss = _rss_mb()
+    sp = statequery.open(path, use_snapshot=False)
+    list_states(sp, operator)  # headers
+    sp.io.stats.reset()
+    t = time.perf_counter()
+    rows = 0
+    arrow_bytes = 0
+    for batch in read_state(sp, operator, state, mode=mode, batch_size=batch_size):
+        rows += batch.num_rows
+        arrow_bytes += batch.nbytes
+    dt = time.perf_counter() - t
+    return {
+        "state": state,
+        "mode": mode or "rows",
+        "rows": rows,
+        "seconds": dt,
+        "rows_per_s": rows / dt if dt else 0.0,
+        "mb_read": sp.io.stats.total_bytes / 1e6,
+        "mb_per_s": sp.io.stats.total_bytes / 1e6 / dt if dt else 0.0,
+        "arrow_mb": arrow_bytes / 1e6,
+        "peak_rss_mb": _rss_mb(),
+        "base_rss_mb": base_rss,
+    }
+
+
+def child_all(path: str, operator: str) -> dict[str, Any]:
+    """Every state of the operator, one after the other (the savepoint read completely)."""
+    import statequery
+    from statequery.reader import list_states, read_state
+
+    sp = statequery.open(path, use_snapshot=False)
+    refs = list_states(sp, operator)
+    sp.io.stats.reset()
+    t = time.perf_counter()
+    rows = 0
+    for ref in refs:
+        for batch in read_state(sp, operator, ref.state):
+            rows += batch.num_rows
+    dt = time.perf_counter() - t
+    return {
+        "rows": rows,
+        "seconds": dt,
+        "rows_per_s": rows / dt,
+        "mb_read": sp.io.stats.total_bytes / 1e6,
+        "peak_rss_mb": _rss_mb(),
+    }
+
+
+def child_lookup(path: str, operator: str, n: int, seed: int, keys_total: int) -> dict[str, Any]:
+    import statequery
+    from statequery.io import FileIO
+    from statequery.reader import lookup
+
+    rnd = random.Random(seed)
+    keys = [f"user-{rnd.randrange(keys_total):07d}" for _ in range(n)]
+    cold, warm, cold_bytes, warm_bytes, rows = [], [], [], [], []
+    for key in keys:
+        io = FileIO()
+        t = time.perf_counter()
+        sp = statequery.open(path, io=io, use_snapshot=False)
+        result = lookup(sp, key, operator)
+        cold.append(time.perf_counter() - t)
+        cold_bytes.append(io.stats.total_bytes)
+        io.stats.reset()
+        t = time.perf_counter()
+        result = lookup(sp, key, operator)
+        warm.append(time.perf_counter() - t)
+        warm_bytes.append(io.stats.total_bytes)
+        rows.append(sum(tb.num_rows for tb in result.values()))
+    cold.sort()
+    warm.sort()
+    return {
+        "lookups": n,
+        "cold_ms_median": 1000 * cold[n // 2],
+        "cold_ms_max": 1000 * cold[-1],
+        "warm_ms_median": 1000 * warm[n // 2],
+        "warm_ms_max": 1000 * warm[-1],
+        "cold_kb_median": sorted(cold_bytes)[n // 2] / 1024,
+        "warm_kb_median": sorted(warm_bytes)[n // 2] / 1024,
+        "warm_kb_max": max(warm_bytes) / 1024,
+        "rows_per_lookup": sum(rows) / n,
+    }
+
+
+def _run_child(args: list[str]) -> dict[str, Any]:
+    env = dict(os.environ)
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", *args],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def _key_group_stats(path: str, operator: str) -> dict[str, Any]:
+    import statequery
+
+    sp = statequery.open(path, use_snapshot=False)
+    extents = []
+    files = 0
+    total = 0
+    for op in sp.metadata.operators:
+        if operator not in (op.uid, op.name, op.operator_id):
+            continue
+        for st in op.subtasks:
+            h = st.managed_keyed
+            if h is None:
+                continue
+            files += 1
+            size = sp.resolver.stream_size(h.delegate)
+            total += size
+            pos = sorted(o for o in h.offsets if o > 0)
+            extents += [b - a for a, b in zip(pos, pos[1:] + [size], strict=False)]
+            header = pos[0] if pos else size
+    return {
+        "files": files,
+        "state_mb": total / 1e6,
+        "key_groups": len(extents),
+        "kg_kb_median": sorted(extents)[len(extents) // 2] / 1024 if extents else 0,
+        "kg_kb_max": max(extents) / 1024 if extents else 0,
+        "header_b": header,
+    }
+
+
+def _warm_page_cache(sp: Any) -> None:
+    """Read every keyed state file once, so that scans measure decoding, not the disk."""
+    for op in sp.metadata.operators:
+        for st in op.subtasks:
+            h = st.managed_keyed
+            loc = None if h is None else sp.resolver.location(getattr(h, "delegate", h))
+            if loc and os.path.isfile(loc):
+                with open(loc, "rb") as f:
+                    while f.read(1 << 24):
+                        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--child":
+        kind, rest = argv[1], argv[2:]
+        if kind == "scan":
+            res = child_scan(rest[0], rest[1], rest[2], rest[3] or None, int(rest[4]))
+        elif kind == "all":
+            res = child_all(rest[0], rest[1])
+        else:
+            res = child_lookup(rest[0], rest[1], int(rest[2]), int(rest[3]), int(rest[4]))
+        print(json.dumps(res))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("savepoint")
+    ap.add_argument("--operator", default="large-state")
+    ap.add_argument(
+        "--keys",
+        type=int,
+        default=None,
+        help="number of keys the job wrote (for lookups; default: from the value state)",
+    )
+    ap.add_argument("--lookups", type=int, default=50)
+    ap.add_argument("--batch-size", type=int, default=65536)
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = ap.parse_args(argv)
+
+    import statequery
+    from statequery.reader import list_states
+
+    sp = statequery.open(args.savepoint, use_snapshot=False)
+    refs = list_states(sp, args.operator)
+    layout = _key_group_stats(args.savepoint, args.operator)
+    _warm_page_cache(sp)
+    results: dict[str, Any] = {"savepoint": args.savepoint, "layout": layout, "scans": []}
+    print(f"savepoint {args.savepoint}")
+    print(
+        f"  {layout['files']} keyed files, {layout['state_mb']:.1f} MB, "
+        f"{layout['key_groups']} key groups (median {layout['kg_kb_median']:.0f} KiB, "
+        f"max {layout['kg_kb_max']:.0f} KiB), header {layout['header_b']} B"
+    )
+    print(
+        f"\n{'state':40s} {'mode':6s} {'rows':>10s} {'s':>7s} {'rows/s':>10s} "
+        f"{'MB/s':>7s} {'peak RSS':>9s}"
+    )
+    keys_total = args.keys
+    runs = [(r.state, None) for r in refs]
+    runs += [(r.state, "flat") for r in refs if r.layout.kind == "list"]
+    runs += [(r.state, "nested") for r in refs if r.layout.kind == "map"]
+    for state, mode in runs:
+        res = _run_child(
+            ["scan", args.savepoint, args.operator, state, mode or "", str(args.batch_size)]
+        )
+        results["scans"].append(res)
+        if keys_total is None and state == "count" and mode is None:
+            keys_total = res["rows"]
+        print(
+            f"{state:40s} {res['mode']:6s} {res['rows']:>10,} {res['seconds']:>7.2f} "
+            f"{res['rows_per_s']:>10,.0f} {res['mb_per_s']:>7.1f} "
+            f"{res['peak_rss_mb']:>7.0f} MB"
+        )
+    every = _run_child(["all", args.savepoint, args.operator])
+    results["all_states"] = every
+    print(
+        f"{'(every state, one after the other)':40s} {'rows':6s} {every['rows']:>10,} "
+        f"{every['seconds']:>7.2f} {every['rows_per_s']:>10,.0f} "
+        f"{every['mb_read'] / every['seconds']:>7.1f} {every['peak_rss_mb']:>7.0f} MB"
+    )
+    lk = _run_child(
+        ["lookup", args.savepoint, args.operator, str(args.lookups), "7", str(keys_total or 1000)]
+    )
+    results["lookup"] = lk
+    print(
+        f"\nlookup of one key ({lk['lookups']} random keys, {lk['rows_per_lookup']:.1f} rows "
+        "each, every state of the operator):"
+    )
+    print(
+        f"  cold (open + _metadata + headers + 1 key group): median {lk['cold_ms_median']:.1f} "
+        f"ms, max {lk['cold_ms_max']:.1f} ms, {lk['cold_kb_median']:.1f} KiB read"
+    )
+    print(
+        f"  warm (headers cached):                           median {lk['warm_ms_median']:.1f} "
+        f"ms, max {lk['warm_ms_max']:.1f} ms, {lk['warm_kb_median']:.1f} KiB read "
+        f"(max {lk['warm_kb_max']:.1f})"
+    )
+    if args.json:
+        print(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,90 @@
+"""Generate the large savepoint the canonical benchmark reads (Flink 2.3 MiniCluster, no Maven).
+
+Needs a JDK 17 and the ``fixtures`` extra (``apache-flink==2.3.0``; here ``/work/venv``).
+Compiles ``benchmarks/flink/**/*.java`` against the wheel's jars and runs
+``statequery.bench.LargeStateJob``: KEYS String keys, each with a value, a 3-element list, a
+2-entry map, a reducing state and an event-time timer (``6 x KEYS`` entries).
+
+    python benchmarks/make_large_savepoint.py --keys 1000000 --out /tmp/statequery-bench
+    python benchmarks/make_large_savepoint.py --compression     # snappy key groups
+
+Prints the savepoint directory (``SNAPSHOT_PATH=...``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def flink_lib(python: str) -> str:
+    out = subprocess.run(
+        [
+            python,
+            "-c",
+            "import os, pyflink; print(os.path.join(os.path.dirname(pyflink.__file__), 'lib'))",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return out.stdout.strip()
+
+
+def compile_job(python: str) -> str:
+    lib = flink_lib(python)
+    build = HERE / "flink" / "build"
+    build.mkdir(parents=True, exist_ok=True)
+    sources = sorted(str(p) for p in (HERE / "flink").rglob("*.java"))
+    subprocess.run(
+        ["javac", "-nowarn", "-encoding", "UTF-8", "-d", str(build), "-cp", f"{lib}/*", *sources],
+        check=True,
+    )
+    return f"{lib}/*{os.pathsep}{build}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--keys", type=int, default=1_000_000)
+    ap.add_argument("--backend", default="hashmap", choices=("hashmap", "rocksdb"))
+    ap.add_argument("--compression", action="store_true")
+    ap.add_argument(
+        "--kind", default="savepoint-canonical", choices=("savepoint-canonical", "savepoint-native")
+    )
+    ap.add_argument("--out", default="/tmp/statequery-bench")
+    ap.add_argument(
+        "--python",
+        default=os.environ.get("FLINK_PYTHON", "/work/venv/bin/python"),
+        help="a Python with apache-flink 2.3.0 installed",
+    )
+    ap.add_argument("--heap", default="8g", help="JVM -Xmx")
+    args = ap.parse_args(argv)
+    cp = compile_job(args.python)
+    cmd = [
+        "java",
+        f"-Xmx{args.heap}",
+        "-cp",
+        cp,
+        "statequery.bench.LargeStateJob",
+        str(args.keys),
+        args.backend,
+        str(args.compression).lower(),
+        args.kind,
+        args.out,
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    for line in proc.stdout.splitlines():
+        if line.startswith(("SNAPSHOT_PATH=", "JOB_ID=")):
+            print(line)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr[-4000:])
+    return proc.returncode
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,226 @@
+"""SerializerSpec -> pyarrow DataType, matching the values of :mod:`statequery.serializers.readers`.
+
+| serializer / SQL type | Arrow type |
+|---|---|
+| boolean, byte, short, int, long | bool, int8, int16, int32, int64 |
+| float, double | float32, float64 |
+| char, String, StringData, CHAR/VARCHAR | string |
+| byte[], BINARY/VARBINARY | binary |
+| BigInteger, BigDecimal (unbounded) | string (``toPlainString``) |
+| DecimalData / DECIMAL(p, s) | decimal128(p, s) |
+| java.util.Date, java.sql.Date/Time | timestamp[ms] |
+| java.sql.Timestamp, LocalDateTime | timestamp[ns] |
+| Instant | timestamp[ns, UTC] |
+| LocalDate, SQL DATE | date32 |
+| LocalTime | time64[ns]; SQL TIME: time32[ms] |
+| TimestampData / TIMESTAMP(p) | timestamp[ms / us / ns] by precision (<= 3, <= 6, > 6) |
+| TIMESTAMP_LTZ(p) | the same with tz UTC |
+| enum | string (the constant name; Spark has no dictionary type) |
+| Tuple, Row, POJO, ROW | struct (Tuple: f0..fn; Row/ROW: names or f0..fn; POJO: fields) |
+| List, Set, arrays, ARRAY, ListView | list |
+| Map, MAP | map; MULTISET: map<element, int32> |
+| Nullable | the inner type |
+| Either | struct<left, right> |
+| TtlValue | struct<last_access: timestamp[ms, UTC], value> |
+| TimeWindow | struct<start: timestamp[ms, UTC], end: timestamp[ms, UTC]> |
+| VoidNamespace, GlobalWindow, Void | null |
+| opaque (Kryo, Avro, Java, unknown) | binary |
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from statequery.exceptions import UnsupportedFormatError
+from statequery.serializers.readers import primitive_name, timestamp_unit
+from statequery.serializers.spec import (
+    ArrayDataSpec,
+    EitherSpec,
+    EnumSpec,
+    GenericArraySpec,
+    LinkedListSpec,
+    ListSpec,
+    MapDataSpec,
+    MapSpec,
+    NamespaceSpec,
+    NullableSpec,
+    OpaqueSpec,
+    PojoSpec,
+    PrimitiveArraySpec,
+    PrimitiveSpec,
+    RawValueSpec,
+    RowDataSpec,
+    RowSpec,
+    SerializerSpec,
+    SqlType,
+    TimerSpec,
+    TtlSpec,
+    TupleSpec,
+    WindowKeySpec,
+)
+
+__all__ = ["EPOCH_MS", "arrow_type", "sql_arrow_type"]
+
+#: Arrow type of event-time instants in epoch milliseconds (timers, windows, TTL timestamps).
+EPOCH_MS = pa.timestamp("ms", tz="UTC")
+
+_PRIMITIVE_TYPES: dict[str, pa.DataType] = {
+    "boolean": pa.bool_(),
+    "byte": pa.int8(),
+    "short": pa.int16(),
+    "int": pa.int32(),
+    "long": pa.int64(),
+    "float": pa.float32(),
+    "double": pa.float64(),
+    "char": pa.string(),
+    "string": pa.string(),
+    "void": pa.null(),
+    "null_value": pa.null(),
+    "bigint": pa.string(),
+    "bigdec": pa.string(),
+    "date": pa.timestamp("ms"),
+    "sql_date": pa.timestamp("ms"),
+    "sql_time": pa.timestamp("ms"),
+    "sql_timestamp": pa.timestamp("ns"),
+    "instant": pa.timestamp("ns", tz="UTC"),
+    "local_date": pa.date32(),
+    "local_time": pa.time64("ns"),
+    "local_date_time": pa.timestamp("ns"),
+    "string_data": pa.string(),
+    "bytes": pa.binary(),
+}
+
+_ENUM_TYPE = pa.string()
+
+
+def arrow_type(spec: SerializerSpec) -> pa.DataType:
+    """The Arrow type of the values of ``spec`` (binary for opaque serializers)."""
+    if isinstance(spec, PrimitiveSpec):
+        name = primitive_name(spec.name)
+        if name == "decimal_data":
+            return _decimal_type(spec.precision, spec.scale)
+        if name == "timestamp_data":
+            return pa.timestamp(timestamp_unit(spec.precision))
+        try:
+            return _PRIMITIVE_TYPES[name]
+        except KeyError:
+            raise UnsupportedFormatError(f"no Arrow type for primitive {spec.name!r}") from None
+    if isinstance(spec, NamespaceSpec):
+        if spec.name == "time_window":
+            return pa.struct([("start", EPOCH_MS), ("end", EPOCH_MS)])
+        if spec.name == "count_window":
+            return pa.int64()
+        return pa.null()
+    if isinstance(spec, PrimitiveArraySpec):
+        element = primitive_name(spec.element)
+        if element == "byte":
+            return pa.binary()
+        return pa.list_(_PRIMITIVE_TYPES[element])
+    if isinstance(spec, EnumSpec):
+        return _ENUM_TYPE
+    if isinstance(spec, TupleSpec):
+        return pa.struct([(f"f{i}", arrow_type(f)) for i, f in enumerate(spec.fields)])
+    if isinstance(spec, RowSpec):
+        names = spec.names or tuple(f"f{i}" for i in range(len(spec.fields)))
+        return pa.struct([(n, arrow_type(f)) for n, f in zip(names, spec.fields, strict=False)])
+    if isinstance(spec, PojoSpec):
+        return pa.struct(
+            [(f.name, arrow_type(f.spec) if f.spec is not None else pa.null()) for f in spec.fields]
+        )
+    if isinstance(spec, (ListSpec, LinkedListSpec)):
+        return pa.list_(arrow_type(spec.element))
+    if isinstance(spec, GenericArraySpec):
+        return pa.list_(arrow_type(spec.element))
+    if isinstance(spec, MapSpec):
+        if spec.is_set or spec.value is None:
+            return pa.list_(arrow_type(spec.key))
+        return pa.map_(arrow_type(spec.key), arrow_type(spec.value))
+    if isinstance(spec, NullableSpec):
+        return arrow_type(spec.inner)
+    if isinstance(spec, EitherSpec):
+        return pa.struct([("left", arrow_type(spec.left)), ("right", arrow_type(spec.right))])
+    if isinstance(spec, TtlSpec):
+        return pa.struct([("last_access", EPOCH_MS), ("value", arrow_type(spec.inner))])
+    if isinstance(spec, TimerSpec):
+        return pa.struct(
+            [
+                ("timestamp", EPOCH_MS),
+                ("key", arrow_type(spec.key)),
+                ("namespace", arrow_type(spec.namespace)),
+            ]
+        )
+    if isinstance(spec, RowDataSpec):
+        return sql_arrow_type(spec.type)
+    if isinstance(spec, ArrayDataSpec):
+        return pa.list_(sql_arrow_type(spec.element))
+    if isinstance(spec, MapDataSpec):
+        return pa.map_(sql_arrow_type(spec.key), sql_arrow_type(spec.value))
+    if isinstance(spec, RawValueSpec):
+        return arrow_type(spec.inner) if spec.inner.decodable else pa.binary()
+    if isinstance(spec, WindowKeySpec):
+        return pa.struct([("window", pa.int64()), ("key", arrow_type(spec.key))])
+    if isinstance(spec, OpaqueSpec):
+        return pa.binary()
+    raise UnsupportedFormatError(f"no Arrow type for serializer kind {spec.kind!r}")
+
+
+def _decimal_type(precision: int | None, scale: int | None) -> pa.DataType:
+    p = 38 if precision is None else precision
+    s = 0 if scale is None else scale
+    if p > 38:
+        return pa.decimal256(p, s)
+    return pa.decimal128(max(p, 1), s)
+
+
+def sql_arrow_type(t: SqlType) -> pa.DataType:
+    """The Arrow type of a Flink SQL logical type (as decoded from ``BinaryRowData``)."""
+    while t.root == "DISTINCT_TYPE" and t.element is not None:
+        t = t.element
+    r = t.root
+    if r == "BOOLEAN":
+        return pa.bool_()
+    if r == "TINYINT":
+        return pa.int8()
+    if r == "SMALLINT":
+        return pa.int16()
+    if r == "INTEGER":
+        return pa.int32()
+    if r == "BIGINT":
+        return pa.int64()
+    if r == "FLOAT":
+        return pa.float32()
+    if r == "DOUBLE":
+        return pa.float64()
+    if r == "DECIMAL":
+        return _decimal_type(t.precision, t.scale)
+    if r in ("CHAR", "VARCHAR"):
+        return pa.string()
+    if r in ("BINARY", "VARBINARY", "RAW", "VARIANT", "SYMBOL"):
+        return pa.binary()
+    if r == "DATE":
+        return pa.date32()
+    if r == "TIME_WITHOUT_TIME_ZONE":
+        return pa.time32("ms")
+    if r == "TIMESTAMP_WITHOUT_TIME_ZONE":
+        return pa.timestamp(timestamp_unit(t.precision))
+    if r == "TIMESTAMP_WITH_LOCAL_TIME_ZONE":
+        return pa.timestamp(timestamp_unit(t.precision), tz="UTC")
+    if r == "INTERVAL_YEAR_MONTH":
+        return pa.int32()
+    if r == "INTERVAL_DAY_TIME":
+        return pa.int64()
+    if r == "ARRAY":
+        return pa.list_(sql_arrow_type(t.element or SqlType("NULL")))
+    if r == "MULTISET":
+        return pa.map_(sql_arrow_type(t.element or SqlType("NULL")), pa.int32())
+    if r == "MAP":
+        return pa.map_(
+            sql_arrow_type(t.key or SqlType("NULL")), sql_arrow_type(t.value or SqlType("NULL"))
+        )
+    if r in ("ROW", "STRUCTURED_TYPE"):
+        return pa.struct(
+            [(f.name or f"f{i}", sql_arrow_type(f.type)) for i, f in enumerate(t.fields)]
+        )
+    if r == "NULL":
+        return pa.null()
+    raise UnsupportedFormatError(f"no Arrow type for SQL type {t}")

@@ -1,0 +1,317 @@
+"""Keyed-state backends: one per on-disk layout, chosen per keyed state handle.
+
+A :class:`KeyedBackend` serves one subtask's keyed handle (one key-group range). ``reader.py``
+asks each subtask's backend for the rows of one state, restricted to key groups, and never needs
+to know the layout:
+
+* :class:`CanonicalKeyedBackend` — canonical savepoints (``KeyGroupsSavepointStateHandle``,
+  type 7) written by any backend, plain or snappy (:mod:`statequery.backends.keygroups`);
+* :class:`HeapKeyedBackend` — the hashmap backend's checkpoints and native savepoints (type 12,
+  :mod:`statequery.backends.heap`);
+* RocksDB native snapshots (type 11) plug in the same way: a factory registered with
+  :func:`register_keyed_backend` that returns a backend for ``IncrementalHandle``s. Its entries are
+  the composite key/value format, so it reuses
+  :class:`~statequery.backends.keygroups.CompositeEntryDecoder`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from statequery.arrow.batches import BatchBuilder
+from statequery.arrow.schemas import StateLayout, layout_from_meta
+from statequery.decoder import Decoder
+from statequery.exceptions import CorruptStateError, UnsupportedFormatError
+from statequery.serializers.spec import SerializerSpec
+
+__all__ = [
+    "CanonicalKeyedBackend",
+    "HandleStream",
+    "HeapKeyedBackend",
+    "KeyedBackend",
+    "KeyedContext",
+    "keyed_backend_for",
+    "register_keyed_backend",
+]
+
+
+class HandleStream:
+    """A :class:`~statequery.backends.keygroups.ByteStream` over a stream handle."""
+
+    __slots__ = ("_handle", "_resolver", "_size", "name")
+
+    def __init__(self, resolver: Any, handle: Any) -> None:
+        self._resolver = resolver
+        self._handle = handle
+        self._size: int | None = None
+        self.name = resolver.source_name(handle)
+
+    def size(self) -> int:
+        if self._size is None:
+            self._size = int(self._resolver.stream_size(self._handle))
+        return self._size
+
+    def read_range(self, start: int, length: int) -> bytes:
+        return bytes(self._resolver.read(self._handle, start, length))
+
+
+@dataclass
+class KeyedContext:
+    """What a backend factory gets: the storage resolver and the operator's max parallelism."""
+
+    resolver: Any
+    max_parallelism: int
+    operator: str = ""
+
+
+class KeyedBackend(Protocol):
+    """One subtask's keyed state in one layout."""
+
+    name: str
+    key_groups: Sequence[int]
+    key_serializer: SerializerSpec | None
+    layouts: dict[str, StateLayout]
+    compressed: bool
+
+    def scan(
+        self,
+        layout: StateLayout,
+        mode: str | None,
+        builder: BatchBuilder,
+        key_groups: Iterable[int] | None = None,
+    ) -> Iterator[int]:
+        """Append the rows of ``layout``'s state to ``builder``; yield after every key group."""
+        ...
+
+    def scan_states(
+        self,
+        requests: Sequence[tuple[StateLayout, BatchBuilder]],
+        mode: str | None,
+        key_groups: Iterable[int] | None = None,
+        key: Any = None,
+    ) -> Iterator[int]:
+        """Several states in one pass over the key groups (each key group read once).
+
+        ``key`` (the normalised key value) lets a backend skip other keys' entries early; the
+        caller still filters the rows by key.
+        """
+        ...
+
+
+KeyedBackendFactory = Callable[[Any, KeyedContext], "KeyedBackend | None"]
+_FACTORIES: list[KeyedBackendFactory] = []
+
+
+def register_keyed_backend(factory: KeyedBackendFactory, first: bool = False) -> None:
+    """Add a factory ``(handle, context) -> backend or None``; the first non-None answer wins."""
+    if first:
+        _FACTORIES.insert(0, factory)
+    else:
+        _FACTORIES.append(factory)
+
+
+#: Backends in their own modules (heavy optional dependencies), imported on first need; each
+#: registers its factory on import.
+PLUGIN_MODULES = ("statequery.backends.rocksdb",)
+_PLUGINS_LOADED = False
+
+
+def _load_plugins() -> bool:
+    global _PLUGINS_LOADED
+    if _PLUGINS_LOADED:
+        return False
+    _PLUGINS_LOADED = True
+    import importlib
+
+    for name in PLUGIN_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue
+    return True
+
+
+def keyed_backend_for(handle: Any, context: KeyedContext) -> KeyedBackend:
+    """The backend for one keyed state handle (plug-in modules are loaded on first miss)."""
+    while True:
+        for factory in _FACTORIES:
+            backend = factory(handle, context)
+            if backend is not None:
+                return backend
+        if not _load_plugins():
+            break
+    raise UnsupportedFormatError(
+        f"operator {context.operator!r}: keyed state handle {type(handle).__name__} "
+        f"(type {getattr(handle, 'handle_type', '?')}) is not supported by this reader; "
+        "supported: canonical savepoints (type 7), hashmap checkpoints / native savepoints "
+        "(type 12)"
+    )
+
+
+# -- the keyed proxy header --------------------------------------------------------------------
+
+
+def _read_proxy(stream: Any, header_end: int) -> Any:
+    """Parse the ``KeyedBackendSerializationProxy`` at the start of ``stream``."""
+    from statequery.metadata.proxy import read_keyed_proxy
+
+    size = stream.size()
+    end = min(header_end, size) if header_end > 0 else size
+    data = stream.read_range(0, end)
+    return read_keyed_proxy(Decoder(data, source=stream.name))
+
+
+@dataclass
+class _KeyedBase:
+    name: str
+    stream: Any
+    proxy: Any
+    start_key_group: int
+    offsets: tuple[int, ...]
+    max_parallelism: int
+    layouts: dict[str, StateLayout] = field(default_factory=dict)
+    ids: dict[str, int] = field(default_factory=dict)
+    order: list[StateLayout] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        key = self.key_serializer
+        for i, meta in enumerate(self.proxy.states):
+            self.ids[meta.name] = i
+            try:
+                layout = layout_from_meta(meta, key)
+            except UnsupportedFormatError as e:
+                layout = StateLayout(meta.name, "unknown")
+                self.errors[meta.name] = str(e)
+            self.layouts[meta.name] = layout
+            self.order.append(layout)
+
+    @property
+    def key_serializer(self) -> SerializerSpec | None:
+        return getattr(self.proxy, "key_serializer", None)
+
+    @property
+    def compressed(self) -> bool:
+        return bool(getattr(self.proxy, "compressed", False))
+
+    @property
+    def key_groups(self) -> Sequence[int]:
+        return range(self.start_key_group, self.start_key_group + len(self.offsets))
+
+    def _wanted(self, key_groups: Iterable[int] | None) -> set[int] | None:
+        if key_groups is None:
+            return None
+        own = self.key_groups
+        return {kg for kg in key_groups if kg in own}
+
+
+class CanonicalKeyedBackend(_KeyedBase):
+    """Canonical savepoint key groups (:mod:`statequery.backends.keygroups`)."""
+
+    def scan(
+        self,
+        layout: StateLayout,
+        mode: str | None,
+        builder: BatchBuilder,
+        key_groups: Iterable[int] | None = None,
+    ) -> Iterator[int]:
+        return self.scan_states([(layout, builder)], mode, key_groups)
+
+    def scan_states(
+        self,
+        requests: Sequence[tuple[StateLayout, BatchBuilder]],
+        mode: str | None,
+        key_groups: Iterable[int] | None = None,
+        key: Any = None,
+    ) -> Iterator[int]:
+        """Decode several states in one pass (each key group is read once)."""
+        from statequery.backends.keygroups import (
+            CompositeEntryDecoder,
+            KeyGroupStream,
+            key_group_prefix_bytes,
+            serialized_key,
+        )
+
+        wanted = self._wanted(key_groups)
+        if wanted is not None and not wanted:
+            return
+        handlers: list[Any] = [None] * len(self.order)
+        finishers = []
+        for layout, builder in requests:
+            raw = None if key is None else serialized_key(key, layout.key)
+            decoder = CompositeEntryDecoder(layout, mode, builder, raw)
+            handlers[self.ids[layout.name]] = decoder.on_entry
+            finishers.append(decoder.finish)
+        stream = KeyGroupStream(
+            self.stream,
+            {self.start_key_group + i: o for i, o in enumerate(self.offsets)},
+            self.compressed,
+            key_group_prefix_bytes(self.max_parallelism),
+        )
+        yield from stream.scan(handlers, finishers, wanted)
+
+
+class HeapKeyedBackend(_KeyedBase):
+    """Hashmap checkpoint / native savepoint key groups (:mod:`statequery.backends.heap`)."""
+
+    def scan(
+        self,
+        layout: StateLayout,
+        mode: str | None,
+        builder: BatchBuilder,
+        key_groups: Iterable[int] | None = None,
+    ) -> Iterator[int]:
+        return self.scan_states([(layout, builder)], mode, key_groups)
+
+    def scan_states(
+        self,
+        requests: Sequence[tuple[StateLayout, BatchBuilder]],
+        mode: str | None,
+        key_groups: Iterable[int] | None = None,
+        key: Any = None,
+    ) -> Iterator[int]:
+        from statequery.backends.heap import HeapBlockDecoder, HeapKeyGroupStream
+
+        wanted = self._wanted(key_groups)
+        if wanted is not None and not wanted:
+            return
+        builders = {layout.name: builder for layout, builder in requests}
+        blocks = [HeapBlockDecoder(lay, builders.get(lay.name), mode, key) for lay in self.order]
+        stream = HeapKeyGroupStream(
+            self.stream,
+            {self.start_key_group + i: o for i, o in enumerate(self.offsets)},
+            self.compressed,
+        )
+        yield from stream.scan(blocks, wanted)
+
+
+def _key_groups_factory(handle: Any, context: KeyedContext) -> KeyedBackend | None:
+    from statequery.metadata.handles import KeyGroupsHandle
+
+    if not isinstance(handle, KeyGroupsHandle):
+        return None
+    stream = HandleStream(context.resolver, handle.delegate)
+    offsets = tuple(handle.offsets)
+    positive = [o for o in offsets if o > 0]
+    header_end = min(positive) if positive else 0
+    if handle.handle_type == 12 and offsets and all(o > 0 for o in offsets):
+        cls: type[_KeyedBase] = HeapKeyedBackend
+    else:
+        cls = CanonicalKeyedBackend
+    try:
+        proxy = _read_proxy(stream, header_end)
+    except CorruptStateError:
+        raise
+    return cls(
+        stream.name,
+        stream,
+        proxy,
+        handle.start_key_group,
+        offsets,  # type: ignore[return-value]
+        context.max_parallelism,
+    )
+
+
+register_keyed_backend(_key_groups_factory)

@@ -1,0 +1,780 @@
+"""Canonical savepoint key-group streams (``FullSnapshotAsyncWriter``), and the composite
+key/value entry format they share with RocksDB.
+
+File layout (§2 of the format reference)::
+
+    KeyedBackendSerializationProxy            (uncompressed, from offset 0)
+    per key group with data, at KeyGroupRangeOffsets[kg] (0 = no data):
+        [proxy.compressed: a fresh snappy framed stream starts here]
+        u16 kvStateId
+        repeat: int32 keyLen, key, int32 valLen, value
+                if key[0] & 0x80: (the flag is not part of the key)
+                    u16 next: 0xFFFF = end of key group, else the next kvStateId
+
+A key group's bytes end where the next non-empty key group starts (or at the end of the stream),
+so one key group is read with one ranged read and memory stays bounded by one key group.
+
+:class:`CompositeEntryDecoder` turns one state's entries (``prefix | key | [len] | namespace |
+[len] | [user key]`` -> value bytes, ``SerializedCompositeKeyBuilder``)
+into rows; the RocksDB backend reuses it unchanged.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from statequery.arrow.batches import BatchBuilder
+from statequery.arrow.schemas import StateLayout, resolve_mode
+from statequery.exceptions import CorruptStateError, UnsupportedFormatError
+from statequery.serializers.readers import (
+    DECODE_ERRORS,
+    DecodeError,
+    Reader,
+    raw_reader,
+    reader_for,
+)
+from statequery.serializers.spec import (
+    NamespaceSpec,
+    NullableSpec,
+    PrimitiveSpec,
+    SerializerSpec,
+    TimerSpec,
+    TtlSpec,
+    TupleSpec,
+)
+
+__all__ = [
+    "END_OF_KEY_GROUP",
+    "ByteStream",
+    "CompositeEntryDecoder",
+    "KeyGroupStream",
+    "flink_length",
+    "key_group_prefix_bytes",
+    "scan_key_group",
+]
+
+END_OF_KEY_GROUP = 0xFFFF
+_FLAG = 0x80
+_LIST_DELIMITER = 0x2C
+_LONG_MIN = -(1 << 63)
+
+_U16 = struct.Struct(">H").unpack_from
+_I32 = struct.Struct(">i").unpack_from
+_I64 = struct.Struct(">q").unpack_from
+
+
+class ByteStream(Protocol):
+    """A state stream's bytes (file, file segment or inline bytes), addressed stream-relative."""
+
+    name: str
+
+    def size(self) -> int: ...
+
+    def read_range(self, start: int, length: int) -> bytes: ...
+
+
+def key_group_prefix_bytes(max_parallelism: int) -> int:
+    """``CompositeKeySerializationUtils.computeRequiredBytesInKeyGroupPrefix``."""
+    return 1 if max_parallelism <= 128 else 2
+
+
+def flink_length(spec: SerializerSpec | None) -> int:
+    """``TypeSerializer.getLength()`` (-1 when variable), as the ambiguity rule needs it."""
+    if spec is None:
+        return -1
+    if isinstance(spec, NamespaceSpec):
+        n = spec.fixed_length
+        return -1 if n is None else n
+    if isinstance(spec, TupleSpec):
+        total = 0
+        for f in spec.fields:
+            n = flink_length(f)
+            if n < 0:
+                return -1
+            total += n
+        return total
+    if isinstance(spec, NullableSpec):
+        n = flink_length(spec.inner)
+        return -1 if n < 0 or spec.padding != n else n + 1
+    n = spec.fixed_length
+    return -1 if n is None else n
+
+
+# -- composite key/value entries ------------------------------------------------------------------
+
+
+def _length_suffix(buf: bytes, pos: int, expected: int, what: str) -> int:
+    """Skip the "variable int bytes" written after an ambiguous key or namespace, checking it."""
+    value = shift = 0
+    n = 0
+    while True:
+        value |= buf[pos + n] << shift
+        n += 1
+        shift += 8
+        if (expected >> shift) == 0:
+            break
+    if value != expected:
+        raise DecodeError(
+            f"{what} length suffix says {value}, the {what} took {expected} bytes", pos
+        )
+    return pos + n
+
+
+def _slot_reader(spec: SerializerSpec | None) -> Reader:
+    if spec is None:
+        raise UnsupportedFormatError("state has no serializer for this part")
+    if not spec.decodable:
+        return raw_reader()
+    return reader_for(spec)
+
+
+class CompositeEntryDecoder:
+    """Decodes one keyed state's entries in the composite-key format into a :class:`BatchBuilder`.
+
+    ``on_entry(buf, kpos, kend, vpos, vend, kg)``: ``buf[kpos:kend]`` is the composite key
+    **after** the key-group prefix, ``buf[vpos:vend]`` the value. ``finish()`` must be called at the
+    end of every key group (it completes the current row of a nested map).
+    Raises :class:`DecodeError` (or a reader error) on bytes that do not decode exactly.
+    """
+
+    def __init__(
+        self,
+        layout: StateLayout,
+        mode: str | None,
+        builder: BatchBuilder,
+        key_bytes: bytes | None = None,
+    ) -> None:
+        self.layout = layout
+        self.mode = resolve_mode(layout, mode)
+        self.builder = builder
+        self.finish: Callable[[], None] = _noop
+        kind = layout.kind
+        if layout.is_timer:
+            on_entry = self._timer_handler()
+        elif kind in ("value", "reducing", "aggregating"):
+            on_entry = self._value_handler()
+        elif kind == "list":
+            on_entry = self._list_handler()
+        elif kind == "map":
+            on_entry = self._map_handler()
+        else:
+            raise UnsupportedFormatError(f"state {layout.name!r} of kind {kind} is not keyed")
+        if key_bytes is not None:
+            # lookups: entries whose serialized key differs are skipped without decoding
+            # (serialized keys are prefix-free, so startswith is exact for a whole key)
+            inner, skip = on_entry, 8 if layout.is_timer else 0
+
+            def on_matching_entry(
+                buf: bytes, kpos: int, kend: int, vpos: int, vend: int, kg: int
+            ) -> None:
+                if buf.startswith(key_bytes, kpos + skip):
+                    inner(buf, kpos, kend, vpos, vend, kg)
+
+            on_entry = on_matching_entry
+        self.on_entry = on_entry
+
+    # -- key parsing ---------------------------------------------------------------------------
+
+    def _key_parser(
+        self,
+        key_spec: SerializerSpec | None,
+        ns_spec: SerializerSpec | None,
+        tail_fixed: int,
+        ambiguous: bool,
+    ) -> Callable[[bytes, int, int], tuple[Any, Any, int]]:
+        """``parse(buf, p, kend) -> (key, namespace, end of namespace)``.
+
+        ``tail_fixed`` is the fixed byte length after the namespace (0, or the user key's fixed
+        length; -1 when the tail is variable).
+        """
+        kr = _slot_reader(key_spec)
+        nr = _slot_reader(ns_spec)
+        key_read, ns_read = kr.read_at, nr.read_at
+        ns_fixed = nr.fixed_size
+        if kr.greedy:
+            if ambiguous or ns_fixed is None or tail_fixed < 0:
+                raise UnsupportedFormatError(
+                    f"state {self.layout.name!r}: the raw key cannot be delimited "
+                    "(its namespace or user key has no fixed length)"
+                )
+            back = ns_fixed + tail_fixed
+
+            def parse_raw_key(buf: bytes, p: int, kend: int) -> tuple[Any, Any, int]:
+                e = kend - back
+                key, p = key_read(buf, p, e)
+                ns, p = ns_read(buf, p, kend)
+                return key, ns, p
+
+            return parse_raw_key
+        if nr.greedy and tail_fixed != 0:
+            raise UnsupportedFormatError(
+                f"state {self.layout.name!r}: the raw namespace cannot be delimited"
+            )
+        if ambiguous:
+
+            def parse_ambiguous(buf: bytes, p: int, kend: int) -> tuple[Any, Any, int]:
+                start = p
+                key, p = key_read(buf, p, kend)
+                p = _length_suffix(buf, p, p - start, "key")
+                start = p
+                ns, p = ns_read(buf, p, kend)
+                p = _length_suffix(buf, p, p - start, "namespace")
+                return key, ns, p
+
+            return parse_ambiguous
+        if tail_fixed == 0 and _is_void(ns_spec):
+            # the common case: VoidNamespace is the last byte of the key
+            key_slot = kr.slot
+
+            def parse_void(buf: bytes, p: int, kend: int) -> tuple[Any, Any, int]:
+                e = kend - 1
+                if buf[e] != 0:
+                    raise DecodeError(f"VoidNamespace byte is {buf[e]}, expected 0", e)
+                return key_slot(buf, p, e), None, kend
+
+            return parse_void
+
+        def parse(buf: bytes, p: int, kend: int) -> tuple[Any, Any, int]:
+            key, p = key_read(buf, p, kend)
+            ns, p = ns_read(buf, p, kend)
+            return key, ns, p
+
+        return parse
+
+    def _ambiguous(self) -> bool:
+        return flink_length(self.layout.key) < 0 and flink_length(self.layout.namespace) < 0
+
+    # -- handlers per kind ---------------------------------------------------------------------
+
+    def _value_handler(self) -> Callable[..., None]:
+        layout, b = self.layout, self.builder
+        if (
+            not layout.ttl
+            and _is_void(layout.namespace)
+            and layout.key is not None
+            and layout.key.decodable
+            and not self._ambiguous()
+        ):
+            return self._void_value_handler()
+        parse = self._key_parser(layout.key, layout.namespace, 0, self._ambiguous())
+        vr = _slot_reader(
+            TtlSpec(inner=layout.value)
+            if layout.ttl and layout.value is not None and layout.value.decodable
+            else layout.value
+        )
+        value_read = vr.read_at
+        a_kg, a_key, a_ns, a_val = (
+            b.appender(n) for n in ("key_group", "key", "namespace", "value")
+        )
+        if layout.ttl and layout.value is not None and layout.value.decodable:
+            a_last = b.appender("last_access")
+
+            def on_ttl_value(
+                buf: bytes, kpos: int, kend: int, vpos: int, vend: int, kg: int
+            ) -> None:
+                key, ns, p = parse(buf, kpos, kend)
+                if p != kend:
+                    raise DecodeError("key bytes left after the namespace", p)
+                v, p = value_read(buf, vpos, vend)
+                if p != vend:
+                    raise DecodeError(f"value used {p - vpos} of its {vend - vpos} bytes", vpos)
+                a_kg(kg)
+                a_key(key)
+                a_ns(ns)
+                a_val(v["value"])
+                a_last(v["last_access"])
+
+            return on_ttl_value
+        a_ttl: Callable[[Any], None] | None = (
+            b.appender("last_access") if layout.ttl else None
+        )
+
+        def on_value(buf: bytes, kpos: int, kend: int, vpos: int, vend: int, kg: int) -> None:
+            key, ns, p = parse(buf, kpos, kend)
+            if p != kend:
+                raise DecodeError("key bytes left after the namespace", p)
+            v, p = value_read(buf, vpos, vend)
+            if p != vend:
+                raise DecodeError(f"value used {p - vpos} of its {vend - vpos} bytes", vpos)
+            a_kg(kg)
+            a_key(key)
+            a_ns(ns)
+            a_val(v)
+            if a_ttl is not None:
+                a_ttl(None)
+
+        return on_value
+
+    def _void_value_handler(self) -> Callable[..., None]:
+        """Value/reducing/aggregating state in the VoidNamespace: the fused fast path."""
+        layout, b = self.layout, self.builder
+        key_slot = _slot_reader(layout.key).slot
+        value_slot = _slot_reader(layout.value).slot
+        a_kg, a_key, a_ns, a_val = (
+            b.appender(n) for n in ("key_group", "key", "namespace", "value")
+        )
+
+        def on_void_value(buf: bytes, kpos: int, kend: int, vpos: int, vend: int, kg: int) -> None:
+            e = kend - 1
+            if buf[e] != 0:
+                raise DecodeError(f"VoidNamespace byte is {buf[e]}, expected 0", e)
+            key = key_slot(buf, kpos, e)
+            value = value_slot(buf, vpos, vend)
+            a_key(key)
+            a_val(value)
+            a_kg(kg)
+            a_ns(None)
+
+        return on_void_value
+
+    def _list_handler(self) -> Callable[..., None]:
+        layout, b = self.layout, self.builder
+        parse = self._key_parser(layout.key, layout.namespace, 0, self._ambiguous())
+        a_kg, a_key, a_ns, a_val = (
+            b.appender(n) for n in ("key_group", "key", "namespace", "value")
+        )
+        if layout.value is None or not layout.value.decodable:
+            raw = raw_reader().read_at
+
+            def on_raw_list(
+                buf: bytes, kpos: int, kend: int, vpos: int, vend: int, kg: int
+            ) -> None:
+                key, ns, p = parse(buf, kpos, kend)
+                if p != kend:
+                    raise DecodeError("key bytes left after the namespace", p)
+                a_kg(kg)
+                a_key(key)
+                a_ns(ns)
+                a_val(raw(buf, vpos, vend)[0])
+
+            return on_raw_list
+        ttl = layout.ttl
+        er = reader_for(TtlSpec(inner=layout.value) if ttl else layout.value)
+        elem_read = er.read_at
+
+        ascii_strings = (
+            not ttl and isinstance(layout.value, PrimitiveSpec) and layout.value.name == "string"
+        )
+
+        def split(buf: bytes, vpos: int, vend: int) -> list[Any]:
+            """``ListDelimitedSerializer``: elements joined by ``,``."""
+            out: list[Any] = []
+            if vpos == vend:
+                return out
+            append = out.append
+            p = vpos
+            while True:
+                if ascii_strings:
+                    # fast path: a short ASCII StringValue is its length+1 byte and the chars
+                    b0 = buf[p]
+                    e = p + b0
+                    if 0 < b0 < 0x80 and e <= vend:
+                        chunk = buf[p + 1 : e]
+                        if chunk.isascii():
+                            append(chunk.decode("ascii"))
+                            p = e
+                        else:
+                            v, p = elem_read(buf, p, vend)
+                            append(v)
+                    else:
+                        v, p = elem_read(buf, p, vend)
+                        append(v)
+                else:
+                    v, p = elem_read(buf, p, vend)
+                    append(v)
+                if p >= vend:
+                    if p > vend:
+                        raise DecodeError("list element runs past the end of the value", p)
+                    return out
+                if buf[p] != _LIST_DELIMITER:
+                    raise DecodeError(f"list delimiter expected, found byte {buf[p]:#x}", p)
+                p += 1
+                if p == vend:
+                    raise DecodeError("list value ends with a delimiter", p)
+
+        flat = self.mode == "flat"
+        a_ttl = b.appender("last_access") if ttl else None
+        a_idx = b.appender("index") if flat else None
+
+        def on_list(buf: bytes, kpos: int, kend: int, vpos: int, vend: int, kg: int) -> None:
+            key, ns, p = parse(buf, kpos, kend)
+            if p != kend:
+                raise DecodeError("key bytes left after the namespace", p)
+            elements = split(buf, vpos, vend)
+            if flat:
+                for i, v in enumerate(elements):
+                    a_kg(kg)
+                    a_key(key)
+                    a_ns(ns)
+                    a_idx(i)  # type: ignore[misc]
+                    if ttl:
+                        a_val(v["value"])
+                        a_ttl(v["last_access"])  # type: ignore[misc]
+                    else:
+                        a_val(v)
+                return
+            a_kg(kg)
+            a_key(key)
+            a_ns(ns)
+            if ttl:
+                a_val([v["value"] for v in elements])
+                a_ttl([v["last_access"] for v in elements])  # type: ignore[misc]
+            else:
+                a_val(elements)
+
+        return on_list
+
+    def _map_handler(self) -> Callable[..., None]:
+        layout, b = self.layout, self.builder
+        uk = _slot_reader(layout.user_key)
+        tail = uk.fixed_size if uk.fixed_size is not None else -1
+        parse = self._key_parser(layout.key, layout.namespace, tail, self._ambiguous())
+        uk_read = uk.read_at
+        ttl = bool(layout.ttl and layout.value is not None and layout.value.decodable)
+        vr = _slot_reader(_with_ttl(layout.value) if ttl else layout.value)
+        value_read = vr.read_at
+
+        def entry(
+            buf: bytes, kpos: int, kend: int, vpos: int, vend: int
+        ) -> tuple[Any, Any, Any, Any, int]:
+            key, ns, p = parse(buf, kpos, kend)
+            ns_end = p
+            user_key, p = uk_read(buf, p, kend)
+            if p != kend:
+                raise DecodeError(
+                    f"user key used {p - ns_end} of its {kend - ns_end} bytes", ns_end
+                )
+            if vpos >= vend:
+                raise DecodeError("map value without its null flag", vpos)
+            if buf[vpos]:
+                value = None
+            else:
+                value, p = value_read(buf, vpos + 1, vend)
+                if p != vend:
+                    raise DecodeError(
+                        f"map value used {p - vpos - 1} of its {vend - vpos - 1} bytes", vpos
+                    )
+            return key, ns, user_key, value, ns_end
+
+        if self.mode == "nested":
+            return self._nested_map_handler(entry, ttl)
+        a_kg, a_key, a_ns, a_uk, a_val = (
+            b.appender(n) for n in ("key_group", "key", "namespace", "user_key", "value")
+        )
+        a_ttl = b.appender("last_access") if layout.ttl else None
+
+        def on_map_entry(buf: bytes, kpos: int, kend: int, vpos: int, vend: int, kg: int) -> None:
+            key, ns, user_key, value, _ = entry(buf, kpos, kend, vpos, vend)
+            a_kg(kg)
+            a_key(key)
+            a_ns(ns)
+            a_uk(user_key)
+            if a_ttl is not None:
+                if value is None or not ttl:
+                    a_val(value)
+                    a_ttl(None)
+                else:
+                    a_val(value["value"])
+                    a_ttl(value["last_access"])
+            else:
+                a_val(value)
+
+        return on_map_entry
+
+    def _nested_map_handler(self, entry: Callable[..., Any], ttl: bool) -> Callable[..., None]:
+        """One row per (key, namespace): consecutive entries with the same key prefix form a map."""
+        b = self.builder
+        a_kg, a_key, a_ns, a_map = (b.appender(n) for n in ("key_group", "key", "namespace", "map"))
+        current: list[Any] = [None, None, None, None, None]  # prefix bytes, kg, key, ns, entries
+
+        def finish() -> None:
+            if current[0] is not None:
+                a_kg(current[1])
+                a_key(current[2])
+                a_ns(current[3])
+                a_map(current[4])
+                current[0] = None
+
+        def on_map_entry(buf: bytes, kpos: int, kend: int, vpos: int, vend: int, kg: int) -> None:
+            key, ns, user_key, value, ns_end = entry(buf, kpos, kend, vpos, vend)
+            prefix = buf[kpos:ns_end]
+            if prefix != current[0] or kg != current[1]:
+                finish()
+                current[0], current[1], current[2], current[3] = prefix, kg, key, ns
+                current[4] = []
+            current[4].append((user_key, value))
+
+        self.finish = finish
+        return on_map_entry
+
+    def _timer_handler(self) -> Callable[..., None]:
+        layout, b = self.layout, self.builder
+        spec = layout.value
+        key_spec = spec.key if isinstance(spec, TimerSpec) else layout.key
+        ns_spec = spec.namespace if isinstance(spec, TimerSpec) else layout.namespace
+        parse = self._key_parser(key_spec, ns_spec, 0, False)
+        a_kg, a_key, a_ns, a_ts = (
+            b.appender(n) for n in ("key_group", "key", "namespace", "timestamp")
+        )
+
+        def on_timer(buf: bytes, kpos: int, kend: int, vpos: int, vend: int, kg: int) -> None:
+            if vend != vpos:
+                raise DecodeError(
+                    f"timer entry with a {vend - vpos}-byte value (expected empty)", vpos
+                )
+            ts = _I64(buf, kpos)[0] ^ _LONG_MIN
+            key, ns, p = parse(buf, kpos + 8, kend)
+            if p != kend:
+                raise DecodeError("timer key bytes left after the namespace", p)
+            a_kg(kg)
+            a_key(key)
+            a_ns(ns)
+            a_ts(ts)
+
+        return on_timer
+
+
+def _noop() -> None:
+    return None
+
+
+def serialized_key(key: Any, spec: SerializerSpec | None) -> bytes | None:
+    """The exact bytes Flink's key serializer writes for ``key`` (common scalar keys only).
+
+    None when statequery does not write that serializer; lookups then decode every key.
+    """
+    if not isinstance(spec, PrimitiveSpec) or key is None:
+        return None
+    name = spec.name
+    try:
+        if name == "string" and isinstance(key, str):
+            units = key.encode("utf-16-be", "surrogatepass")
+            out = bytearray(_varint(len(units) // 2 + 1))
+            for i in range(0, len(units), 2):
+                out += _varint((units[i] << 8) | units[i + 1])
+            return bytes(out)
+        fmt = {"long": ">q", "int": ">i", "short": ">h", "byte": ">b"}.get(name)
+        if fmt is not None and isinstance(key, int) and not isinstance(key, bool):
+            return struct.pack(fmt, key)
+        if name == "boolean" and isinstance(key, bool):
+            return b"\x01" if key else b"\x00"
+    except (struct.error, UnicodeEncodeError):
+        return None
+    return None
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _with_ttl(spec: SerializerSpec | None) -> SerializerSpec | None:
+    return None if spec is None else TtlSpec(inner=spec)
+
+
+def _is_void(spec: SerializerSpec | None) -> bool:
+    return isinstance(spec, NamespaceSpec) and spec.name == "void"
+
+
+# -- the canonical key-group loop -----------------------------------------------------------
+
+
+def scan_key_group(
+    buf: bytes,
+    kg: int,
+    prefix_len: int,
+    handlers: Sequence[Callable[..., None] | None],
+    finishers: Iterable[Callable[[], None]] = (),
+) -> int:
+    """Walk one decompressed canonical key group, calling ``handlers[state_id]`` per entry.
+
+    States whose handler is None are skipped without decoding. Returns the number of entries.
+    Raises :class:`DecodeError` (positions relative to ``buf``) on anything that is not exactly
+    the canonical format; the caller adds file and key group.
+    """
+    n = len(buf)
+    if n < 2:
+        raise DecodeError("key group shorter than its state id", 0)
+    n_states = len(handlers)
+    sid = _U16(buf, 0)[0]
+    if sid >= n_states:
+        raise DecodeError(f"state id {sid} but the header lists {n_states} states", 0)
+    handler = handlers[sid]
+    pos = 2
+    entries = 0
+    if prefix_len == 1:
+        hi, lo = kg, -1
+    else:
+        hi, lo = kg >> 8, kg & 0xFF
+    I32 = _I32
+    while True:
+        if handler is None:
+            # a run of entries of a state nobody asked for: walk the lengths only
+            entry = pos
+            try:
+                while True:
+                    entry = pos
+                    klen = I32(buf, pos)[0]
+                    kend = pos + 4 + klen
+                    vlen = I32(buf, kend)[0]
+                    if klen < prefix_len or vlen < 0:
+                        raise DecodeError(f"impossible key/value length {klen}/{vlen}", entry)
+                    first = buf[pos + 4]
+                    pos = kend + 4 + vlen
+                    if pos > n:
+                        raise DecodeError(f"impossible value length {vlen}", kend)
+                    entries += 1
+                    if first & _FLAG:
+                        break
+            except (struct.error, IndexError) as e:
+                raise DecodeError("key group ends inside an entry (truncated?)", entry) from e
+            if pos > n:
+                raise DecodeError("entry runs past the end of the key group", entry)
+            if (first & 0x7F) != hi:
+                raise DecodeError(f"entry of another key group inside key group {kg}", entry + 4)
+        else:
+            while True:
+                entry = pos
+                if pos + 4 > n:
+                    raise DecodeError("key group ends before its end mark", pos)
+                klen = I32(buf, pos)[0]
+                kpos = pos + 4
+                kend = kpos + klen
+                if klen < prefix_len or kend + 4 > n:
+                    raise DecodeError(f"impossible key length {klen}", entry)
+                vlen = I32(buf, kend)[0]
+                vpos = kend + 4
+                vend = vpos + vlen
+                if vlen < 0 or vend > n:
+                    raise DecodeError(f"impossible value length {vlen}", kend)
+                first = buf[kpos]
+                if (first & 0x7F) != hi or (lo >= 0 and buf[kpos + 1] != lo):
+                    prefix = (first & 0x7F) if lo < 0 else ((first & 0x7F) << 8) | buf[kpos + 1]
+                    raise DecodeError(f"entry of key group {prefix} inside key group {kg}", kpos)
+                try:
+                    handler(buf, kpos + prefix_len, kend, vpos, vend, kg)
+                except DecodeError:
+                    raise
+                except DECODE_ERRORS as e:
+                    raise DecodeError(f"{type(e).__name__}: {e}", entry) from e
+                entries += 1
+                pos = vend
+                if first & _FLAG:
+                    break
+        # the last entry of a run carried the flag: a state switch or the end of the key group
+        if pos + 2 > n:
+            raise DecodeError("key group ends inside its state-switch mark", pos)
+        nxt = _U16(buf, pos)[0]
+        pos += 2
+        if nxt == END_OF_KEY_GROUP:
+            if pos != n:
+                raise DecodeError(f"{n - pos} bytes after the end-of-key-group mark", pos)
+            for f in finishers:
+                f()
+            return entries
+        if nxt >= n_states:
+            raise DecodeError(f"state id {nxt} but the header lists {n_states} states", pos - 2)
+        for f in finishers:
+            f()
+        sid = nxt
+        handler = handlers[sid]
+
+
+@dataclass(frozen=True)
+class KeyGroupStream:
+    """One canonical keyed-state stream: its bytes and where each key group starts.
+
+    ``offsets`` maps key group -> stream offset (0: no data), as in ``KeyGroupRangeOffsets``.
+    """
+
+    stream: ByteStream
+    offsets: dict[int, int]
+    compressed: bool
+    prefix_len: int
+
+    def key_groups(self) -> list[int]:
+        return sorted(self.offsets)
+
+    def extent(self, kg: int) -> tuple[int, int] | None:
+        """``(start, end)`` of key group ``kg``'s bytes, None when it has no data."""
+        start = self.offsets.get(kg, 0)
+        if start <= 0:
+            return None
+        later = [o for o in self.offsets.values() if o > start]
+        end = min(later) if later else self.stream.size()
+        if end <= start:
+            raise CorruptStateError(
+                f"key group {kg} at offset {start} is past the end of the stream ({end} bytes)",
+                self.stream.name,
+                start,
+            )
+        return start, end
+
+    def iter_extents(
+        self, key_groups: Iterable[int] | None = None
+    ) -> Iterator[tuple[int, int, int]]:
+        """``(kg, start, end)`` for the requested key groups that have data, in file order."""
+        wanted = None if key_groups is None else set(key_groups)
+        starts = sorted((o, kg) for kg, o in self.offsets.items() if o > 0)
+        size: int | None = None
+        for i, (start, kg) in enumerate(starts):
+            if wanted is not None and kg not in wanted:
+                continue
+            if i + 1 < len(starts):
+                end = starts[i + 1][0]
+            else:
+                if size is None:
+                    size = self.stream.size()
+                end = size
+            if end <= start:
+                raise CorruptStateError(
+                    f"key group {kg} at offset {start} does not end before offset {end}",
+                    self.stream.name,
+                    start,
+                )
+            yield kg, start, end
+
+    def read_key_group(self, kg: int, start: int, end: int) -> bytes:
+        from statequery.backends.snappy import decompress_framed
+
+        data = self.stream.read_range(start, end - start)
+        if len(data) != end - start:
+            raise CorruptStateError(
+                f"key group {kg}: expected {end - start} bytes, the stream has {len(data)}",
+                self.stream.name,
+                start + len(data),
+            )
+        if self.compressed:
+            return decompress_framed(data, f"{self.stream.name} (key group {kg})", start)
+        return data
+
+    def scan(
+        self,
+        handlers: Sequence[Callable[..., None] | None],
+        finishers: Sequence[Callable[[], None]] = (),
+        key_groups: Iterable[int] | None = None,
+    ) -> Iterator[int]:
+        """Decode the requested key groups; yields each key group after its entries were handled."""
+        for kg, start, end in self.iter_extents(key_groups):
+            buf = self.read_key_group(kg, start, end)
+            try:
+                scan_key_group(buf, kg, self.prefix_len, handlers, finishers)
+            except DecodeError as e:
+                where = f"offset {e.pos} of the decompressed key group" if self.compressed else None
+                offset = start if self.compressed else start + e.pos
+                msg = f"key group {kg}: {e.message}"
+                if where:
+                    msg += f" ({where})"
+                raise CorruptStateError(msg, self.stream.name, offset) from e
+            except DECODE_ERRORS as e:
+                raise CorruptStateError(
+                    f"key group {kg}: {type(e).__name__}: {e}", self.stream.name, start
+                ) from e
+            yield kg

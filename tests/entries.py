@@ -1,0 +1,172 @@
+"""statequery rows -> the fixture entry format of docs/fixtures.md (one JSON object per line).
+
+Shared by every backend's tests: read each state with statequery, turn its Arrow rows into
+entries with :func:`state_entries`, and compare the sorted lines with ``dump/<name>.jsonl`` (which
+carries ``key_group``) and ``expected/<name>.jsonl`` (which does not).
+
+Temporal values: the ``timestamp``, ``last_access`` and ``namespace`` columns hold event-time
+instants and TimeWindows in epoch milliseconds; everywhere else (keys, values, user keys) Arrow
+timestamps are SQL/Java timestamps and become epoch nanoseconds, as docs/fixtures.md asks.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+
+__all__ = [
+    "canonical",
+    "entry_lines",
+    "jsonify_column",
+    "savepoint_entries",
+    "state_entries",
+]
+
+_MS_COLUMNS = ("timestamp", "last_access", "namespace")
+
+
+def canonical(entry: Any) -> str:
+    return json.dumps(entry, sort_keys=True, separators=(",", ":"))
+
+
+def _plain_decimal(d: Decimal) -> str:
+    return format(d, "f")
+
+
+def _float(v: float) -> Any:
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "Infinity" if v > 0 else "-Infinity"
+    return v
+
+
+def jsonify_column(array: pa.Array | pa.ChunkedArray, epoch_ms: bool = False) -> list[Any]:
+    """The JSON-normalised values of an Arrow column."""
+    if isinstance(array, pa.ChunkedArray):
+        out: list[Any] = []
+        for chunk in array.chunks:
+            out.extend(jsonify_column(chunk, epoch_ms))
+        return out
+    t = array.type
+    if pa.types.is_dictionary(t):
+        return jsonify_column(array.cast(t.value_type), epoch_ms)
+    if pa.types.is_struct(t):
+        children = {
+            t.field(i).name: jsonify_column(array.field(i), epoch_ms) for i in range(t.num_fields)
+        }
+        valid = array.is_valid().to_pylist()
+        return [
+            {name: values[i] for name, values in children.items()} if valid[i] else None
+            for i in range(len(array))
+        ]
+    if pa.types.is_map(t):
+        keys = jsonify_column(array.keys, epoch_ms)
+        items = jsonify_column(array.items, epoch_ms)
+        offsets = array.offsets.to_pylist()
+        valid = array.is_valid().to_pylist()
+        res: list[Any] = []
+        for i in range(len(array)):
+            if not valid[i]:
+                res.append(None)
+                continue
+            entries = [
+                {"key": keys[j], "value": items[j]} for j in range(offsets[i], offsets[i + 1])
+            ]
+            entries.sort(key=lambda e: canonical(e["key"]))
+            res.append(entries)
+        return res
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        values = jsonify_column(array.values, epoch_ms)
+        offsets = array.offsets.to_pylist()
+        valid = array.is_valid().to_pylist()
+        return [
+            values[offsets[i] : offsets[i + 1]] if valid[i] else None for i in range(len(array))
+        ]
+    if pa.types.is_timestamp(t):
+        ints = array.cast(pa.int64()).to_pylist()
+        factor = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}[t.unit]
+        if epoch_ms:
+            if t.unit != "ms":
+                raise AssertionError(f"event-time column with unit {t.unit}")
+            return ints
+        return [None if v is None else v * factor for v in ints]
+    if pa.types.is_date32(t) or pa.types.is_time32(t) or pa.types.is_time64(t):
+        return array.cast(pa.int32() if not pa.types.is_time64(t) else pa.int64()).to_pylist()
+    if pa.types.is_decimal(t):
+        return [None if v is None else _plain_decimal(v) for v in array.to_pylist()]
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return [
+            None if v is None else {"$bytes": base64.b64encode(v).decode()}
+            for v in array.to_pylist()
+        ]
+    if pa.types.is_floating(t):
+        return [None if v is None else _float(v) for v in array.to_pylist()]
+    return array.to_pylist()
+
+
+def _columns(table: pa.Table) -> dict[str, list[Any]]:
+    return {
+        name: jsonify_column(table.column(name), epoch_ms=name in _MS_COLUMNS)
+        for name in table.column_names
+    }
+
+
+def state_entries(
+    table: pa.Table,
+    kind: str,
+    state: str,
+    operator_uid: str,
+    operator_id: str,
+    key_group: bool = True,
+) -> list[dict[str, Any]]:
+    """The entries of one state's Arrow rows (read in the default mode)."""
+    cols = _columns(table)
+    n = table.num_rows
+    base = {"operator_uid": operator_uid, "operator_id": operator_id, "state": state, "kind": kind}
+    out = []
+    for i in range(n):
+        e = dict(base)
+        if "key" in cols:
+            if key_group:
+                e["key_group"] = cols["key_group"][i]
+            e["key"] = cols["key"][i]
+            e["namespace"] = cols["namespace"][i]
+        for name in ("user_key", "value", "timestamp", "subtask", "index"):
+            if name in cols:
+                e[name] = cols[name][i]
+        if kind == "broadcast":
+            e["subtask"] = 0
+        for name in ("key", "user_key", "value"):
+            if f"{name}_reason" in cols and e.get(name) is not None:
+                meta = table.schema.field(name).metadata or {}
+                cls = meta.get(b"statequery.raw_class", b"").decode()
+                e[name] = {"$raw": e[name]["$bytes"], "$class": cls}
+        out.append(e)
+    return out
+
+
+def entry_lines(entries: list[dict[str, Any]]) -> list[str]:
+    return sorted(canonical(e) for e in entries)
+
+
+def savepoint_entries(sp: Any, key_group: bool = True) -> list[str]:
+    """Every state of every operator of ``sp`` as sorted entry lines."""
+    from statequery.reader import list_states, read_table
+
+    lines: list[str] = []
+    for op in sp.metadata.operators:
+        for ref in list_states(sp, op):
+            table = read_table(sp, op, ref.state)
+            lines.extend(
+                canonical(e)
+                for e in state_entries(
+                    table, ref.layout.kind, ref.state, op.uid or "", op.operator_id, key_group
+                )
+            )
+    return sorted(lines)
