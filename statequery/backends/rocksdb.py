@@ -1,0 +1,671 @@
+"""RocksDB native savepoints and RocksDB checkpoints (incremental and full), per key-group range.
+
+Flink snapshots a RocksDB instance as an ``IncrementalRemoteKeyedStateHandle`` (type 11, see
+``RocksNativeFullSnapshotStrategy`` and ``RocksIncrementalSnapshotStrategy``): the DB's files
+(``*.sst``, ``MANIFEST-*``, ``CURRENT``, ``OPTIONS-*``) as ``(local name, stream handle)`` pairs,
+shared (incremental checkpoints: SSTs under ``<job>/shared/``) or private (native savepoints: every
+file), plus a stream holding the ``KeyedBackendSerializationProxy`` (state names and serializers;
+column family name = state name).
+
+Reading one handle (:class:`RocksDBState`):
+
+1. every named file is fetched through the storage seam into the local :class:`FileCache`
+   (size checked against the handle) and hard-linked into a private DB directory; inline files
+   (``CURRENT``) are written there;
+2. every table file's footer and properties are read with :mod:`statequery.backends.sst`: its
+   column family, and whether it holds un-compacted merge operands;
+3. the directory is opened read-only with rocksdict, every column family; the MANIFEST's live
+   files must be exactly the handle's table files;
+4. a column family whose tables hold merge operands (Flink's ``ListState.add``) is read with the
+   SST reader, applying ``StringAppendTESTOperator`` semantics (rocksdict has no merge operator and
+   returns nothing for such keys); every other column family is read with rocksdict;
+5. both seek to the first key of the requested key-group range (1-byte prefix when max parallelism
+   <= 128, else 2 bytes, big-endian) and stop at the end of it, intersected with the handle's own
+   range: keys left over from rescaling are dropped, as Flink's ``clipDBWithKeyGroupRange`` does.
+
+:func:`read_entries` walks the handles of an operator and opens only those whose key-group range
+overlaps the request, so a single-key lookup fetches one subtask's files.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from statequery.backends.cache import CacheKey, DbDir, FileCache
+from statequery.backends.sst import SstFile, merged_entries
+from statequery.exceptions import (
+    CorruptStateError,
+    InvalidOptionError,
+    StatequeryError,
+    UnsupportedFormatError,
+)
+from statequery.io import FileIO
+
+__all__ = [
+    "DbFile",
+    "KeyValue",
+    "RocksDBHandle",
+    "RocksDBKeyedBackend",
+    "RocksDBState",
+    "default_cache",
+    "feed",
+    "from_incremental_handle",
+    "key_group_prefix_bytes",
+    "read_entries",
+    "register",
+]
+
+DEFAULT_CF = "default"
+_MERGE_OPERATORS = ("StringAppendTESTOperator", "stringappendtest", "nullptr", "")
+
+
+def key_group_prefix_bytes(max_parallelism: int) -> int:
+    """``CompositeKeySerializationUtils.computeRequiredBytesInKeyGroupPrefix``: 1 or 2."""
+    if max_parallelism <= 0 or max_parallelism > 32768:
+        raise InvalidOptionError(f"max parallelism {max_parallelism} is outside 1..32768")
+    return 1 if max_parallelism <= 128 else 2
+
+
+@dataclass(frozen=True)
+class DbFile:
+    """One file of a RocksDB snapshot: its RocksDB name and where its bytes are.
+
+    Either ``data`` (an inline ``ByteStreamStateHandle``) or ``location`` (an absolute, resolved
+    path or URI; relative and remapped handles are resolved by the metadata layer) with ``size``.
+    ``checksum`` (``"sha256:<hex>"``) is verified when given.
+    """
+
+    local_path: str
+    location: str | None = None
+    size: int = -1
+    data: bytes | None = field(default=None, repr=False)
+    checksum: str | None = None
+    offset: int | None = None  # file-merging segment: bytes [offset, offset+size) of location
+    description: str | None = None  # how errors name an inline file
+
+    def __post_init__(self) -> None:
+        name = self.local_path
+        if not name or "/" in name or "\\" in name or name in (".", ".."):
+            raise CorruptStateError(f"invalid RocksDB file name {name!r} in a state handle",
+                                    self.location)
+        if self.data is None and self.location is None:
+            raise CorruptStateError(f"state handle of {name} has neither bytes nor a location")
+
+    @property
+    def source(self) -> str:
+        """The name used in errors: the location, or ``<inline CURRENT>``."""
+        if self.location is not None:
+            return self.location
+        return self.description or f"<inline {self.local_path}>"
+
+
+@dataclass(frozen=True)
+class RocksDBHandle:
+    """What :class:`RocksDBState` needs from an ``IncrementalRemoteKeyedStateHandle``.
+
+    ``end_key_group`` is inclusive (Flink's ``KeyGroupRange``).
+    """
+
+    start_key_group: int
+    end_key_group: int
+    files: tuple[DbFile, ...]
+    name: str = ""  # backend identifier / state handle id, for errors
+
+    def overlaps(self, start: int, end: int) -> bool:
+        return self.start_key_group <= end and start <= self.end_key_group
+
+    @property
+    def sst_files(self) -> tuple[DbFile, ...]:
+        return tuple(f for f in self.files if f.local_path.endswith(".sst"))
+
+
+class KeyValue(NamedTuple):
+    """One raw entry of a keyed state: key group, key bytes (with the prefix), value bytes."""
+
+    key_group: int
+    key: bytes
+    value: bytes
+
+
+@dataclass
+class _ColumnFamily:
+    name: str
+    tables: list[tuple[DbFile, str]] = field(default_factory=list)  # (file, local path)
+    merge_operands: int = 0
+
+
+class RocksDBState:
+    """One RocksDB handle restored into a private local directory and opened read-only.
+
+    ``state_names`` (from the handle's ``KeyedBackendSerializationProxy``) are checked against the
+    column families: a column family that is not a state is an error naming the file that holds
+    it. Use as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        handle: RocksDBHandle,
+        io: FileIO,
+        *,
+        max_parallelism: int,
+        cache: FileCache | None = None,
+        state_names: Collection[str] | None = None,
+    ) -> None:
+        self.handle = handle
+        self.io = io
+        self.max_parallelism = max_parallelism
+        self.prefix_bytes = key_group_prefix_bytes(max_parallelism)
+        self.cache = cache if cache is not None else default_cache()
+        self.state_names = None if state_names is None else frozenset(state_names)
+        self._db: Any = None
+        self._cfs: dict[str, _ColumnFamily] = {}
+        self._tables: dict[str, SstFile] = {}
+        self._dir: DbDir | None = None
+        try:
+            self._restore()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- restore -------------------------------------------------------------------------------
+
+    def _restore(self) -> None:
+        files = self.handle.files
+        by_name: dict[str, DbFile] = {}
+        for f in files:
+            if f.local_path in by_name:
+                raise CorruptStateError(f"RocksDB file {f.local_path} appears twice in the handle",
+                                        f.source)
+            by_name[f.local_path] = f
+        self._by_name = by_name
+        current = by_name.get("CURRENT")
+        if current is None:
+            raise CorruptStateError(
+                f"the RocksDB handle {self.handle.name or ''} names no CURRENT file "
+                f"(files: {', '.join(sorted(by_name)) or 'none'})", self._first_location())
+        self._dir = self.cache.new_db_dir()
+        root = self._dir.path
+        for f in files:
+            dest = os.path.join(root, f.local_path)
+            if f.data is not None:
+                if f.size >= 0 and f.size != len(f.data):
+                    raise CorruptStateError(
+                        f"inline file has {len(f.data)} bytes, its handle says {f.size}", f.source)
+                with open(dest, "wb") as out:
+                    out.write(f.data)
+            else:
+                assert f.location is not None
+                if f.size < 0:
+                    raise CorruptStateError("state handle without a size", f.source)
+                self.cache.link(self.io, CacheKey(f.location, f.size, f.checksum, f.offset), dest)
+        manifest = self._check_current(root, current)
+        self._manifest = manifest
+        for f in self.handle.sst_files:
+            self._open_table(f, os.path.join(root, f.local_path))
+        self._open_db(root, manifest)
+        self.cache.evict()
+
+    def _first_location(self) -> str | None:
+        for f in self.handle.files:
+            if f.location:
+                return f.location
+        return None
+
+    def _check_current(self, root: str, current: DbFile) -> DbFile:
+        with open(os.path.join(root, "CURRENT"), "rb") as fh:
+            text = fh.read()
+        name = text.decode("utf-8", "replace").strip()
+        if not text.endswith(b"\n") or not re.fullmatch(r"MANIFEST-\d+", name):
+            raise CorruptStateError(f"CURRENT does not name a MANIFEST file: {text[:64]!r}",
+                                    current.source)
+        manifest = self._by_name.get(name)
+        if manifest is None:
+            raise CorruptStateError(f"CURRENT names {name}, which the state handle does not "
+                                    "include (missing MANIFEST)", current.source)
+        return manifest
+
+    def _open_table(self, f: DbFile, path: str) -> None:
+        try:
+            table = SstFile(path, source=f.source)
+        except StatequeryError as e:
+            if isinstance(e, CorruptStateError) and e.source != f.source:
+                raise CorruptStateError(str(e), f.source) from e
+            raise
+        self._tables[f.local_path] = table
+        props = table.properties
+        cf = props.column_family_name
+        if not cf:
+            raise CorruptStateError("table file has no column family name in its properties",
+                                    f.source)
+        if self.state_names is not None and cf != DEFAULT_CF and cf not in self.state_names:
+            raise CorruptStateError(
+                f"table {f.local_path} belongs to column family {cf!r}, which is not a state of "
+                f"this operator's metadata ({', '.join(sorted(self.state_names))})", f.source)
+        if props.merge_operands and props.merge_operator not in _MERGE_OPERATORS:
+            raise UnsupportedFormatError(
+                f"{f.source}: merge operator {props.merge_operator} is not supported "
+                "(Flink uses StringAppendTESTOperator)")
+        entry = self._cfs.setdefault(cf, _ColumnFamily(cf))
+        entry.tables.append((f, path))
+        entry.merge_operands += props.merge_operands
+
+    def _open_db(self, root: str, manifest: DbFile) -> None:
+        from rocksdict import AccessType, Options, Rdict
+
+        opts = Options(raw_mode=True)
+        opts.create_if_missing(False)
+        try:
+            names = Rdict.list_cf(root, opts)
+            self._db = Rdict(
+                root, opts,
+                column_families={n: Options(raw_mode=True) for n in names},
+                access_type=AccessType.read_only())
+            live = self._db.live_files()
+        except Exception as e:  # rocksdict raises plain Exception with RocksDB's status text
+            raise CorruptStateError(f"RocksDB cannot open the restored DB: {_local_names(e)}",
+                                    manifest.source) from e
+        self._cf_names = [n for n in names if n != DEFAULT_CF]
+        for n in self._cf_names:
+            if self.state_names is not None and n not in self.state_names:
+                raise CorruptStateError(
+                    f"column family {n!r} is not a state of this operator's metadata "
+                    f"({', '.join(sorted(self.state_names))})", manifest.source)
+        if self.state_names is not None:
+            missing = sorted(self.state_names - set(self._cf_names))
+            if missing:
+                raise CorruptStateError(
+                    f"the MANIFEST has no column family for state(s) {', '.join(missing)} "
+                    "(truncated MANIFEST?)", manifest.source)
+        live_names = {os.path.basename(lf["name"]): lf for lf in live}
+        for f in self.handle.sst_files:
+            lf = live_names.get(f.local_path)
+            if lf is None:
+                raise CorruptStateError(
+                    f"table {f.local_path} is not live in {manifest.local_path} "
+                    "(truncated or mismatched MANIFEST)", manifest.source)
+        for name, lf in live_names.items():
+            if name not in self._by_name:
+                raise CorruptStateError(
+                    f"{manifest.local_path} names table {name}, which the state handle does not "
+                    "include (missing SST)", manifest.source)
+            if lf["size"] != self._by_name[name].size and self._by_name[name].size >= 0:
+                raise CorruptStateError(
+                    f"{manifest.local_path} says {name} has {lf['size']} bytes, its handle says "
+                    f"{self._by_name[name].size}", self._by_name[name].source)
+        for cf in self._cfs:
+            if cf != DEFAULT_CF and cf not in self._cf_names:
+                f = self._cfs[cf].tables[0][0]
+                raise CorruptStateError(
+                    f"table belongs to column family {cf!r}, unknown to {manifest.local_path}",
+                    f.source)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    @property
+    def column_families(self) -> list[str]:
+        """The column families (= state names) of the DB, ``default`` excluded."""
+        return list(self._cf_names)
+
+    def uses_merge_reader(self, state: str) -> bool:
+        """True when ``state``'s tables hold merge operands (read with the SST reader)."""
+        cf = self._cfs.get(state)
+        return cf is not None and cf.merge_operands > 0
+
+    def key_group_bounds(self, key_groups: tuple[int, int] | None) -> tuple[int, int] | None:
+        """The request intersected with the handle's range (inclusive), None if empty."""
+        start, end = self.handle.start_key_group, self.handle.end_key_group
+        if key_groups is not None:
+            start, end = max(start, key_groups[0]), min(end, key_groups[1])
+        return (start, end) if start <= end else None
+
+    def entries(
+        self, state: str, key_groups: tuple[int, int] | None = None, *, reader: str = "auto"
+    ) -> Iterator[KeyValue]:
+        """Raw entries of ``state`` in key order within ``key_groups`` (inclusive) and the handle.
+
+        ``reader`` is ``auto`` (SST reader for column families with merge operands, rocksdict
+        otherwise), ``sst`` or ``rocksdb`` (the latter misses un-merged list entries).
+        """
+        if self._db is None:
+            raise StatequeryError("the RocksDB state is closed")
+        if state == DEFAULT_CF or state not in self._cf_names:
+            if self.state_names is not None and state in self.state_names:
+                return iter(())
+            raise InvalidOptionError(
+                f"no column family {state!r} in this RocksDB snapshot; it has: "
+                f"{', '.join(self._cf_names) or 'none'}")
+        bounds = self.key_group_bounds(key_groups)
+        if bounds is None:
+            return iter(())
+        n = self.prefix_bytes
+        start = bounds[0].to_bytes(n, "big")
+        stop = (bounds[1] + 1).to_bytes(n, "big")
+        if reader not in ("auto", "sst", "rocksdb"):
+            raise InvalidOptionError(f"reader must be auto, sst or rocksdb, not {reader!r}")
+        if reader == "sst" or (reader == "auto" and self.uses_merge_reader(state)):
+            return self._sst_entries(state, start, stop)
+        return self._rocksdb_entries(state, start, stop)
+
+    def _sst_entries(self, state: str, start: bytes, stop: bytes) -> Iterator[KeyValue]:
+        cf = self._cfs.get(state)
+        if cf is None:
+            return
+        n = self.prefix_bytes
+        tables = [self._tables[f.local_path] for f, _ in cf.tables]
+        for key, value in merged_entries(tables, start, stop):
+            yield KeyValue(int.from_bytes(key[:n], "big"), key, value)
+
+    def _rocksdb_entries(self, state: str, start: bytes, stop: bytes) -> Iterator[KeyValue]:
+        from rocksdict import ReadOptions
+
+        n = self.prefix_bytes
+        ro = ReadOptions()  # bounds are raw bytes: the DB is opened in raw mode
+        ro.set_iterate_upper_bound(stop)
+        try:
+            cf = self._db.get_column_family(state)
+            for key, value in cf.items(from_key=start, read_opt=ro):
+                if key >= stop:
+                    break
+                yield KeyValue(int.from_bytes(key[:n], "big"), key, value)
+        except StatequeryError:
+            raise
+        except Exception as e:
+            raise CorruptStateError(f"RocksDB failed reading column family {state!r}: "
+                                    f"{_local_names(e)}", self._manifest.source) from e
+
+    def describe(self, state: str) -> str:
+        """The files holding ``state`` (for errors): its tables, or the MANIFEST."""
+        cf = self._cfs.get(state)
+        if cf is not None and cf.tables:
+            return ", ".join(f.source for f, _ in cf.tables)
+        return self._manifest.source
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        for t in self._tables.values():
+            t.close()
+        self._tables.clear()
+        if self._db is not None:
+            try:
+                self._db.close()
+            finally:
+                self._db = None
+        if self._dir is not None:
+            self._dir.close()
+            self._dir = None
+            self.cache.evict()  # the entries this DB linked are evictable again
+
+    def __enter__(self) -> RocksDBState:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _local_names(e: BaseException) -> str:
+    """RocksDB's message with our private directory stripped from the file names it cites."""
+    return re.sub(r"(/[^\s:]*)?/db/[0-9a-f]{32}/", "", str(e)).strip()
+
+
+def from_incremental_handle(handle: Any, resolver: Any) -> RocksDBHandle:
+    """A :class:`RocksDBHandle` from the metadata layer's ``IncrementalHandle``.
+
+    ``resolver`` is the ``metadata.handles.HandleResolver`` of the snapshot: it resolves relative
+    files against the ``_metadata`` directory and remaps absolute paths of a moved checkpoint.
+    """
+    from statequery.metadata.handles import ByteStreamHandle, EmptySegmentHandle, SegmentHandle
+
+    files = []
+    for name, sh in (*handle.shared, *handle.private):
+        if isinstance(sh, ByteStreamHandle):
+            files.append(DbFile(name, data=sh.data, size=len(sh.data),
+                                description=resolver.source_name(sh)))
+        elif isinstance(sh, EmptySegmentHandle):
+            files.append(DbFile(name, data=b"", size=0, description=f"<empty segment {name}>"))
+        elif isinstance(sh, SegmentHandle):
+            files.append(DbFile(name, location=resolver.resolve_path(sh.physical_path),
+                                size=sh.segment_size, offset=sh.start))
+        else:
+            location = resolver.location(sh)
+            if location is None:
+                raise UnsupportedFormatError(
+                    f"RocksDB file {name} is stored in a {type(sh).__name__}, which statequery "
+                    "cannot fetch")
+            size = sh.size
+            if size is None:
+                size = len(resolver.io.new_input(location))
+            files.append(DbFile(name, location=location, size=size))
+    kgr = handle.key_group_range
+    return RocksDBHandle(kgr.start, kgr.end, tuple(files),
+                         name=handle.handle_id or handle.backend_id or "")
+
+
+def _bounds(key_groups: Any) -> tuple[int, int] | None:
+    if key_groups is None:
+        return None
+    if isinstance(key_groups, tuple):
+        return int(key_groups[0]), int(key_groups[1])
+    return int(key_groups.start), int(key_groups.end)  # hashing.KeyGroupRange
+
+
+def _handle_range(h: Any) -> tuple[int, int]:
+    if isinstance(h, RocksDBHandle):
+        return h.start_key_group, h.end_key_group
+    kgr = h.key_group_range
+    return kgr.start, kgr.end
+
+
+def read_entries(
+    handles: Iterable[Any],
+    io: FileIO,
+    state: str,
+    *,
+    max_parallelism: int,
+    key_groups: Any = None,
+    cache: FileCache | None = None,
+    state_names: Collection[str] | None = None,
+    resolver: Any = None,
+) -> Iterator[KeyValue]:
+    """Raw entries of ``state`` over every handle whose key-group range overlaps ``key_groups``.
+
+    ``handles`` are :class:`RocksDBHandle` or the metadata layer's ``IncrementalHandle`` (then
+    ``resolver``, a ``HandleResolver``, is required); ``key_groups`` is an inclusive
+    ``(start, end)`` or a ``KeyGroupRange``. Handles are opened one at a time in key-group order
+    and closed before the next; handles that do not overlap are never resolved nor fetched.
+    """
+    cache = cache if cache is not None else default_cache()
+    if resolver is not None:
+        for d in (resolver.metadata_dir, resolver.job_dir):
+            if d:
+                cache.check_outside(d)
+    bounds = _bounds(key_groups)
+    selected: Sequence[Any] = sorted(
+        (h for h in handles
+         if bounds is None or (_handle_range(h)[0] <= bounds[1]
+                               and bounds[0] <= _handle_range(h)[1])),
+        key=lambda h: _handle_range(h)[0])
+    for h in selected:
+        if not isinstance(h, RocksDBHandle):
+            if resolver is None:
+                raise InvalidOptionError("read_entries needs a HandleResolver for "
+                                         f"{type(h).__name__} handles")
+            h = from_incremental_handle(h, resolver)
+        with RocksDBState(h, io, max_parallelism=max_parallelism, cache=cache,
+                          state_names=state_names) as db:
+            yield from db.entries(state, bounds)
+
+
+def feed(
+    entries: Iterable[KeyValue],
+    prefix_len: int,
+    on_entry: Callable[[bytes, int, int, int, int, int], None],
+    finish: Callable[[], None] | None = None,
+) -> int:
+    """Drive a ``keygroups.CompositeEntryDecoder``-style handler with RocksDB entries.
+
+    Calls ``on_entry(buf, kpos, kend, vpos, vend, key_group)`` with ``buf = key + value`` and
+    ``kpos`` just after the key-group prefix (the canonical scan's convention), and ``finish()``
+    at the end of every key group. Returns the number of entries.
+    """
+    current = -1
+    n = 0
+    for kg, key, value in entries:
+        if kg != current:
+            if current >= 0 and finish is not None:
+                finish()
+            current = kg
+        buf = key + value
+        k = len(key)
+        on_entry(buf, prefix_len, k, k, len(buf), kg)
+        n += 1
+    if current >= 0 and finish is not None:
+        finish()
+    return n
+
+
+# -- the KeyedBackend for reader.py --------------------------------------------------------------
+
+_DEFAULT_CACHE: FileCache | None = None
+
+
+def default_cache() -> FileCache:
+    """The process-wide cache (``STATEQUERY_CACHE_DIR`` / ``~/.cache/statequery``), made lazily."""
+    global _DEFAULT_CACHE
+    if _DEFAULT_CACHE is None:
+        _DEFAULT_CACHE = FileCache()
+    return _DEFAULT_CACHE
+
+
+class RocksDBKeyedBackend:
+    """A ``statequery.backends.KeyedBackend`` over one subtask's ``IncrementalHandle``.
+
+    Nothing is fetched when it is made. ``layouts`` reads the handle's small meta-data stream
+    (the ``KeyedBackendSerializationProxy``) on first use; :meth:`scan` restores the DB (through
+    the cache) only when the requested key groups overlap the handle, decodes the state's entries
+    with :class:`~statequery.backends.keygroups.CompositeEntryDecoder`, and closes the DB when
+    the scan ends.
+    """
+
+    compressed = False
+
+    def __init__(self, handle: Any, context: Any, cache: FileCache | None = None) -> None:
+        self.handle = handle
+        self.context = context
+        self.resolver = context.resolver
+        self.max_parallelism = int(context.max_parallelism)
+        self.cache = cache or getattr(context, "cache", None) or default_cache()
+        kgr = handle.key_group_range
+        self.key_groups: Sequence[int] = range(kgr.start, kgr.end + 1)
+        self.name = self.resolver.source_name(handle.meta)
+        self._proxy: Any = None
+        self._layouts: dict[str, Any] | None = None
+        self.errors: dict[str, str] = {}
+
+    @property
+    def proxy(self) -> Any:
+        if self._proxy is None:
+            from statequery.backends import HandleStream, _read_proxy
+
+            self._proxy = _read_proxy(HandleStream(self.resolver, self.handle.meta), 0)
+        return self._proxy
+
+    @property
+    def key_serializer(self) -> Any:
+        return getattr(self.proxy, "key_serializer", None)
+
+    @property
+    def layouts(self) -> dict[str, Any]:
+        if self._layouts is None:
+            from statequery.arrow.schemas import StateLayout, layout_from_meta
+
+            layouts: dict[str, Any] = {}
+            for meta in self.proxy.states:
+                try:
+                    layouts[meta.name] = layout_from_meta(meta, self.key_serializer)
+                except UnsupportedFormatError as e:
+                    layouts[meta.name] = StateLayout(meta.name, "unknown")
+                    self.errors[meta.name] = str(e)
+            self._layouts = layouts
+        return self._layouts
+
+    def open(self) -> RocksDBState:
+        """Restore and open the DB (the caller closes it)."""
+        for d in (self.resolver.metadata_dir, self.resolver.job_dir):
+            if d:
+                self.cache.check_outside(d)
+        return RocksDBState(
+            from_incremental_handle(self.handle, self.resolver), self.resolver.io,
+            max_parallelism=self.max_parallelism, cache=self.cache,
+            state_names=[s.name for s in self.proxy.states])
+
+    def scan(
+        self, layout: Any, mode: str | None, builder: Any,
+        key_groups: Iterable[int] | None = None,
+    ) -> Iterator[int]:
+        """Append ``layout``'s rows for ``key_groups`` to ``builder``; yield per key group."""
+        from statequery.backends.keygroups import CompositeEntryDecoder
+        from statequery.serializers.readers import DECODE_ERRORS, DecodeError
+
+        own = self.key_groups
+        wanted = None if key_groups is None else {kg for kg in key_groups if kg in own}
+        if wanted is not None and not wanted:
+            return
+        bounds = None if wanted is None else (min(wanted), max(wanted))
+        decoder = CompositeEntryDecoder(layout, mode, builder)
+        on_entry, prefix = decoder.on_entry, key_group_prefix_bytes(self.max_parallelism)
+        with self.open() as db:
+            if layout.name not in db.column_families:
+                return
+            current = -1
+            for kg, key, value in db.entries(layout.name, bounds):
+                if wanted is not None and kg not in wanted:
+                    continue
+                if kg != current:
+                    if current >= 0:
+                        decoder.finish()
+                        yield current
+                    current = kg
+                buf = key + value
+                try:
+                    on_entry(buf, prefix, len(key), len(key), len(buf), kg)
+                except DecodeError as e:
+                    raise CorruptStateError(
+                        f"state {layout.name!r}, key group {kg}: {e.message} (entry key "
+                        f"{key.hex()})", db.describe(layout.name)) from e
+                except DECODE_ERRORS as e:
+                    raise CorruptStateError(
+                        f"state {layout.name!r}, key group {kg}: {type(e).__name__}: {e} "
+                        f"(entry key {key.hex()})", db.describe(layout.name)) from e
+            if current >= 0:
+                decoder.finish()
+                yield current
+
+
+def _incremental_factory(handle: Any, context: Any) -> RocksDBKeyedBackend | None:
+    from statequery.metadata.handles import IncrementalHandle
+
+    if not isinstance(handle, IncrementalHandle):
+        return None
+    return RocksDBKeyedBackend(handle, context)
+
+
+_REGISTERED = False
+
+
+def register() -> None:
+    """Register the RocksDB backend with :func:`statequery.backends.register_keyed_backend`
+    (done on import; idempotent)."""
+    global _REGISTERED
+    if not _REGISTERED:
+        from statequery.backends import register_keyed_backend
+
+        register_keyed_backend(_incremental_factory)  # type: ignore[arg-type]
+        _REGISTERED = True
+
+
+register()

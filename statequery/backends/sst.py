@@ -1,0 +1,711 @@
+"""A pure-Python reader of RocksDB block-based table files (``*.sst``).
+
+Why: Flink's ``ListState.add`` is a RocksDB *merge* (operator ``stringappendtest``, delimiter
+``,``). Until a compaction runs, a list column family holds one merge operand per ``add()``, and
+rocksdict (no merge operator) returns nothing for those keys. This module reads the operands
+straight from the table files, and :func:`merged_entries` applies RocksDB's merge semantics across
+every table of a column family. See ``docs/rocksdb.md``.
+
+Format (RocksDB ``table/block_based/``, ``table/format.cc``, ``db/dbformat.h``):
+
+* **Footer** at the end of the file. Legacy (``kLegacyBlockBasedTableMagicNumber``): 48 bytes =
+  metaindex handle + index handle (varints, padded to 40 bytes) + 8-byte magic. Versioned
+  (``kBlockBasedTableMagicNumber``, format_version 1..5): 53 bytes = checksum type, the two
+  handles padded to 40 bytes, ``uint32 format_version``, magic. format_version 6+: checksum type,
+  extended magic ``3E 00 7A 00``, footer checksum, base context checksum, ``uint32`` metaindex
+  size (the metaindex block ends where the footer begins; the index handle is in the metaindex
+  under ``rocksdb.index``), padding, ``uint32 format_version``, magic.
+* **Block handle**: varint64 offset, varint64 size; every block is followed by a 5-byte trailer
+  (compression type, 32-bit checksum).
+* **Block**: entries ``varint32 shared, varint32 non_shared, varint32 value_len, key delta,
+  value``, then ``uint32`` restart offsets and ``uint32 num_restarts`` (whose top bit flags a data
+  block hash index placed between the restarts and that word). Index blocks written with
+  ``index_value_is_delta_encoded`` omit ``value_len`` and encode the value as a full block handle
+  at restart points (``shared == 0``) and as a zig-zag size delta otherwise.
+* **Compression** (trailer byte): 0 none, 1 snappy (raw), 2 zlib (raw deflate), 3 bzip2, 4 lz4,
+  5 lz4hc, 7 zstd; all but snappy carry a varint32 uncompressed-size prefix (format_version >= 2).
+* **Internal key** = user key + little-endian ``uint64 (seq << 8 | type)``; type 0 deletion,
+  1 value, 2 merge, 7 single deletion, 0x0F range deletion (in the ``rocksdb.range_del`` meta block,
+  value = exclusive end key).
+* **Index**: binary-search (0), hash-search (1, same index block plus prefix meta blocks),
+  two-level/partitioned (2: a top-level index of index partitions), binary search with first key
+  (3: each value followed by a length-prefixed first key).
+
+Checksums are not verified (no crc32c/xxhash in the dependencies); every length and offset is
+bounds-checked instead, so a truncated or corrupt file raises
+:class:`~statequery.exceptions.CorruptStateError` naming the file and offset.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import struct
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from statequery.exceptions import CorruptStateError, UnsupportedFormatError
+
+__all__ = [
+    "TYPE_DELETION",
+    "TYPE_MERGE",
+    "TYPE_RANGE_DELETION",
+    "TYPE_SINGLE_DELETION",
+    "TYPE_VALUE",
+    "InternalEntry",
+    "SstFile",
+    "TableProperties",
+    "merge_entries",
+    "merged_entries",
+]
+
+LEGACY_MAGIC = 0xDB4775248B80FB57
+BLOCK_BASED_MAGIC = 0x88E241B785F4CFF7
+# Other table formats (named in errors only).
+_OTHER_MAGICS = {
+    0x4F3418EB7A8F13B8: "legacy plain table",
+    0x8242229663BF9564: "plain table",
+    0x926789D0C5F17873: "cuckoo table",
+}
+_EXTENDED_MAGIC = b"\x3e\x00\x7a\x00"
+_LEGACY_FOOTER = 48
+_NEW_FOOTER = 53
+_BLOCK_TRAILER = 5
+
+TYPE_DELETION = 0x0
+TYPE_VALUE = 0x1
+TYPE_MERGE = 0x2
+TYPE_SINGLE_DELETION = 0x7
+TYPE_RANGE_DELETION = 0xF
+TYPE_DELETION_WITH_TIMESTAMP = 0x14
+_KNOWN_TYPES = {TYPE_DELETION, TYPE_VALUE, TYPE_MERGE, TYPE_SINGLE_DELETION}
+_TYPE_NAMES = {0x11: "blob index (BlobDB)", 0x16: "wide-column entity",
+               0x18: "value with preferred seqno"}
+
+_COMPRESSION_NAMES = {0: "none", 1: "snappy", 2: "zlib", 3: "bzip2", 4: "lz4", 5: "lz4hc",
+                      6: "xpress", 7: "zstd"}
+
+_INT_PROPERTIES = {
+    "rocksdb.data.size", "rocksdb.index.size", "rocksdb.index.partitions",
+    "rocksdb.top-level.index.size", "rocksdb.index.key.is.user.key",
+    "rocksdb.index.value.is.delta.encoded", "rocksdb.filter.size", "rocksdb.raw.key.size",
+    "rocksdb.raw.value.size", "rocksdb.num.data.blocks", "rocksdb.num.entries",
+    "rocksdb.num.filter_entries", "rocksdb.deleted.keys", "rocksdb.merge.operands",
+    "rocksdb.num.range-deletions", "rocksdb.format.version", "rocksdb.fixed.key.length",
+    "rocksdb.column.family.id", "rocksdb.creation.time", "rocksdb.oldest.key.time",
+    "rocksdb.file.creation.time", "rocksdb.newest.key.time", "rocksdb.key.largest.seqno",
+    "rocksdb.key.smallest.seqno", "rocksdb.original.file.number", "rocksdb.tail.start.offset",
+    "rocksdb.user.defined.timestamps.persisted", "rocksdb.slow.compression.estimated.data.size",
+    "rocksdb.fast.compression.estimated.data.size",
+}
+
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+
+
+def _varint(buf: bytes, pos: int, source: str = "<sst>") -> tuple[int, int]:
+    """Decode a little-endian base-128 varint at ``pos``: (value, next position)."""
+    try:
+        b = buf[pos]
+    except IndexError:
+        raise CorruptStateError("varint runs past the end of its block", source, pos) from None
+    if b < 0x80:
+        return b, pos + 1
+    result = b & 0x7F
+    shift = 7
+    pos += 1
+    while True:
+        if pos >= len(buf) or shift > 63:
+            raise CorruptStateError("malformed varint", source, pos)
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+
+
+@dataclass(frozen=True)
+class BlockHandle:
+    offset: int
+    size: int
+
+
+def _read_handle(buf: bytes, pos: int, source: str) -> tuple[BlockHandle, int]:
+    offset, pos = _varint(buf, pos, source)
+    size, pos = _varint(buf, pos, source)
+    return BlockHandle(offset, size), pos
+
+
+@dataclass(frozen=True)
+class TableProperties:
+    """The ``rocksdb.properties`` meta block of one table file (``TableProperties``)."""
+
+    values: dict[str, int | bytes] = field(default_factory=dict)
+
+    def get_int(self, name: str, default: int = 0) -> int:
+        v = self.values.get(name, default)
+        return v if isinstance(v, int) else default
+
+    def get_text(self, name: str, default: str = "") -> str:
+        v = self.values.get(name)
+        return v.decode("utf-8", "replace") if isinstance(v, bytes) else default
+
+    @property
+    def column_family_name(self) -> str:
+        return self.get_text("rocksdb.column.family.name")
+
+    @property
+    def column_family_id(self) -> int:
+        return self.get_int("rocksdb.column.family.id", -1)
+
+    @property
+    def comparator(self) -> str:
+        return self.get_text("rocksdb.comparator")
+
+    @property
+    def merge_operator(self) -> str:
+        return self.get_text("rocksdb.merge.operator")
+
+    @property
+    def compression(self) -> str:
+        return self.get_text("rocksdb.compression")
+
+    @property
+    def num_entries(self) -> int:
+        return self.get_int("rocksdb.num.entries")
+
+    @property
+    def merge_operands(self) -> int:
+        return self.get_int("rocksdb.merge.operands")
+
+    @property
+    def deletions(self) -> int:
+        return self.get_int("rocksdb.deleted.keys")
+
+    @property
+    def range_deletions(self) -> int:
+        return self.get_int("rocksdb.num.range-deletions")
+
+    @property
+    def index_type(self) -> int:
+        v = self.values.get("rocksdb.block.based.table.index.type")
+        if isinstance(v, bytes) and len(v) == 4:
+            return int(_U32.unpack(v)[0])
+        return 0
+
+    @property
+    def index_key_is_user_key(self) -> bool:
+        return bool(self.get_int("rocksdb.index.key.is.user.key"))
+
+    @property
+    def index_value_is_delta_encoded(self) -> bool:
+        return bool(self.get_int("rocksdb.index.value.is.delta.encoded"))
+
+    @property
+    def global_seqno(self) -> int | None:
+        """The global sequence number of an ingested file written with ``write_global_seqno``."""
+        if self.get_int("rocksdb.external_sst_file.version") < 2 and \
+                "rocksdb.external_sst_file.version" not in self.values:
+            return None
+        v = self.values.get("rocksdb.external_sst_file.global_seqno")
+        if isinstance(v, bytes) and len(v) == 8:
+            seq = int(_U64.unpack(v)[0])
+            return seq or None
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class InternalEntry:
+    """One internal key of a table: user key, sequence number, value type, value."""
+
+    user_key: bytes
+    seq: int
+    type: int
+    value: bytes
+
+
+class _Block:
+    """A decoded (uncompressed) block: its entry area and restart points."""
+
+    __slots__ = ("base", "data", "delta_values", "first_keys", "limit", "restarts", "source")
+
+    def __init__(self, data: bytes, source: str, base: int, delta_values: bool = False,
+                 first_keys: bool = False) -> None:
+        self.data = data
+        self.source = source
+        self.base = base  # file offset of the block (for errors)
+        self.delta_values = delta_values
+        self.first_keys = first_keys  # index values carry the block's first key (index type 3)
+        n = len(data)
+        if n < 4:
+            raise CorruptStateError(f"block of {n} bytes is too short", source, base)
+        word = _U32.unpack_from(data, n - 4)[0]
+        num_restarts = word & 0x7FFFFFFF
+        end = n - 4
+        if word & 0x80000000:  # kDataBlockBinaryAndHash: hash index (uint8 buckets + uint16 count)
+            if end < 2:
+                raise CorruptStateError("truncated data block hash index", source, base)
+            num_buckets = struct.unpack_from("<H", data, end - 2)[0]
+            end -= 2 + num_buckets
+        restarts_at = end - 4 * num_restarts
+        if num_restarts == 0 or restarts_at < 0:
+            raise CorruptStateError(f"block restart count {num_restarts} does not fit", source,
+                                    base)
+        self.limit = restarts_at
+        self.restarts = struct.unpack_from(f"<{num_restarts}I", data, restarts_at)
+        if restarts_at and max(self.restarts) >= restarts_at:
+            raise CorruptStateError("restart offset out of range", source, base)
+
+    def _key_at_restart(self, index: int) -> bytes:
+        data = self.data
+        pos = self.restarts[index]
+        shared, pos = _varint(data, pos, self.source)
+        non_shared, pos = _varint(data, pos, self.source)
+        if not self.delta_values:
+            _, pos = _varint(data, pos, self.source)
+        if shared:
+            raise CorruptStateError("restart entry with a shared prefix", self.source,
+                                    self.base + pos)
+        return data[pos : pos + non_shared]
+
+    def entries(self, start: int = 0) -> Iterator[tuple[bytes, bytes]]:
+        """(key, raw value) from the restart point ``start`` to the end of the block."""
+        data = self.data
+        limit = self.limit
+        source = self.source
+        pos = self.restarts[start] if self.restarts else limit
+        key = b""
+        if self.delta_values:
+            yield from self._index_entries(pos)
+            return
+        while pos < limit:
+            # fast path: all three varints below 128
+            shared = data[pos]
+            non_shared = data[pos + 1] if pos + 1 < limit else 0x80
+            value_len = data[pos + 2] if pos + 2 < limit else 0x80
+            if shared | non_shared | value_len < 0x80:
+                pos += 3
+            else:
+                shared, pos = _varint(data, pos, source)
+                non_shared, pos = _varint(data, pos, source)
+                value_len, pos = _varint(data, pos, source)
+            end_key = pos + non_shared
+            end = end_key + value_len
+            if end > limit or shared > len(key):
+                raise CorruptStateError("block entry runs past the block", source, self.base + pos)
+            key = key[:shared] + data[pos:end_key] if shared else data[pos:end_key]
+            yield key, data[end_key:end]
+            pos = end
+
+    def _index_entries(self, pos: int) -> Iterator[tuple[bytes, bytes]]:
+        """Index entries with delta-encoded values: yields (key, encoded full handle)."""
+        data = self.data
+        limit = self.limit
+        source = self.source
+        key = b""
+        prev: BlockHandle | None = None
+        while pos < limit:
+            shared, pos = _varint(data, pos, source)
+            non_shared, pos = _varint(data, pos, source)
+            end_key = pos + non_shared
+            if end_key > limit or shared > len(key):
+                raise CorruptStateError("index entry runs past the block", source, self.base + pos)
+            key = key[:shared] + data[pos:end_key]
+            pos = end_key
+            if shared == 0:
+                handle, pos = _read_handle(data, pos, source)
+            else:
+                if prev is None:
+                    raise CorruptStateError("delta-encoded index entry without a base", source,
+                                            self.base + pos)
+                zz, pos = _varint(data, pos, source)
+                delta = (zz >> 1) ^ -(zz & 1)
+                handle = BlockHandle(prev.offset + prev.size + _BLOCK_TRAILER, prev.size + delta)
+            if self.first_keys:  # length-prefixed first internal key of the block: skip it
+                n, pos = _varint(data, pos, source)
+                pos += n
+                if pos > limit:
+                    raise CorruptStateError("index entry runs past the block", source,
+                                            self.base + pos)
+            prev = handle
+            yield key, _encode_handle(handle)
+
+    def seek_restart(self, target: bytes, key_of: Any = None) -> int:
+        """Index of the last restart point whose key is < ``target`` (0 if none)."""
+        lo, hi = 0, len(self.restarts) - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            k = self._key_at_restart(mid)
+            if key_of is not None:
+                k = key_of(k)
+            if k < target:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+
+def _encode_handle(h: BlockHandle) -> bytes:
+    out = bytearray()
+    for v in (h.offset, h.size):
+        while v >= 0x80:
+            out.append((v & 0x7F) | 0x80)
+            v >>= 7
+        out.append(v)
+    return bytes(out)
+
+
+def _decompress(kind: int, data: bytes, source: str, offset: int) -> bytes:
+    import cramjam
+
+    try:
+        if kind == 1:
+            return bytes(cramjam.snappy.decompress_raw(data))
+        if kind in (2, 3, 4, 5, 7):
+            size, pos = _varint(data, 0, source)
+            payload = data[pos:]
+            if kind in (4, 5):
+                out = bytes(cramjam.lz4.decompress_block(payload, output_len=size))
+            elif kind == 7:
+                out = bytes(cramjam.zstd.decompress(payload))
+            elif kind == 2:
+                out = _inflate_raw(payload)
+            else:
+                out = bytes(cramjam.bzip2.decompress(payload))
+            if len(out) != size:
+                raise CorruptStateError(
+                    f"{_COMPRESSION_NAMES[kind]} block inflated to {len(out)} bytes, "
+                    f"expected {size}", source, offset)
+            return out
+    except CorruptStateError:
+        raise
+    except Exception as e:  # cramjam raises its own DecompressionError
+        raise CorruptStateError(
+            f"cannot decompress {_COMPRESSION_NAMES.get(kind, kind)} block: {e}", source, offset
+        ) from e
+    raise UnsupportedFormatError(
+        f"{source}: block compression {_COMPRESSION_NAMES.get(kind, kind)!s} (type {kind}) is not "
+        "supported; supported: none, snappy, zlib, bzip2, lz4, lz4hc, zstd")
+
+
+def _inflate_raw(payload: bytes) -> bytes:
+    import zlib
+
+    return zlib.decompress(payload, -15)
+
+
+class SstFile:
+    """One block-based table file, opened lazily: footer, meta blocks and index on first use.
+
+    ``source`` names the file in errors (the remote location it came from, when known).
+    Reads go through a seekable binary stream (a local file here: tables are fetched into the
+    cache before they are read).
+    """
+
+    def __init__(self, path: str, source: str | None = None) -> None:
+        self.path = path
+        self.source = source or path
+        try:
+            self._f: IO[bytes] = open(path, "rb")
+            self.size = os.fstat(self._f.fileno()).st_size
+        except OSError as e:
+            raise CorruptStateError(f"cannot open table file: {e}", self.source) from e
+        try:
+            self._read_footer()
+            self._read_meta()
+        except BaseException:
+            self._f.close()
+            raise
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self) -> SstFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SstFile({self.source!r})"
+
+    # -- raw access ----------------------------------------------------------------------------
+
+    def _pread(self, offset: int, n: int) -> bytes:
+        if offset < 0 or n < 0 or offset + n > self.size:
+            raise CorruptStateError(
+                f"block [{offset}, {offset + n}) lies outside the {self.size}-byte file "
+                "(truncated?)", self.source, offset)
+        self._f.seek(offset)
+        data = self._f.read(n)
+        if len(data) != n:
+            raise CorruptStateError(f"short read of {n} bytes (truncated?)", self.source, offset)
+        return data
+
+    def read_block(self, handle: BlockHandle, delta_values: bool = False,
+                   first_keys: bool = False) -> _Block:
+        raw = self._pread(handle.offset, handle.size + _BLOCK_TRAILER)
+        kind = raw[handle.size]
+        data = raw[: handle.size]
+        if kind:
+            data = _decompress(kind, data, self.source, handle.offset)
+        return _Block(data, self.source, handle.offset, delta_values, first_keys)
+
+    # -- footer and meta blocks ----------------------------------------------------------------
+
+    def _read_footer(self) -> None:
+        if self.size < _LEGACY_FOOTER:
+            raise CorruptStateError(
+                f"{self.size} bytes is too short for a table file (truncated?)", self.source, 0)
+        tail = self._pread(self.size - _NEW_FOOTER, _NEW_FOOTER) if self.size >= _NEW_FOOTER \
+            else b"\x00" * (_NEW_FOOTER - self.size) + self._pread(0, self.size)
+        magic = _U64.unpack_from(tail, _NEW_FOOTER - 8)[0]
+        self.checksum_type = 1
+        if magic == LEGACY_MAGIC:
+            self.format_version = 0
+            footer = tail[_NEW_FOOTER - _LEGACY_FOOTER :]
+            self.metaindex_handle, pos = _read_handle(footer, 0, self.source)
+            self.index_handle, _ = _read_handle(footer, pos, self.source)
+            self._footer_start = self.size - _LEGACY_FOOTER
+            return
+        if magic != BLOCK_BASED_MAGIC:
+            other = _OTHER_MAGICS.get(magic)
+            if other:
+                raise UnsupportedFormatError(f"{self.source}: {other} files are not supported; "
+                                             "only block-based tables")
+            raise CorruptStateError(
+                f"bad table magic {magic:#018x} (not a RocksDB block-based table, or truncated)",
+                self.source, self.size - 8)
+        self.format_version = _U32.unpack_from(tail, _NEW_FOOTER - 12)[0]
+        self.checksum_type = tail[0]
+        self._footer_start = self.size - _NEW_FOOTER
+        if self.format_version > 7:
+            raise UnsupportedFormatError(
+                f"{self.source}: table format_version {self.format_version} is not supported "
+                "(supported: 0..7)")
+        if self.format_version >= 6:
+            if tail[1:5] != _EXTENDED_MAGIC:
+                raise CorruptStateError("bad extended footer magic", self.source,
+                                        self._footer_start + 1)
+            metaindex_size = _U32.unpack_from(tail, 13)[0]
+            self.metaindex_handle = BlockHandle(
+                self._footer_start - metaindex_size - _BLOCK_TRAILER, metaindex_size)
+            self.index_handle = BlockHandle(0, 0)  # from the metaindex
+        else:
+            self.metaindex_handle, pos = _read_handle(tail, 1, self.source)
+            self.index_handle, _ = _read_handle(tail, pos, self.source)
+
+    def _read_meta(self) -> None:
+        meta = self.read_block(self.metaindex_handle)
+        self.meta_blocks: dict[str, BlockHandle] = {}
+        for key, value in meta.entries():
+            handle, _ = _read_handle(value, 0, self.source)
+            self.meta_blocks[key.decode("utf-8", "replace")] = handle
+        if self.format_version >= 6:
+            if "rocksdb.index" not in self.meta_blocks:
+                raise CorruptStateError("format_version 6 table without an index handle",
+                                        self.source, self.metaindex_handle.offset)
+            self.index_handle = self.meta_blocks["rocksdb.index"]
+        values: dict[str, int | bytes] = {}
+        props = self.meta_blocks.get("rocksdb.properties")
+        if props is not None:
+            for key, value in self.read_block(props).entries():
+                name = key.decode("utf-8", "replace")
+                if name in _INT_PROPERTIES:
+                    values[name], _ = _varint(value, 0, self.source)
+                else:
+                    values[name] = value
+        self.properties = TableProperties(values)
+        comparator = self.properties.comparator
+        if comparator and comparator not in ("leveldb.BytewiseComparator",
+                                             "rocksdb.BytewiseComparator"):
+            raise UnsupportedFormatError(
+                f"{self.source}: comparator {comparator} is not supported "
+                "(Flink uses leveldb.BytewiseComparator)")
+        self._global_seqno = self.properties.global_seqno
+        self._index: list[tuple[bytes, BlockHandle]] | None = None
+
+    # -- index ---------------------------------------------------------------------------------
+
+    def _index_user_key(self, key: bytes) -> bytes:
+        return key if self.properties.index_key_is_user_key else key[:-8]
+
+    def _decode_index_value(self, value: bytes) -> BlockHandle:
+        handle, _ = _read_handle(value, 0, self.source)
+        return handle
+
+    def data_block_handles(self) -> list[tuple[bytes, BlockHandle]]:
+        """(separator user key, data block handle) for every data block, in order."""
+        if self._index is None:
+            delta = self.properties.index_value_is_delta_encoded
+            index_type = self.properties.index_type
+            if index_type not in (0, 1, 2, 3):
+                raise UnsupportedFormatError(
+                    f"{self.source}: index type {index_type} is not supported (supported: binary "
+                    "search, hash search, two-level, binary search with first key)")
+            top = self.read_block(self.index_handle, delta, first_keys=index_type == 3)
+            out: list[tuple[bytes, BlockHandle]] = []
+            if self.properties.index_type == 2:  # two-level: partitions of index entries
+                for _, value in top.entries():
+                    part = self.read_block(self._decode_index_value(value), delta)
+                    for key, v in part.entries():
+                        out.append((self._index_user_key(key), self._decode_index_value(v)))
+            else:
+                for key, value in top.entries():
+                    out.append((self._index_user_key(key), self._decode_index_value(value)))
+            for _, h in out:
+                if h.offset + h.size + _BLOCK_TRAILER > self._footer_start:
+                    raise CorruptStateError(
+                        f"index points at block [{h.offset}, {h.offset + h.size}) past the data "
+                        "(truncated?)", self.source, h.offset)
+            self._index = out
+        return self._index
+
+    # -- entries -------------------------------------------------------------------------------
+
+    def _parse(self, key: bytes, value: bytes, offset: int) -> InternalEntry:
+        if len(key) < 8:
+            raise CorruptStateError(f"internal key of {len(key)} bytes", self.source, offset)
+        trailer = _U64.unpack_from(key, len(key) - 8)[0]
+        kind = trailer & 0xFF
+        if kind not in _KNOWN_TYPES:
+            what = _TYPE_NAMES.get(kind, f"value type {kind:#x}")
+            raise UnsupportedFormatError(f"{self.source}: entries of kind {what} are not supported")
+        seq = trailer >> 8
+        if seq == 0 and self._global_seqno is not None:
+            seq = self._global_seqno
+        return InternalEntry(key[:-8], seq, kind, value)
+
+    def entries(self, start: bytes | None = None, stop: bytes | None = None) -> Iterator[
+            InternalEntry]:
+        """Internal entries in key order whose user key is in ``[start, stop)`` (None: unbounded).
+
+        Seeks with the index to the first data block that can hold ``start``.
+        """
+        index = self.data_block_handles()
+        first = 0
+        if start is not None:
+            lo, hi = 0, len(index)
+            while lo < hi:  # first block whose separator >= start
+                mid = (lo + hi) // 2
+                if index[mid][0] < start:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            first = lo
+        parse = self._parse
+        for _, handle in index[first:]:
+            block = self.read_block(handle)
+            restart = 0
+            if start is not None and len(block.restarts) > 1:
+                restart = block.seek_restart(start, key_of=lambda k: k[:-8])
+            for key, value in block.entries(restart):
+                entry = parse(key, value, handle.offset)
+                if start is not None and entry.user_key < start:
+                    continue
+                if stop is not None and entry.user_key >= stop:
+                    return
+                yield entry
+
+    def range_deletions(self) -> list[tuple[bytes, bytes, int]]:
+        """Range tombstones ``(start, end_exclusive, seq)`` of the ``rocksdb.range_del`` block."""
+        handle = self.meta_blocks.get("rocksdb.range_del")
+        if handle is None:
+            return []
+        out = []
+        for key, value in self.read_block(handle).entries():
+            if len(key) < 8:
+                raise CorruptStateError("short range tombstone key", self.source, handle.offset)
+            trailer = _U64.unpack_from(key, len(key) - 8)[0]
+            if trailer & 0xFF != TYPE_RANGE_DELETION:
+                raise CorruptStateError("range_del block entry is not a range deletion",
+                                        self.source, handle.offset)
+            seq = trailer >> 8
+            if seq == 0 and self._global_seqno is not None:
+                seq = self._global_seqno
+            out.append((key[:-8], value, seq))
+        return out
+
+
+# -- merge semantics ---------------------------------------------------------------------------
+
+
+def merge_entries(
+    entries: Iterable[InternalEntry], delimiter: bytes = b","
+) -> bytes | None:
+    """Resolve one user key's internal entries (any order) the way RocksDB reads it.
+
+    Newest first: merge operands are collected until a Put (base value) or a deletion (no base);
+    the result is ``base, op1, op2, ...`` joined by ``delimiter`` in sequence order
+    (``StringAppendTESTOperator``). Returns None when the key is deleted or absent.
+    """
+    ordered = sorted(entries, key=lambda e: e.seq, reverse=True)
+    operands: list[bytes] = []
+    base: bytes | None = None
+    for e in ordered:
+        if e.type == TYPE_MERGE:
+            operands.append(e.value)
+            continue
+        if e.type == TYPE_VALUE:
+            base = e.value
+        break  # a Put or a (single) deletion ends the chain
+    if not operands:
+        return base
+    operands.reverse()
+    if base is not None:
+        operands.insert(0, base)
+    return delimiter.join(operands)
+
+
+def _covered(tombstones: list[tuple[bytes, bytes, int]], key: bytes) -> int:
+    """The highest sequence number of a range tombstone covering ``key`` (-1 if none)."""
+    best = -1
+    for start, end, seq in tombstones:
+        if start <= key < end and seq > best:
+            best = seq
+    return best
+
+
+def merged_entries(
+    tables: Iterable[SstFile],
+    start: bytes | None = None,
+    stop: bytes | None = None,
+    delimiter: bytes = b",",
+) -> Iterator[tuple[bytes, bytes]]:
+    """Live (user key, value) pairs of one column family given all its table files.
+
+    Entries of every table in ``[start, stop)`` are merged in key order; for each user key the
+    internal entries of all tables are resolved by sequence number with :func:`merge_entries`,
+    after dropping those covered by a newer range tombstone. Deleted keys are skipped.
+    """
+    tables = list(tables)
+    tombstones = [t for table in tables for t in table.range_deletions()]
+    iters = [table.entries(start, stop) for table in tables]
+    # (user key, -seq) orders like RocksDB's internal key comparator
+    merged = heapq.merge(*iters, key=lambda e: (e.user_key, -e.seq))
+    current: bytes | None = None
+    group: list[InternalEntry] = []
+
+    def resolve(entries: list[InternalEntry]) -> bytes | None:
+        if tombstones:
+            cut = _covered(tombstones, entries[0].user_key)
+            if cut >= 0:
+                entries = [e for e in entries if e.seq > cut]
+        return merge_entries(entries, delimiter) if entries else None
+
+    for entry in merged:
+        if entry.user_key != current:
+            if group:
+                value = resolve(group)
+                if value is not None:
+                    yield group[0].user_key, value
+            current = entry.user_key
+            group = [entry]
+        else:
+            group.append(entry)
+    if group:
+        value = resolve(group)
+        if value is not None:
+            yield group[0].user_key, value
