@@ -2,6 +2,11 @@
 
     statequery inspect PATH [--json]        operators and states of a savepoint/checkpoint
     statequery snapshot PATH [--out FILE]   write the StateMeta snapshot (next to _metadata)
+    statequery read PATH TABLE | --operator OP --state NAME [--key K] [--mode M]
+                    [--limit N] [--json | --out FILE.parquet|.csv|.arrow]
+                                            the rows of one state
+    statequery lookup PATH KEY [--operator OP] [--json]
+                                            everything every state holds for one key
 
 Errors print ``statequery: <message>`` on stderr and exit with status 1.
 """
@@ -14,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from statequery.exceptions import StatequeryError
+from statequery.exceptions import InvalidOptionError, StatequeryError
 
 __all__ = ["main"]
 
@@ -36,7 +41,143 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("snapshot", help="write the StateMeta snapshot")
     s.add_argument("path", help="savepoint/checkpoint directory, its _metadata, or a URI")
     s.add_argument("--out", help="where to write it (default: next to _metadata)")
+
+    r = sub.add_parser("read", help="the rows of one state")
+    r.add_argument("path", help="savepoint/checkpoint directory, its _metadata, or a URI")
+    r.add_argument("table", nargs="?", help="a table_name from inspect (or use --operator/--state)")
+    r.add_argument("--operator", help="operator uid, name or id")
+    r.add_argument("--state", help="state name")
+    r.add_argument("--key", help="only this key (JSON array/object for composite keys)")
+    r.add_argument("--mode", choices=("rows", "flat", "nested"), help="list/map row shape")
+    r.add_argument("--limit", type=int, default=None,
+                   help="at most this many rows (default: 100 shown as a table, all otherwise)")
+    r.add_argument("--json", action="store_true", help="print JSON lines")
+    r.add_argument("--out", help="write all rows to a .parquet, .csv or .arrow file")
+
+    lk = sub.add_parser("lookup", help="everything every keyed state holds for one key")
+    lk.add_argument("path", help="savepoint/checkpoint directory, its _metadata, or a URI")
+    lk.add_argument("key", help="the key (JSON array/object for composite keys)")
+    lk.add_argument("--operator", help="only this operator (uid, name or id)")
+    lk.add_argument("--json", action="store_true", help="print JSON lines")
     return p
+
+
+def _json_default(value: Any) -> Any:
+    import base64
+    import datetime
+    import decimal
+
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    return str(value)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value, default=_json_default, ensure_ascii=False)
+    return str(value) if not isinstance(value, bytes) else _json_default(value)
+
+
+def _print_rows(table: Any, title: str, total: int | None = None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console() if sys.stdout.isatty() else Console(width=240)
+    view = Table(title=title)
+    for name in table.column_names:
+        view.add_column(name, overflow="fold")
+    for row in table.to_pylist():
+        view.add_row(*(_cell(row[c]) for c in table.column_names))
+    console.print(view)
+    if total is not None and total > table.num_rows:
+        console.print(f"{table.num_rows} of {total} rows shown (--limit, --out or --json for more)")
+
+
+def _write_out(table: Any, out: str) -> None:
+    lower = out.lower()
+    if lower.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, out)
+    elif lower.endswith(".csv"):
+        import pyarrow.csv as pacsv
+
+        pacsv.write_csv(table.flatten(), out)
+    elif lower.endswith((".arrow", ".feather", ".ipc")):
+        import pyarrow.feather as feather
+
+        feather.write_feather(table, out)
+    else:
+        raise InvalidOptionError(f"--out {out}: use a .parquet, .csv or .arrow file name")
+
+
+def _read(args: argparse.Namespace) -> int:
+    from statequery.keys import parse_key_text
+    from statequery.savepoint import Savepoint
+
+    sp = Savepoint.open(args.path)
+    if args.table is not None and (args.operator or args.state):
+        raise InvalidOptionError("give a table name or --operator/--state, not both")
+    if args.table is not None:
+        info = sp.state(args.table)
+    elif args.operator and args.state:
+        info = sp.state(args.operator, args.state)
+    else:
+        raise InvalidOptionError("name the state: a table name, or --operator and --state")
+    key = None if args.key is None else parse_key_text(args.key, info.key_spec)
+    table = sp.read(info, key=key, mode=args.mode)
+    total = table.num_rows
+    if args.out:
+        _write_out(table, args.out)
+        print(f"wrote {total} rows of {info.operator_uid or info.operator_id}/{info.name} "
+              f"to {args.out}")
+        return 0
+    limit = args.limit if args.limit is not None else (None if args.json else 100)
+    if limit is not None:
+        table = table.slice(0, limit)
+    if args.json:
+        for row in table.to_pylist():
+            sys.stdout.write(json.dumps(row, default=_json_default, ensure_ascii=False) + "\n")
+    else:
+        _print_rows(table, f"{info.operator_uid or info.operator_name}/{info.name}", total)
+    return 0
+
+
+def _lookup(args: argparse.Namespace) -> int:
+    from statequery.keys import parse_key_text
+    from statequery.savepoint import Savepoint
+
+    sp = Savepoint.open(args.path)
+    ops = [sp.operator(args.operator)] if args.operator else list(sp.operators)
+    found = 0
+    for op in ops:
+        if op.key_spec is None:
+            continue
+        try:
+            key = parse_key_text(args.key, op.key_spec)
+        except InvalidOptionError:
+            if args.operator:
+                raise
+            continue  # this operator's key type cannot hold the key
+        for (op_label, state), table in sp.lookup(key, op.operator_id).items():
+            found += table.num_rows
+            if args.json:
+                for row in table.to_pylist():
+                    doc = {"operator": op_label, "state": state, **row}
+                    sys.stdout.write(json.dumps(doc, default=_json_default, ensure_ascii=False)
+                                     + "\n")
+            else:
+                _print_rows(table, f"{op_label}/{state}")
+    if not found:
+        print(f"statequery: no state holds key {args.key!r}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _inspect_doc(sp: Any) -> dict[str, Any]:
@@ -140,6 +281,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 _print_table(doc)
             return 0
+        if args.command == "read":
+            return _read(args)
+        if args.command == "lookup":
+            return _lookup(args)
         if args.command == "snapshot":
             sp = Savepoint.open(args.path, use_snapshot=False)
             where = sp.write_snapshot(args.out)

@@ -28,7 +28,6 @@ in the query is pushed down: only the key group that can hold the key is read.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
@@ -274,13 +273,18 @@ class StatequeryReader(DataSourceReader):  # type: ignore[misc]
     def __init__(self, opts: ReadOptions, arrow_schema: pa.Schema) -> None:
         self.opts = opts
         self.arrow_schema = arrow_schema
-        self.keys: list[Any] | None = None if opts.key is None else [_parse_key(opts.key)]
+        self.keys: list[Any] | None = None
         self.key_groups: set[int] | None = None
 
     def partitions(self) -> Sequence[InputPartition]:
         if self.opts.is_state_meta:
             return [KeyGroupPartition(-1, -1)]
         sp, operator, state = _open(self.opts)
+        if self.opts.key is not None and self.keys is None:
+            from statequery.keys import parse_key_text
+
+            assert operator is not None and state is not None
+            self.keys = [parse_key_text(self.opts.key, sp.state(operator, state).key_spec)]
         ranges = plan_key_groups(
             sp, operator, state, keys=self.keys, key_groups=self.key_groups,
             per_partition=self.opts.key_groups_per_partition,
@@ -366,14 +370,3 @@ def plan_key_groups(
         for a in range(start, end + 1, per_partition):
             out.append((a, min(end, a + per_partition - 1)))
     return out
-
-
-def _parse_key(text: str) -> Any:
-    """A key option: JSON when it reads as an object, array or number, else the string itself."""
-    stripped = text.strip()
-    if stripped[:1] in ("{", "[") or stripped.lstrip("-").isdigit():
-        try:
-            return json.loads(stripped)
-        except ValueError:
-            pass
-    return text

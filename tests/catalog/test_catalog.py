@@ -57,7 +57,8 @@ def test_unknown_database_names_the_ones_there() -> None:
 def test_folder_with_one_savepoint_opens_and_two_are_ambiguous(tmp_path: Path) -> None:
     one = tmp_path / "one"
     one.mkdir()
-    shutil.copytree(fixture_dir("datastream-hashmap-canonical"), one / "savepoint-aaaaaa-000000000000")
+    first = one / "savepoint-aaaaaa-000000000000"
+    shutil.copytree(fixture_dir("datastream-hashmap-canonical"), first)
     assert statequery.open(str(one)).checkpoint_id >= 1
     shutil.copytree(fixture_dir("datastream-hashmap-inline"), one / "savepoint-bbbbbb-000000000000")
     with pytest.raises(SavepointNotFoundError, match="several savepoints"):
