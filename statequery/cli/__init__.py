@@ -7,6 +7,8 @@
                                             the rows of one state
     statequery lookup PATH KEY [--operator OP] [--json]
                                             everything every state holds for one key
+    statequery spark-views [--catalog DIR] [DATABASE ...]
+                                            CREATE TEMPORARY VIEW statements for spark-sql
 
 Errors print ``statequery: <message>`` on stderr and exit with status 1.
 """
@@ -59,6 +61,10 @@ def _parser() -> argparse.ArgumentParser:
     lk.add_argument("key", help="the key (JSON array/object for composite keys)")
     lk.add_argument("--operator", help="only this operator (uid, name or id)")
     lk.add_argument("--json", action="store_true", help="print JSON lines")
+
+    sv = sub.add_parser("spark-views", help="Spark SQL views for every table of a catalog")
+    sv.add_argument("databases", nargs="*", help="only these databases (default: all)")
+    sv.add_argument("--catalog", help="the catalog folder (default: the shipped catalog/)")
     return p
 
 
@@ -285,6 +291,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _read(args)
         if args.command == "lookup":
             return _lookup(args)
+        if args.command == "spark-views":
+            from statequery.spark import view_statements
+
+            print("\n".join(view_statements(args.catalog, args.databases)))
+            return 0
         if args.command == "snapshot":
             sp = Savepoint.open(args.path, use_snapshot=False)
             where = sp.write_snapshot(args.out)

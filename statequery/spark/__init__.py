@@ -49,7 +49,19 @@ from statequery.exceptions import InvalidOptionError
 if TYPE_CHECKING:
     from statequery.savepoint import Savepoint
 
-__all__ = ["ReadOptions", "StatequeryDataSource", "spark_arrow_schema"]
+__all__ = [
+    "ReadOptions",
+    "StatequeryDataSource",
+    "register_views",
+    "spark_arrow_schema",
+    "view_statements",
+]
+
+
+#: properties Spark adds to the options of a persistent table (TableCatalog's reserved names)
+_TABLE_PROPERTIES = frozenset(
+    {"location", "provider", "owner", "comment", "external", "is_managed_location", "collation"}
+)
 
 
 @dataclass(frozen=True)
@@ -70,12 +82,24 @@ class ReadOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
+        if not options:
+            raise InvalidOptionError(
+                "statequery got no options. Spark (4.x) gives Python data sources no options "
+                "when a persistent table (CREATE TABLE ... USING statequery) is queried: use "
+                "CREATE TEMPORARY VIEW name USING statequery OPTIONS (path '...', table '...') "
+                "instead (`statequery spark-views` prints them for a whole catalog)"
+            )
         valid = {f.name for f in fields(cls)}
         aliases = {"operator.uid": "operator", "operator.uid.hash": "operator",
                    "state.path": "path", "state.name": "state"}
         values: dict[str, Any] = {}
         for raw_key, value in options.items():
-            key = aliases.get(raw_key.lower(), raw_key.lower())
+            key = raw_key.lower()
+            if key.startswith("option."):  # a persistent table's stored options
+                key = key[len("option."):]
+            elif key in _TABLE_PROPERTIES:  # Spark's reserved table properties, not ours
+                continue
+            key = aliases.get(key, key)
             if key not in valid:
                 raise InvalidOptionError(
                     f"unknown statequery option {raw_key!r}; valid options: "
@@ -331,6 +355,36 @@ class StatequeryPushdownReader(StatequeryReader):
                 values = {int(v) for v in f.value}
                 self.key_groups = values & self.key_groups if self.key_groups else values
             yield f
+
+
+def view_statements(catalog: str | None = None, databases: Sequence[str] = ()) -> list[str]:
+    """``CREATE TEMPORARY VIEW`` statements exposing a catalog's savepoints to Spark SQL.
+
+    Each table of each database becomes the view ``<database>__<table>`` (Spark's temporary views
+    cannot live in a database). Run them with ``spark-sql -i views.sql`` or ``spark.sql(...)``.
+    """
+    from statequery.catalog import DEFAULT_CATALOG, Catalog, sql_identifier
+
+    cat = Catalog(catalog or DEFAULT_CATALOG)
+    out = []
+    for db in databases or cat.databases():
+        location = cat.location(db).replace("'", "\\'")
+        for table in cat.tables(db):
+            view = f"{sql_identifier(db)}__{table}"
+            out.append(
+                f"CREATE OR REPLACE TEMPORARY VIEW {view} USING statequery "
+                f"OPTIONS (path '{location}', table '{table}');"
+            )
+    return out
+
+
+def register_views(spark: Any, catalog: str | None = None, databases: Sequence[str] = ()) -> list[str]:
+    """Run :func:`view_statements` in ``spark``; returns the view names."""
+    names = []
+    for statement in view_statements(catalog, databases):
+        spark.sql(statement.rstrip(";"))
+        names.append(statement.split()[5])
+    return names
 
 
 def plan_key_groups(

@@ -174,4 +174,34 @@ def test_key_option_and_unknown_option(spark) -> None:  # type: ignore[no-untype
     from pyspark.errors import PySparkException
 
     with pytest.raises(PySparkException, match="unknown statequery option 'colour'"):
-        spark.read.format("statequery").option("colour", "red").load(path).schema
+        _ = spark.read.format("statequery").option("colour", "red").load(path).schema
+
+
+def test_catalog_views(spark) -> None:  # type: ignore[no-untyped-def]
+    from statequery.spark import register_views
+
+    names = register_views(spark, databases=["word_counts"])
+    assert "word_counts__state_meta" in names
+    assert "word_counts__groupaggregate_7__accstate" in names
+    rows = spark.sql(
+        "SELECT key.f0 AS word, value.f0 AS cnt FROM word_counts__groupaggregate_7__accstate "
+        "WHERE key.f0 = 'w3'"
+    ).collect()
+    assert [(r["word"], r["cnt"]) for r in rows] == [("w3", 30)]
+
+
+def test_option_parsing() -> None:
+    from statequery.exceptions import InvalidOptionError
+    from statequery.spark import ReadOptions
+
+    # a persistent table's stored options: `option.` prefix and Spark's reserved properties
+    opts = ReadOptions.parse({"option.table": "t", "path": "/x", "location": "file:/x",
+                              "owner": "me", "provider": "statequery"})
+    assert (opts.path, opts.table) == ("/x", "t")
+    assert ReadOptions.parse({"path": "/x", "operator.uid": "u", "state": "s"}).operator == "u"
+    with pytest.raises(InvalidOptionError, match="CREATE TEMPORARY VIEW"):
+        ReadOptions.parse({})
+    with pytest.raises(InvalidOptionError, match="go together"):
+        ReadOptions.parse({"path": "/x", "operator": "u"})
+    with pytest.raises(InvalidOptionError, match="batch_size must be an integer"):
+        ReadOptions.parse({"path": "/x", "batch_size": "many"})
