@@ -1,0 +1,35 @@
+"""The shipped catalog in a local Spark session: one temporary view per state.
+
+    python examples/spark_example.py
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+from statequery.spark import register_views
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+spark = (
+    SparkSession.builder.master("local[2]")
+    .config("spark.sql.python.filterPushdown.enabled", "true")
+    .getOrCreate()
+)
+views = register_views(spark)
+print(f"{len(views)} views, e.g. {views[:3]}")
+
+spark.sql(
+    "SELECT state_name, kind, key_type, value_type FROM user_activity__state_meta"
+).show(truncate=False)
+spark.sql(
+    "SELECT key, value.tier, value.totalAmount FROM user_activity__user_state__profile "
+    "ORDER BY value.totalAmount DESC LIMIT 5"
+).show()
+spark.sql(
+    "SELECT key.f0 AS word, value.f0 AS count, value.f4 AS max_id "
+    "FROM word_counts__groupaggregate_7__accstate ORDER BY word"
+).show()
+spark.stop()
