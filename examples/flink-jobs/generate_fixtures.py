@@ -66,6 +66,8 @@ MATRIX = [
     _fx("datastream-hashmap-checkpoint", "datastream", "hashmap", "checkpoint", "native"),
     _fx("datastream-rocksdb-incremental-checkpoint", "datastream", "rocksdb", "checkpoint",
         "native", incremental=True),
+    _fx("datastream-hashmap-checkpoint-snappy", "datastream", "hashmap", "checkpoint", "native",
+        compression=True),
 ]
 BY_NAME = {f["name"]: f for f in MATRIX}
 

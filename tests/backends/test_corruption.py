@@ -108,6 +108,7 @@ CASES = [
 SNAPPY = [
     ("datastream-rocksdb-canonical-snappy", "user-state", True),
     ("datastream-rocksdb-canonical-snappy", "operator-state", False),
+    ("datastream-hashmap-checkpoint-snappy", "user-state", True),  # one snappy stream per block
 ]
 SETTINGS = settings(
     max_examples=30,
