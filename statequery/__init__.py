@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from statequery.exceptions import (
     CorruptStateError,
     NoSuchOperatorError,
@@ -18,6 +20,10 @@ from statequery.exceptions import (
     UnknownSerializerError,
     UnsupportedFormatError,
 )
+
+if TYPE_CHECKING:
+    from statequery.io import FileIO
+    from statequery.savepoint import Savepoint
 
 __version__ = "0.1.0"
 
@@ -36,8 +42,27 @@ __all__ = [
 ]
 
 
-def open(location: str, **options: object):  # type: ignore[no-untyped-def]  # noqa: A001
-    """Open a savepoint or checkpoint: its directory, its ``_metadata`` file, or any fsspec URI."""
-    from statequery.savepoint import Savepoint
+def open(  # noqa: A001
+    location: str,
+    *,
+    io: FileIO | None = None,
+    storage_options: dict[str, Any] | None = None,
+    use_snapshot: bool = True,
+    snapshot: str | None = None,
+    max_workers: int | None = None,
+) -> Savepoint:
+    """Open a savepoint or checkpoint: its directory, its ``_metadata`` file, or any fsspec URI.
 
-    return Savepoint.open(location, **options)
+    The options are those of :meth:`statequery.savepoint.Savepoint.open` (``max_workers``
+    defaults to its ``DEFAULT_WORKERS``).
+    """
+    from statequery.savepoint import DEFAULT_WORKERS, Savepoint
+
+    return Savepoint.open(
+        location,
+        io=io,
+        storage_options=storage_options,
+        use_snapshot=use_snapshot,
+        snapshot=snapshot,
+        max_workers=DEFAULT_WORKERS if max_workers is None else max_workers,
+    )

@@ -11,7 +11,13 @@ import struct
 
 from statequery.exceptions import CorruptStateError
 
-__all__ = ["Decoder", "decode_modified_utf8"]
+__all__ = [
+    "DecodeError",
+    "Decoder",
+    "decode_modified_utf8",
+    "read_string_value",
+    "utf16_units_to_str",
+]
 
 _I16 = struct.Struct(">h")
 _U16 = struct.Struct(">H")
@@ -21,14 +27,101 @@ _F32 = struct.Struct(">f")
 _F64 = struct.Struct(">d")
 
 
+def _replace_lone_surrogates(text: str) -> str:
+    """Lone surrogates (legal in Java strings, not in UTF-8/Arrow) become U+FFFD."""
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
 def decode_modified_utf8(data: bytes) -> str:
-    """Java's modified UTF-8 (``writeUTF``): ``C0 80`` is NUL, supplementary chars are CESU-8 pairs."""
+    """Java's modified UTF-8 (``writeUTF``).
+
+    ``C0 80`` is NUL and supplementary characters are CESU-8 surrogate pairs.
+    """
     if b"\xc0\x80" in data:
         data = data.replace(b"\xc0\x80", b"\x00")
     text = data.decode("utf-8", "surrogatepass")
     if any("\ud800" <= ch <= "\udfff" for ch in text):
-        text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        text = _replace_lone_surrogates(text)
     return text
+
+
+class DecodeError(Exception):
+    """Bytes that cannot be what the serializer wrote; ``pos`` is the position in the buffer."""
+
+    def __init__(self, message: str, pos: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.pos = pos
+
+
+def utf16_units_to_str(units: list[int]) -> str:
+    """A Java string from its UTF-16 code units."""
+    raw = struct.pack(f">{len(units)}H", *units)
+    return _replace_lone_surrogates(raw.decode("utf-16-be", "surrogatepass"))
+
+
+def read_string_value(buf: bytes, pos: int, end: int) -> tuple[str | None, int]:
+    """``StringValue.writeString``: varint (length+1, 0 = null), then one varint per UTF-16 unit."""
+    b = buf[pos]
+    pos += 1
+    if b < 0x80:
+        if b == 0:
+            return None, pos
+        n = b - 1
+        e = pos + n
+        if e <= end:
+            chunk = buf[pos:e]
+            if chunk.isascii():  # every byte < 0x80 is one code unit
+                return chunk.decode("ascii"), e
+    else:
+        n = b & 0x7F
+        shift = 7
+        while True:
+            if pos >= end:
+                raise DecodeError("string length runs past the end of the data", pos)
+            b = buf[pos]
+            pos += 1
+            n |= (b & 0x7F) << shift
+            if b < 0x80:
+                break
+            shift += 7
+            if shift > 28:
+                raise DecodeError("string length varint longer than 5 bytes", pos)
+        n -= 1
+        if n < 0:
+            return None, pos
+        e = pos + n
+        if e <= end:
+            chunk = buf[pos:e]
+            if chunk.isascii():
+                return chunk.decode("ascii"), e
+    if n > end - pos:
+        raise DecodeError(f"string of {n} chars exceeds the {end - pos} bytes left", pos)
+    units: list[int] = []
+    append = units.append
+    for _ in range(n):
+        c = buf[pos]
+        pos += 1
+        if c >= 0x80:
+            c &= 0x7F
+            shift = 7
+            while True:
+                if pos >= end:
+                    raise DecodeError("string runs past the end of the data", pos)
+                b = buf[pos]
+                pos += 1
+                c |= (b & 0x7F) << shift
+                if b < 0x80:
+                    break
+                shift += 7
+                if shift > 14:
+                    raise DecodeError("string code unit longer than 3 bytes", pos)
+            if c > 0xFFFF:
+                raise DecodeError(f"string code unit {c:#x} out of range", pos)
+        append(c)
+    if pos > end:
+        raise DecodeError("string runs past the end of the data", pos)
+    return utf16_units_to_str(units), pos
 
 
 class Decoder:
@@ -83,7 +176,7 @@ class Decoder:
         return pos
 
     def check_length(self, n: int, what: str = "length", min_bytes_each: int = 1) -> int:
-        """Validate a count read from the data against the bytes that remain (no huge allocations)."""
+        """Check a count read from the data against the bytes that remain (no huge allocations)."""
         if n < 0:
             raise self.error(f"negative {what} {n}")
         if n * min_bytes_each > self.end - self.pos:
@@ -171,47 +264,17 @@ class Decoder:
 
     def read_string_value(self) -> str | None:
         """``StringValue.writeString`` (Flink's ``StringSerializer``): None for a null string."""
-        n = self.read_varint()
-        if n == 0:
-            return None
-        n -= 1
-        buf, pos, end = self.buf, self.pos, self.end
-        # fast path: pure ASCII needs exactly one byte per code unit
-        if pos + n <= end:
-            chunk = buf[pos : pos + n]
-            if chunk.isascii():
-                self.pos = pos + n
-                return chunk.decode("ascii") if isinstance(chunk, bytes) else bytes(chunk).decode()
-        units = []
-        append = units.append
-        for _ in range(n):
-            if pos >= end:
-                self.pos = pos
-                raise self.error("string runs past the end of the data")
-            c = buf[pos]
-            pos += 1
-            if c >= 0x80:
-                shift = 7
-                c &= 0x7F
-                while True:
-                    if pos >= end:
-                        self.pos = pos
-                        raise self.error("string runs past the end of the data")
-                    b = buf[pos]
-                    pos += 1
-                    c |= (b & 0x7F) << shift
-                    if b < 0x80:
-                        break
-                    shift += 7
-                    if shift > 14:
-                        self.pos = pos
-                        raise self.error("string code unit longer than 3 bytes")
-            append(c)
+        start = self.pos
+        try:
+            value, pos = read_string_value(self.buf, start, self.end)
+        except DecodeError as e:
+            raise self.error(e.message, e.pos) from e
+        except IndexError as e:
+            raise self.error("string runs past the end of the data", start) from e
+        if pos > self.end:
+            raise self.error("string runs past the end of the data", start)
         self.pos = pos
-        raw = struct.pack(f">{len(units)}H", *units)
-        return raw.decode("utf-16-be", "surrogatepass").encode("utf-16", "surrogatepass").decode(
-            "utf-16", "replace"
-        )
+        return value
 
     def sub(self, n: int) -> Decoder:
         """A decoder over the next ``n`` bytes (consumed here), keeping absolute offsets."""

@@ -36,7 +36,10 @@ class CorruptStateError(StatequeryError):
 
 
 class UnsupportedFormatError(StatequeryError):
-    """A well-formed input using a version or feature statequery does not read (named in the message)."""
+    """A well-formed input using a version or feature statequery does not read.
+
+    The message names the version or feature.
+    """
 
 
 class UnknownSerializerError(StatequeryError):
@@ -48,7 +51,10 @@ class UnknownSerializerError(StatequeryError):
 
 
 class StorageError(StatequeryError):
-    """A file referenced by the savepoint cannot be read (missing, unreadable, escapes its directory)."""
+    """A file referenced by the savepoint cannot be read.
+
+    It is missing, unreadable, or escapes its directory.
+    """
 
 
 class NoSuchOperatorError(StatequeryError, KeyError):

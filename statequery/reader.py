@@ -291,8 +291,7 @@ def _normalize_key(key: Any, spec: SerializerSpec | None) -> Any:
         names = [f.name or f"f{i}" for i, f in enumerate(spec.type.fields)]
         return _as_fields(key, names)
     if isinstance(spec, RowSpec):
-        names = list(spec.names or [f"f{i}" for i in range(len(spec.fields))])
-        return _as_fields(key, names)
+        return _as_fields(key, list(spec.field_names))
     if isinstance(spec, TupleSpec):
         return _as_fields(key, [f"f{i}" for i in range(len(spec.fields))])
     return key
@@ -306,7 +305,7 @@ def _as_fields(key: Any, names: list[str]) -> Any:
             raise InvalidOptionError(
                 f"key {key!r} has {len(key)} fields, the key type {len(names)}"
             )
-        return dict(zip(names, key, strict=False))
+        return dict(zip(names, key, strict=True))
     if len(names) == 1:
         return {names[0]: key}
     raise InvalidOptionError(f"key {key!r} needs {len(names)} fields")

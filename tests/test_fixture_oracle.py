@@ -96,7 +96,9 @@ def _diff_report(name: str, expected: list[str], dumped: list[str]) -> str:
 
 
 def test_manifest_present() -> None:
-    assert MANIFEST.is_file(), f"{MANIFEST} is missing (regenerate: examples/flink-jobs/generate_fixtures.py)"
+    assert MANIFEST.is_file(), (
+        f"{MANIFEST} is missing (regenerate: examples/flink-jobs/generate_fixtures.py)"
+    )
     fixtures = _manifest()["fixtures"]
     assert fixtures, "manifest lists no fixtures"
     names = [r["name"] for r in fixtures]
@@ -107,7 +109,9 @@ def test_manifest_present() -> None:
 def test_dump_equals_expected(name: str) -> None:
     _record(name)
     expected = sorted(_canon(e) for e in _read_jsonl(FIXTURES / "expected" / f"{name}.jsonl"))
-    dumped = sorted(_canon(_strip_key_group(e)) for e in _read_jsonl(FIXTURES / "dump" / f"{name}.jsonl"))
+    dumped = sorted(
+        _canon(_strip_key_group(e)) for e in _read_jsonl(FIXTURES / "dump" / f"{name}.jsonl")
+    )
     assert dumped, f"dump/{name}.jsonl is empty"
     if expected != dumped:
         pytest.fail(_diff_report(name, expected, dumped), pytrace=False)
@@ -150,7 +154,9 @@ def test_dump_covers_manifest(name: str) -> None:
     undeclared = sorted(f"{label.get(o, o)}/{s}" for (o, s) in seen if (o, s) not in declared)
     assert not missing, f"fixture {name}: the dump has no entries for {missing}"
     assert not wrong_kind, f"fixture {name}: kind mismatch {wrong_kind}"
-    assert not undeclared, f"fixture {name}: the dump holds states the manifest does not declare: {undeclared}"
+    assert not undeclared, (
+        f"fixture {name}: the dump holds states the manifest does not declare: {undeclared}"
+    )
 
     # The uid recorded in the dump (from _metadata) matches the manifest.
     uid_by_id = {op["operator_id"]: op.get("uid", "") for op in ops}
@@ -161,7 +167,7 @@ def test_dump_covers_manifest(name: str) -> None:
 
 @pytest.mark.parametrize("name", _fixture_names())
 def test_files_are_canonical_jsonl(name: str) -> None:
-    """Both files are byte-exact ``json.dumps(sort_keys=True, separators=(",", ":"))`` lines, sorted."""
+    """Both files hold sorted lines, each ``json.dumps(sort_keys=True, separators=(",", ":"))``."""
     _record(name)
     for kind in ("dump", "expected"):
         path = FIXTURES / kind / f"{name}.jsonl"

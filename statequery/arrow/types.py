@@ -121,8 +121,8 @@ def arrow_type(spec: SerializerSpec) -> pa.DataType:
     if isinstance(spec, TupleSpec):
         return pa.struct([(f"f{i}", arrow_type(f)) for i, f in enumerate(spec.fields)])
     if isinstance(spec, RowSpec):
-        names = spec.names or tuple(f"f{i}" for i in range(len(spec.fields)))
-        return pa.struct([(n, arrow_type(f)) for n, f in zip(names, spec.fields, strict=False)])
+        pairs = zip(spec.field_names, spec.fields, strict=True)
+        return pa.struct([(n, arrow_type(f)) for n, f in pairs])
     if isinstance(spec, PojoSpec):
         return pa.struct(
             [(f.name, arrow_type(f.spec) if f.spec is not None else pa.null()) for f in spec.fields]

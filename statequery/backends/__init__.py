@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from statequery.arrow.batches import BatchBuilder
 from statequery.arrow.schemas import StateLayout, layout_from_meta
 from statequery.decoder import Decoder
-from statequery.exceptions import CorruptStateError, UnsupportedFormatError
+from statequery.exceptions import UnsupportedFormatError
 from statequery.serializers.spec import SerializerSpec
 
 __all__ = [
@@ -70,10 +70,16 @@ class KeyedBackend(Protocol):
     """One subtask's keyed state in one layout."""
 
     name: str
-    key_groups: Sequence[int]
-    key_serializer: SerializerSpec | None
     layouts: dict[str, StateLayout]
-    compressed: bool
+
+    @property
+    def key_groups(self) -> Sequence[int]: ...
+
+    @property
+    def key_serializer(self) -> SerializerSpec | None: ...
+
+    @property
+    def compressed(self) -> bool: ...
 
     def scan(
         self,
@@ -200,15 +206,15 @@ class _KeyedBase:
     def key_groups(self) -> Sequence[int]:
         return range(self.start_key_group, self.start_key_group + len(self.offsets))
 
+    def _offsets_by_key_group(self) -> dict[int, int]:
+        """Key group -> stream offset, as ``KeyGroupRangeOffsets`` records them."""
+        return {self.start_key_group + i: o for i, o in enumerate(self.offsets)}
+
     def _wanted(self, key_groups: Iterable[int] | None) -> set[int] | None:
         if key_groups is None:
             return None
         own = self.key_groups
         return {kg for kg in key_groups if kg in own}
-
-
-class CanonicalKeyedBackend(_KeyedBase):
-    """Canonical savepoint key groups (:mod:`statequery.backends.keygroups`)."""
 
     def scan(
         self,
@@ -218,6 +224,19 @@ class CanonicalKeyedBackend(_KeyedBase):
         key_groups: Iterable[int] | None = None,
     ) -> Iterator[int]:
         return self.scan_states([(layout, builder)], mode, key_groups)
+
+    def scan_states(
+        self,
+        requests: Sequence[tuple[StateLayout, BatchBuilder]],
+        mode: str | None,
+        key_groups: Iterable[int] | None = None,
+        key: Any = None,
+    ) -> Iterator[int]:
+        raise NotImplementedError  # each layout's subclass decodes its own key groups
+
+
+class CanonicalKeyedBackend(_KeyedBase):
+    """Canonical savepoint key groups (:mod:`statequery.backends.keygroups`)."""
 
     def scan_states(
         self,
@@ -246,7 +265,7 @@ class CanonicalKeyedBackend(_KeyedBase):
             finishers.append(decoder.finish)
         stream = KeyGroupStream(
             self.stream,
-            {self.start_key_group + i: o for i, o in enumerate(self.offsets)},
+            self._offsets_by_key_group(),
             self.compressed,
             key_group_prefix_bytes(self.max_parallelism),
         )
@@ -255,15 +274,6 @@ class CanonicalKeyedBackend(_KeyedBase):
 
 class HeapKeyedBackend(_KeyedBase):
     """Hashmap checkpoint / native savepoint key groups (:mod:`statequery.backends.heap`)."""
-
-    def scan(
-        self,
-        layout: StateLayout,
-        mode: str | None,
-        builder: BatchBuilder,
-        key_groups: Iterable[int] | None = None,
-    ) -> Iterator[int]:
-        return self.scan_states([(layout, builder)], mode, key_groups)
 
     def scan_states(
         self,
@@ -281,7 +291,7 @@ class HeapKeyedBackend(_KeyedBase):
         blocks = [HeapBlockDecoder(lay, builders.get(lay.name), mode, key) for lay in self.order]
         stream = HeapKeyGroupStream(
             self.stream,
-            {self.start_key_group + i: o for i, o in enumerate(self.offsets)},
+            self._offsets_by_key_group(),
             self.compressed,
         )
         yield from stream.scan(blocks, wanted)
@@ -300,17 +310,9 @@ def _key_groups_factory(handle: Any, context: KeyedContext) -> KeyedBackend | No
         cls: type[_KeyedBase] = HeapKeyedBackend
     else:
         cls = CanonicalKeyedBackend
-    try:
-        proxy = _read_proxy(stream, header_end)
-    except CorruptStateError:
-        raise
+    proxy = _read_proxy(stream, header_end)
     return cls(
-        stream.name,
-        stream,
-        proxy,
-        handle.start_key_group,
-        offsets,  # type: ignore[return-value]
-        context.max_parallelism,
+        stream.name, stream, proxy, handle.start_key_group, offsets, context.max_parallelism
     )
 
 

@@ -25,7 +25,11 @@ from typing import Any
 
 from statequery.arrow.batches import BatchBuilder
 from statequery.arrow.schemas import StateLayout, resolve_mode
-from statequery.backends.keygroups import ByteStream
+from statequery.backends.keygroups import (
+    ByteStream,
+    iter_key_group_extents,
+    read_key_group_bytes,
+)
 from statequery.exceptions import CorruptStateError, UnsupportedFormatError
 from statequery.serializers.readers import (
     DECODE_ERRORS,
@@ -326,26 +330,9 @@ class HeapKeyGroupStream:
     def iter_extents(
         self, key_groups: Iterable[int] | None = None
     ) -> Iterator[tuple[int, int, int]]:
-        wanted = None if key_groups is None else set(key_groups)
-        starts = sorted((o, kg) for kg, o in self.offsets.items())
-        size: int | None = None
-        for i, (start, kg) in enumerate(starts):
-            if wanted is not None and kg not in wanted:
-                continue
-            if i + 1 < len(starts):
-                end = starts[i + 1][0]
-            else:
-                if size is None:
-                    size = self.stream.size()
-                end = size
-            if end < start + 4:
-                raise CorruptStateError(
-                    f"key group {kg} at offset {start} has {end - start} "
-                    "bytes (at least 4 expected)",
-                    self.stream.name,
-                    start,
-                )
-            yield kg, start, end
+        """``(kg, start, end)`` for the requested key groups, in file order (each starts with
+        its int32 key-group id, so holds at least 4 bytes)."""
+        return iter_key_group_extents(self.stream, self.offsets.items(), key_groups, min_bytes=4)
 
     def scan(
         self, blocks: Sequence[HeapBlockDecoder], key_groups: Iterable[int] | None = None
@@ -354,13 +341,7 @@ class HeapKeyGroupStream:
 
         name = self.stream.name
         for kg, start, end in self.iter_extents(key_groups):
-            data = self.stream.read_range(start, end - start)
-            if len(data) != end - start:
-                raise CorruptStateError(
-                    f"key group {kg}: expected {end - start} bytes, the stream has {len(data)}",
-                    name,
-                    start + len(data),
-                )
+            data = read_key_group_bytes(self.stream, kg, start, end)
             written = _I32(data, 0)[0]
             if written != kg:
                 raise CorruptStateError(

@@ -52,7 +52,9 @@ __all__ = [
     "CompositeEntryDecoder",
     "KeyGroupStream",
     "flink_length",
+    "iter_key_group_extents",
     "key_group_prefix_bytes",
+    "read_key_group_bytes",
     "scan_key_group",
 ]
 
@@ -687,6 +689,51 @@ def scan_key_group(
         handler = handlers[sid]
 
 
+def iter_key_group_extents(
+    stream: ByteStream,
+    starts: Iterable[tuple[int, int]],
+    key_groups: Iterable[int] | None = None,
+    min_bytes: int = 1,
+) -> Iterator[tuple[int, int, int]]:
+    """``(kg, start, end)`` for the requested key groups, in file order.
+
+    ``starts`` are ``(key group, offset)`` pairs of the key groups with data; each one ends where
+    the next starts (the last at the end of the stream) and must hold ``min_bytes``.
+    """
+    wanted = None if key_groups is None else set(key_groups)
+    ordered = sorted((o, kg) for kg, o in starts)
+    size: int | None = None
+    for i, (start, kg) in enumerate(ordered):
+        if wanted is not None and kg not in wanted:
+            continue
+        if i + 1 < len(ordered):
+            end = ordered[i + 1][0]
+        else:
+            if size is None:
+                size = stream.size()
+            end = size
+        if end - start < min_bytes:
+            raise CorruptStateError(
+                f"key group {kg} at offset {start} has {end - start} bytes "
+                f"(at least {min_bytes} expected)",
+                stream.name,
+                start,
+            )
+        yield kg, start, end
+
+
+def read_key_group_bytes(stream: ByteStream, kg: int, start: int, end: int) -> bytes:
+    """The bytes ``[start, end)`` of key group ``kg``; a short read is corrupt state."""
+    data = stream.read_range(start, end - start)
+    if len(data) != end - start:
+        raise CorruptStateError(
+            f"key group {kg}: expected {end - start} bytes, the stream has {len(data)}",
+            stream.name,
+            start + len(data),
+        )
+    return data
+
+
 @dataclass(frozen=True)
 class KeyGroupStream:
     """One canonical keyed-state stream: its bytes and where each key group starts.
@@ -721,36 +768,13 @@ class KeyGroupStream:
         self, key_groups: Iterable[int] | None = None
     ) -> Iterator[tuple[int, int, int]]:
         """``(kg, start, end)`` for the requested key groups that have data, in file order."""
-        wanted = None if key_groups is None else set(key_groups)
-        starts = sorted((o, kg) for kg, o in self.offsets.items() if o > 0)
-        size: int | None = None
-        for i, (start, kg) in enumerate(starts):
-            if wanted is not None and kg not in wanted:
-                continue
-            if i + 1 < len(starts):
-                end = starts[i + 1][0]
-            else:
-                if size is None:
-                    size = self.stream.size()
-                end = size
-            if end <= start:
-                raise CorruptStateError(
-                    f"key group {kg} at offset {start} does not end before offset {end}",
-                    self.stream.name,
-                    start,
-                )
-            yield kg, start, end
+        starts = ((kg, o) for kg, o in self.offsets.items() if o > 0)
+        return iter_key_group_extents(self.stream, starts, key_groups)
 
     def read_key_group(self, kg: int, start: int, end: int) -> bytes:
         from statequery.backends.snappy import decompress_framed
 
-        data = self.stream.read_range(start, end - start)
-        if len(data) != end - start:
-            raise CorruptStateError(
-                f"key group {kg}: expected {end - start} bytes, the stream has {len(data)}",
-                self.stream.name,
-                start + len(data),
-            )
+        data = read_key_group_bytes(self.stream, kg, start, end)
         if self.compressed:
             return decompress_framed(data, f"{self.stream.name} (key group {kg})", start)
         return data

@@ -179,6 +179,6 @@ def read_broadcast_state(
         raise CorruptStateError(
             f"broadcast state {layout.name!r}: {type(err).__name__}: {err}", stream.name, start
         ) from err
-    for k, v in zip(keys, values, strict=False):
+    for k, v in zip(keys, values, strict=True):
         a_uk(k)
         a_val(v)

@@ -15,7 +15,7 @@ import posixpath
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, cast
 from urllib.parse import urlsplit
 
 from statequery.exceptions import StorageError
@@ -33,7 +33,10 @@ _LOCAL_SCHEMES = ("", "file", "local")
 
 
 def normalize_location(location: str) -> str:
-    """Normalise a path or URI: Flink's ``file:/x`` and ``file:///x`` become the local path ``/x``."""
+    """Normalise a path or URI.
+
+    Flink's ``file:/x`` and ``file:///x`` become the local path ``/x``.
+    """
     if not location:
         raise StorageError("empty location")
     parts = urlsplit(location)
@@ -133,7 +136,8 @@ class InputFile:
 
     def open(self) -> IO[bytes]:
         """A seekable binary stream; reads through it are counted in :attr:`FileIO.stats`."""
-        return _CountingStream(self._io._open(self.location), self._io, self.location)
+        stream = _CountingStream(self._io._open(self.location), self._io, self.location)
+        return cast(IO[bytes], stream)  # duck-typed: the binary-stream methods readers use
 
 
 class _CountingStream:
@@ -177,7 +181,7 @@ class _CountingStream:
 
 
 class FileIO:
-    """Reads local files directly and everything else through fsspec (filesystems cached per thread).
+    """Reads local files directly, everything else through fsspec (filesystems cached per thread).
 
     ``storage_options`` are passed to fsspec (credentials, endpoints). The instance pickles without
     its caches and statistics.

@@ -282,8 +282,8 @@ def type_string(spec: SerializerSpec | None) -> str | None:
         inner = ", ".join(type_string(f) or "?" for f in spec.fields)
         return f"TUPLE{len(spec.fields)}<{inner}>"
     if isinstance(spec, RowSpec):
-        names = spec.names or tuple(f"f{i}" for i in range(len(spec.fields)))
-        inner = ", ".join(f"{n} {type_string(f)}" for n, f in zip(names, spec.fields, strict=False))
+        pairs = zip(spec.field_names, spec.fields, strict=True)
+        inner = ", ".join(f"{n} {type_string(f)}" for n, f in pairs)
         return f"ROW<{inner}>"
     if isinstance(spec, PojoSpec):
         inner = ", ".join(f"{f.name} {type_string(f.spec) or 'REMOVED'}" for f in spec.fields)

@@ -33,7 +33,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from statequery.decoder import Decoder
+from statequery.decoder import DecodeError, Decoder, read_string_value
 from statequery.exceptions import CorruptStateError, UnsupportedFormatError
 from statequery.serializers.spec import (
     ArrayDataSpec,
@@ -77,15 +77,6 @@ ReadAt = Callable[[bytes, int, int], tuple[Any, int]]
 SkipAt = Callable[[bytes, int, int], int]
 
 
-class DecodeError(Exception):
-    """Bytes that cannot be what the serializer wrote; ``pos`` is the position in the buffer."""
-
-    def __init__(self, message: str, pos: int) -> None:
-        super().__init__(message)
-        self.message = message
-        self.pos = pos
-
-
 #: Every exception a reader can raise on bad bytes (the backends catch exactly these).
 DECODE_ERRORS = (DecodeError, struct.error, IndexError, ValueError, OverflowError, KeyError)
 
@@ -113,6 +104,7 @@ _LE_F64 = struct.Struct("<d").unpack_from
 
 _DEC_CTX = decimal.Context(prec=200, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN)
 _LONG_MIN = -(1 << 63)
+_LONG_MAX = (1 << 63) - 1
 _INT_MIN = -(1 << 31)
 
 # the largest element count accepted for zero-byte elements (cannot be checked against bytes)
@@ -130,6 +122,13 @@ def _check_count(n: int, min_size: int, pos: int, end: int, what: str) -> None:
         raise DecodeError(f"{what} {n} is implausibly large", pos)
 
 
+def _checked_i64(value: int, pos: int, what: str) -> int:
+    """A temporal value scaled to its Arrow unit must still fit Arrow's 64-bit integer."""
+    if not _LONG_MIN <= value <= _LONG_MAX:
+        raise DecodeError(f"{what} {value} is out of the 64-bit range of its Arrow type", pos)
+    return value
+
+
 def _checked_decimal(unscaled: int, precision: int, scale: int, pos: int) -> decimal.Decimal:
     """A DECIMAL(p, s) value; an unscaled value with more than p digits is corrupt data."""
     if not -(10**precision) < unscaled < 10**precision:
@@ -140,16 +139,6 @@ def _checked_decimal(unscaled: int, precision: int, scale: int, pos: int) -> dec
 
 def _decimal(unscaled: int, scale: int) -> decimal.Decimal:
     return decimal.Decimal(unscaled).scaleb(-scale, _DEC_CTX)
-
-
-def _utf16_units_to_str(units: list[int]) -> str:
-    raw = struct.pack(f">{len(units)}H", *units)
-    # lone surrogates (legal in Java strings, not in UTF-8/Arrow) become U+FFFD
-    return (
-        raw.decode("utf-16-be", "surrogatepass")
-        .encode("utf-16-le", "surrogatepass")
-        .decode("utf-16-le", "replace")
-    )
 
 
 def _days_from_civil(y: int, m: int, d: int) -> int:
@@ -375,70 +364,6 @@ def _read_nothing(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
     return None, pos
 
 
-def read_string_value(buf: bytes, pos: int, end: int) -> tuple[str | None, int]:
-    """``StringValue.writeString``: varint (length+1, 0 = null), then one varint per UTF-16 unit."""
-    b = buf[pos]
-    pos += 1
-    if b < 0x80:
-        if b == 0:
-            return None, pos
-        n = b - 1
-        e = pos + n
-        if e <= end:
-            chunk = buf[pos:e]
-            if chunk.isascii():  # every byte < 0x80 is one code unit
-                return chunk.decode("ascii"), e
-    else:
-        n = b & 0x7F
-        shift = 7
-        while True:
-            if pos >= end:
-                raise DecodeError("string length runs past the end of the data", pos)
-            b = buf[pos]
-            pos += 1
-            n |= (b & 0x7F) << shift
-            if b < 0x80:
-                break
-            shift += 7
-            if shift > 28:
-                raise DecodeError("string length varint longer than 5 bytes", pos)
-        n -= 1
-        if n < 0:
-            return None, pos
-        e = pos + n
-        if e <= end:
-            chunk = buf[pos:e]
-            if chunk.isascii():
-                return chunk.decode("ascii"), e
-    if n > end - pos:
-        raise DecodeError(f"string of {n} chars exceeds the {end - pos} bytes left", pos)
-    units: list[int] = []
-    append = units.append
-    for _ in range(n):
-        c = buf[pos]
-        pos += 1
-        if c >= 0x80:
-            c &= 0x7F
-            shift = 7
-            while True:
-                if pos >= end:
-                    raise DecodeError("string runs past the end of the data", pos)
-                b = buf[pos]
-                pos += 1
-                c |= (b & 0x7F) << shift
-                if b < 0x80:
-                    break
-                shift += 7
-                if shift > 14:
-                    raise DecodeError("string code unit longer than 3 bytes", pos)
-            if c > 0xFFFF:
-                raise DecodeError(f"string code unit {c:#x} out of range", pos)
-        append(c)
-    if pos > end:
-        raise DecodeError("string runs past the end of the data", pos)
-    return _utf16_units_to_str(units), pos
-
-
 def _skip_string_value(buf: bytes, pos: int, end: int) -> int:
     return read_string_value(buf, pos, end)[1]
 
@@ -494,14 +419,14 @@ def _read_sql_timestamp(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
     millis, nanos = _BE_I64_I32(buf, pos)
     if millis == _LONG_MIN:
         return None, pos + 12
-    return (millis // 1000) * 1_000_000_000 + nanos, pos + 12
+    return _checked_i64((millis // 1000) * 1_000_000_000 + nanos, pos, "Timestamp"), pos + 12
 
 
 def _read_instant(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
     seconds, nanos = _BE_I64_I32(buf, pos)
     if seconds == _LONG_MIN and nanos == _INT_MIN:
         return None, pos + 12
-    return seconds * 1_000_000_000 + nanos, pos + 12
+    return _checked_i64(seconds * 1_000_000_000 + nanos, pos, "Instant"), pos + 12
 
 
 def _local_date_days(buf: bytes, pos: int) -> int | None:
@@ -533,7 +458,7 @@ def _read_local_date_time(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
     nanos = _local_time_nanos(buf, pos + 6)
     if days is None or nanos is None:
         return None, pos + 13
-    return days * 86_400_000_000_000 + nanos, pos + 13
+    return _checked_i64(days * 86_400_000_000_000 + nanos, pos, "LocalDateTime"), pos + 13
 
 
 def _read_string_data(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
@@ -595,13 +520,13 @@ def _timestamp_data_reader(spec: PrimitiveSpec) -> Reader:
 
         def read_us(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
             millis, nanos = _BE_I64_I32(buf, pos)
-            return millis * 1000 + nanos // 1000, pos + 12
+            return _checked_i64(millis * 1000 + nanos // 1000, pos, "TimestampData"), pos + 12
 
         return _fixed(spec, 12, read_us)
 
     def read_ns(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
         millis, nanos = _BE_I64_I32(buf, pos)
-        return millis * 1_000_000 + nanos, pos + 12
+        return _checked_i64(millis * 1_000_000 + nanos, pos, "TimestampData"), pos + 12
 
     return _fixed(spec, 12, read_ns)
 
@@ -773,7 +698,7 @@ def _enum_reader(spec: EnumSpec) -> Reader:
 def _struct_reader(spec: SerializerSpec, names: tuple[str, ...], children: list[Reader]) -> Reader:
     """Fields concatenated with no null flags (TupleSerializer, WindowKey...)."""
     _no_greedy_inside(spec, children)
-    pairs = tuple(zip(names, (c.read_at for c in children), strict=False))
+    pairs = tuple(zip(names, (c.read_at for c in children), strict=True))
     fixed = (
         sum(c.fixed_size for c in children)  # type: ignore[misc]
         if all(c.fixed_size is not None for c in children)
@@ -826,13 +751,12 @@ def _row_reader(spec: RowSpec) -> Reader:
     """``RowSerializer``: MSB-first null mask (2 RowKind bits first if supported), fields."""
     children = [reader_for(f) for f in spec.fields]
     _no_greedy_inside(spec, children)
-    names = spec.names or tuple(f"f{i}" for i in range(len(children)))
     offset = 2 if spec.supports_row_kind else 0
     arity = len(children)
     mask_bytes = (offset + arity + 7) // 8
     items = tuple(
         (name, r.read_at, (offset + i) >> 3, 0x80 >> ((offset + i) & 7))
-        for i, (name, r) in enumerate(zip(names, children, strict=False))
+        for i, (name, r) in enumerate(zip(spec.field_names, children, strict=True))
     )
 
     def read_row(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
@@ -1218,7 +1142,8 @@ def sql_value_decoder(t: SqlType) -> SlotGetter:
             if off + 8 > size or nanos >= 1_000_000:
                 raise DecodeError("invalid non-compact timestamp slot", slot)
             millis = _LE_I64(buf, base + off)[0]
-            return millis * 1_000_000 + nanos if ns else millis * 1000 + nanos // 1000
+            v = millis * 1_000_000 + nanos if ns else millis * 1000 + nanos // 1000
+            return _checked_i64(v, slot, "TIMESTAMP")
 
         return get_timestamp
     if r in ("CHAR", "VARCHAR"):
@@ -1343,7 +1268,7 @@ def map_data_decoder(key: SqlType, value: SqlType) -> Callable[[bytes, int, int]
         vs = values(buf, start + 4 + n, size - 4 - n)
         if len(ks) != len(vs):
             raise DecodeError(f"binary map with {len(ks)} keys and {len(vs)} values", start)
-        return list(zip(ks, vs, strict=False))
+        return list(zip(ks, vs, strict=True))
 
     return decode_map
 

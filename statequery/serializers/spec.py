@@ -214,7 +214,10 @@ class PrimitiveSpec(SerializerSpec):
 
 @dataclass(frozen=True)
 class PrimitiveArraySpec(SerializerSpec):
-    """``{Byte,Int,Long,...}PrimitiveArraySerializer`` and ``StringArraySerializer``: int32 n + n elements."""
+    """``{Byte,Int,Long,...}PrimitiveArraySerializer`` and ``StringArraySerializer``.
+
+    Layout: int32 n, then n elements.
+    """
 
     kind: ClassVar[str] = "primitive_array"
     element: str = "byte"  # a PRIMITIVE_LENGTHS name
@@ -234,8 +237,12 @@ class NamespaceSpec(SerializerSpec):
 
     @property
     def display(self) -> str:
-        return {"void": "VoidNamespace", "time_window": "TimeWindow", "global_window": "GlobalWindow",
-                "count_window": "CountWindow"}.get(self.name, self.name)
+        return {
+            "void": "VoidNamespace",
+            "time_window": "TimeWindow",
+            "global_window": "GlobalWindow",
+            "count_window": "CountWindow",
+        }.get(self.name, self.name)
 
     @property
     def fixed_length(self) -> int | None:
@@ -280,16 +287,22 @@ class RowSpec(SerializerSpec):
     supports_row_kind: bool = True
 
     @property
+    def field_names(self) -> tuple[str, ...]:
+        """``names``, or ``f0..fn`` when none are recorded (one per field)."""
+        return self.names or tuple(f"f{i}" for i in range(len(self.fields)))
+
+    @property
     def display(self) -> str:
-        names = self.names or tuple(f"f{i}" for i in range(len(self.fields)))
-        return "Row<" + ", ".join(f"{n} {f.display}" for n, f in zip(names, self.fields)) + ">"
+        pairs = zip(self.field_names, self.fields, strict=True)
+        return "Row<" + ", ".join(f"{n} {f.display}" for n, f in pairs) + ">"
 
 
 @dataclass(frozen=True)
 class PojoField:
     name: str
     declaring_class: str
-    spec: SerializerSpec | None  # None: the field no longer exists in the class (skipped on restore)
+    #: None: the field no longer exists in the class (skipped on restore).
+    spec: SerializerSpec | None
 
 
 @dataclass(frozen=True)
@@ -329,7 +342,10 @@ class ListSpec(SerializerSpec):
 
 @dataclass(frozen=True)
 class MapSpec(SerializerSpec):
-    """``MapSerializer``: int32 size, per entry key, null flag, value. Also ``SetSerializer`` (value None)."""
+    """``MapSerializer``: int32 size, per entry key, null flag, value.
+
+    Also ``SetSerializer`` (value None).
+    """
 
     kind: ClassVar[str] = "map"
     key: SerializerSpec = field(default_factory=lambda: OpaqueSpec())

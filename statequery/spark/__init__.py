@@ -29,7 +29,7 @@ in the query is pushed down: only the key group that can hold the key is read.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
@@ -233,21 +233,21 @@ def _cast(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
 
 
 @dataclass(frozen=True)
-class KeyGroupPartition(InputPartition):  # type: ignore[misc]
+class KeyGroupPartition(InputPartition):
     """Key groups ``start..end`` (inclusive) of a keyed state; ``(-1, -1)`` for everything else."""
 
     start: int
     end: int
 
 
-class StatequeryDataSource(DataSource):  # type: ignore[misc]
+class StatequeryDataSource(DataSource):
     """``spark.read.format("statequery")``: state_meta or one state of a savepoint as a table."""
 
     @classmethod
     def name(cls) -> str:
         return "statequery"
 
-    def __init__(self, options: Mapping[str, str]) -> None:
+    def __init__(self, options: MutableMapping[str, str]) -> None:
         super().__init__(options)
         self.opts = ReadOptions.parse(dict(options))
 
@@ -257,6 +257,7 @@ class StatequeryDataSource(DataSource):  # type: ignore[misc]
             return spark_arrow_schema(sp.state_meta().schema)
         from statequery.reader import schema_of
 
+        assert operator is not None and state is not None  # ReadOptions.parse ensures both
         return spark_arrow_schema(schema_of(sp, operator, state, self.opts.mode))
 
     def schema(self) -> StructType:
@@ -291,7 +292,7 @@ def _planner_pushdown_enabled() -> bool:
     return False
 
 
-class StatequeryReader(DataSourceReader):  # type: ignore[misc]
+class StatequeryReader(DataSourceReader):
     """Reads key-group ranges; ``key`` (an option) restricts it to one key group."""
 
     def __init__(self, opts: ReadOptions, arrow_schema: pa.Schema) -> None:
@@ -317,7 +318,8 @@ class StatequeryReader(DataSourceReader):  # type: ignore[misc]
             return [KeyGroupPartition(-1, -1)]
         return [KeyGroupPartition(a, b) for a, b in ranges] or [KeyGroupPartition(0, -1)]
 
-    def read(self, partition: KeyGroupPartition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, KeyGroupPartition)  # what partitions() returns
         sp, operator, state = _open(self.opts)
         if self.opts.is_state_meta:
             for batch in sp.state_meta().to_batches():
@@ -378,7 +380,9 @@ def view_statements(catalog: str | None = None, databases: Sequence[str] = ()) -
     return out
 
 
-def register_views(spark: Any, catalog: str | None = None, databases: Sequence[str] = ()) -> list[str]:
+def register_views(
+    spark: Any, catalog: str | None = None, databases: Sequence[str] = ()
+) -> list[str]:
     """Run :func:`view_statements` in ``spark``; returns the view names."""
     names = []
     for statement in view_statements(catalog, databases):

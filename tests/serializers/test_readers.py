@@ -200,6 +200,35 @@ def test_table_scalars() -> None:
     )
 
 
+
+@pytest.mark.parametrize(
+    ("spec", "data"),
+    [
+        (PrimitiveSpec(name="timestamp_data", precision=6), be_long(2**62) + be_int(0)),
+        (PrimitiveSpec(name="timestamp_data", precision=9), be_long(-(2**60)) + be_int(0)),
+        (PrimitiveSpec(name="instant"), be_long(2**40) + be_int(0)),
+        (PrimitiveSpec(name="sql_timestamp"), be_long(2**60) + be_int(0)),
+        (
+            PrimitiveSpec(name="local_date_time"),
+            be_int(10**9) + b"\x01\x01" + b"\x00\x00\x00" + be_int(0),
+        ),
+    ],
+)
+def test_timestamps_beyond_64_bits_are_corrupt(spec: PrimitiveSpec, data: bytes) -> None:
+    """A timestamp whose value in its Arrow unit overflows int64 is a typed error naming the
+    source, not an OverflowError when the batch is built."""
+    with pytest.raises(CorruptStateError, match="out of the 64-bit range") as e:
+        read(spec, data)
+    assert e.value.source == "test" and e.value.offset == 0
+
+
+def test_binary_row_timestamp_beyond_64_bits_is_corrupt() -> None:
+    t = _row_type(("ts6", SqlType("TIMESTAMP_WITHOUT_TIME_ZONE", precision=6)))
+    w = RowWriter(1)
+    w.put_var(0, struct.pack("<q", 2**62), low=0)
+    with pytest.raises(DecodeError, match="out of the 64-bit range"):
+        decode_binary_row(t, w.bytes())
+
 def test_enum_and_namespaces() -> None:
     tier = EnumSpec(class_name="x.Tier", constants=("GOLD", "SILVER"))
     assert read(tier, be_int(1)) == "SILVER"
@@ -532,3 +561,17 @@ def test_random_bytes_never_crash_readers(data: bytes) -> None:
 
 def test_decode_error_is_in_the_documented_tuple() -> None:
     assert DecodeError in DECODE_ERRORS
+
+
+def test_decoder_string_value_with_out_of_range_code_unit_is_corrupt() -> None:
+    """``Decoder.read_string_value`` shares the reader's checks: a code unit above 0xFFFF is a
+    typed error at the decoder's offset (it used to escape as ``struct.error``)."""
+    d = Decoder(b"\x00\x00" + varint(2) + b"\xff\xff\x7f", pos=2, source="test", base_offset=100)
+    with pytest.raises(CorruptStateError, match="out of range") as e:
+        d.read_string_value()
+    assert e.value.source == "test" and e.value.offset == 100 + 6
+    d = Decoder(varint(4) + b"abc", source="test")
+    assert d.read_string_value() == "abc" and d.at_end()
+    assert Decoder(b"\x00", source="test").read_string_value() is None
+    with pytest.raises(CorruptStateError, match="exceeds the 2 bytes left"):
+        Decoder(varint(4) + b"abcd", end=3, source="test").read_string_value()
