@@ -326,6 +326,13 @@ def key_group_of_key(
 # -- reading ---------------------------------------------------------------------------------------
 
 
+def _key_group_set(key_groups: Iterable[Any]) -> set[int]:
+    try:
+        return {int(k) for k in key_groups}
+    except (TypeError, ValueError) as e:
+        raise InvalidOptionError(f"key_groups must be integers: {e}") from None
+
+
 def read_state(
     savepoint: Any,
     operator: Any,
@@ -390,7 +397,7 @@ def _read_keyed(
 ) -> Iterator[pa.RecordBatch]:
     schema = state_schema(layout, mode)
     builder = BatchBuilder(schema, layout)
-    wanted: set[int] | None = None if key_groups is None else {int(k) for k in key_groups}
+    wanted: set[int] | None = None if key_groups is None else _key_group_set(key_groups)
     wanted_key: Any = None
     if key is not None:
         wanted_key = _normalize_key(key, layout.key)

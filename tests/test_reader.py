@@ -315,3 +315,14 @@ def test_schema_from_state_meta_equals_schema_of_the_rows(name: str) -> None:
         assert schema == schema_of(sp, info.operator_id, info.name)
         table = read_table(sp, info.operator_id, info.name)
         assert table.schema == schema
+
+
+def test_key_groups_must_be_integers() -> None:
+    import statequery
+    from statequery.exceptions import InvalidOptionError
+    from tests.conftest import fixture_dir
+
+    sp = statequery.open(str(fixture_dir("datastream-hashmap-canonical")))
+    with pytest.raises(InvalidOptionError, match="key_groups must be integers"):
+        sp.read("user-state", "count", key_groups=["forty"])
+    assert sp.read("user-state", "count", key_groups=[40]).column("key").to_pylist() == ["user-3"]

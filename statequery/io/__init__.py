@@ -129,9 +129,12 @@ class InputFile:
         if start < 0 or (length is not None and length < 0):
             raise StorageError(f"{self.location}: invalid range start={start} length={length}")
         with self.open() as f:
-            if start:
-                f.seek(start)
-            data = f.read() if length is None else f.read(length)
+            try:
+                if start:
+                    f.seek(start)
+                data = f.read() if length is None else f.read(length)
+            except OSError as e:
+                raise StorageError(f"cannot read {self.location} at byte {start}: {e}") from e
         return bytes(data)
 
     def open(self) -> IO[bytes]:

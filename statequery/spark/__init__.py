@@ -352,10 +352,11 @@ class StatequeryPushdownReader(StatequeryReader):
             elif isinstance(f, In) and column == ("key",) and self.keys is None:
                 self.keys = list(f.value)
             elif isinstance(f, EqualTo) and column == ("key_group",):
-                self.key_groups = {int(f.value)} & (self.key_groups or {int(f.value)})
+                value = {int(f.value)}
+                self.key_groups = value if self.key_groups is None else value & self.key_groups
             elif isinstance(f, In) and column == ("key_group",):
                 values = {int(v) for v in f.value}
-                self.key_groups = values & self.key_groups if self.key_groups else values
+                self.key_groups = values if self.key_groups is None else values & self.key_groups
             yield f
 
 

@@ -205,3 +205,19 @@ def test_option_parsing() -> None:
         ReadOptions.parse({"path": "/x", "operator": "u"})
     with pytest.raises(InvalidOptionError, match="batch_size must be an integer"):
         ReadOptions.parse({"path": "/x", "batch_size": "many"})
+
+
+def test_pushdown_of_contradicting_key_groups_reads_nothing() -> None:
+    from pyspark.sql.datasource import EqualTo
+
+    from statequery.spark import ReadOptions, StatequeryPushdownReader
+
+    opts = ReadOptions.parse({"path": str(fixture_dir(CANONICAL)), "operator": "user-state",
+                              "state": "count"})
+    reader = StatequeryPushdownReader(opts, None)  # type: ignore[arg-type]
+    filters = [EqualTo(("key_group",), 3), EqualTo(("key_group",), 4)]
+    assert list(reader.pushFilters(filters)) == filters  # Spark still re-checks every filter
+    assert reader.key_groups == set()
+    parts = reader.partitions()
+    assert [(p.start, p.end) for p in parts] == [(0, -1)]
+    assert list(reader.read(parts[0])) == []
