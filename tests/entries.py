@@ -128,7 +128,9 @@ def state_entries(
     """The entries of one state's Arrow rows (read in the default mode)."""
     cols = _columns(table)
     n = table.num_rows
-    base = {"operator_uid": operator_uid, "operator_id": operator_id, "state": state, "kind": kind}
+    base: dict[str, Any] = {
+        "operator_uid": operator_uid, "operator_id": operator_id, "state": state, "kind": kind
+    }
     out = []
     for i in range(n):
         e = dict(base)
@@ -147,6 +149,15 @@ def state_entries(
                 meta = table.schema.field(name).metadata or {}
                 cls = meta.get(b"statequery.raw_class", b"").decode()
                 e[name] = {"$raw": e[name]["$bytes"], "$class": cls}
+        if "last_access" in cols and e.get("value") is not None:
+            # TTL state: {"value": v, "last_access": ms} per value, list element or map value
+            la = cols["last_access"][i]
+            if kind == "list" and "index" not in cols:
+                e["value"] = [
+                    {"value": v, "last_access": t} for v, t in zip(e["value"], la, strict=True)
+                ]
+            else:
+                e["value"] = {"value": e["value"], "last_access": la}
         out.append(e)
     return out
 
@@ -170,3 +181,30 @@ def savepoint_entries(sp: Any, key_group: bool = True) -> list[str]:
                 )
             )
     return sorted(lines)
+
+
+ANY = "$any"
+
+
+def _mask_any(got: Any, want: Any) -> Any:
+    if want == ANY and isinstance(got, int) and not isinstance(got, bool):
+        return ANY
+    if isinstance(got, dict) and isinstance(want, dict):
+        return {k: _mask_any(v, want.get(k)) for k, v in got.items()}
+    if isinstance(got, list) and isinstance(want, list) and len(got) == len(want):
+        return [_mask_any(g, w) for g, w in zip(got, want, strict=True)]
+    return got
+
+
+def _entry_id(e: dict[str, Any]) -> str:
+    return canonical({k: e.get(k) for k in ("operator_id", "state", "key", "namespace",
+                                             "user_key", "timestamp", "subtask", "index")})
+
+
+def mask_any(entries: list[dict[str, Any]], expected: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``entries`` with every integer that the expected entry of the same identity (operator,
+    state, key, namespace, user key, timestamp, subtask, index) holds as ``"$any"`` at the same
+    place replaced by ``"$any"`` (docs/fixtures.md: TTL ``last_access`` is processing time).
+    ``key_group`` is kept; anything that is not an integer stays and so still differs."""
+    by_id = {_entry_id(e): e for e in expected}
+    return [_mask_any(e, by_id.get(_entry_id(e))) for e in entries]
