@@ -8,7 +8,18 @@ Compiles ``benchmarks/flink/**/*.java`` against the wheel's jars and runs
     python benchmarks/make_large_savepoint.py --keys 1000000 --out /tmp/statequery-bench
     python benchmarks/make_large_savepoint.py --compression     # snappy key groups
 
-Prints the savepoint directory (``SNAPSHOT_PATH=...``).
+A large RocksDB *native* savepoint (writing 1M random keys straight into RocksDB is slow on a
+small machine; restoring a canonical savepoint into the RocksDB backend is fast): restore the
+canonical one into the same job on the RocksDB backend, append one list element to every
+``--append-every``-th key (un-compacted RocksDB merge operands), then take a NATIVE savepoint and,
+of the very same state, a canonical one to compare with:
+
+    python benchmarks/make_large_savepoint.py --backend rocksdb \
+        --restore /tmp/statequery-bench/hashmap/savepoint-* --append-every 10 \
+        --kind savepoint-native,savepoint-canonical --out /tmp/statequery-bench/rocksdb-native
+
+``--keys`` must then be the key count of the restored savepoint. Prints every savepoint
+directory (``SNAPSHOT_PATH=...``), in the order of ``--kind``.
 """
 
 from __future__ import annotations
@@ -54,7 +65,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backend", default="hashmap", choices=("hashmap", "rocksdb"))
     ap.add_argument("--compression", action="store_true")
     ap.add_argument(
-        "--kind", default="savepoint-canonical", choices=("savepoint-canonical", "savepoint-native")
+        "--kind",
+        default="savepoint-canonical",
+        help="savepoint-canonical | savepoint-native, or both separated by a comma",
+    )
+    ap.add_argument("--restore", default="", help="start from this savepoint directory")
+    ap.add_argument(
+        "--append-every",
+        type=int,
+        default=10,
+        help="with --restore: append a list element to every N-th key (0: none)",
     )
     ap.add_argument("--out", default="/tmp/statequery-bench")
     ap.add_argument(
@@ -64,6 +84,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--heap", default="8g", help="JVM -Xmx")
     args = ap.parse_args(argv)
+    kinds = [k.strip() for k in args.kind.split(",")]
+    bad = [k for k in kinds if k not in ("savepoint-canonical", "savepoint-native")]
+    if bad:
+        ap.error(f"--kind: unknown {', '.join(bad)}")
+    restore = ""
+    if args.restore:
+        restore = os.path.abspath(args.restore)
+        if not os.path.isfile(os.path.join(restore, "_metadata")):
+            ap.error(f"--restore: no _metadata in {restore}")
     cp = compile_job(args.python)
     cmd = [
         "java",
@@ -74,9 +103,11 @@ def main(argv: list[str] | None = None) -> int:
         str(args.keys),
         args.backend,
         str(args.compression).lower(),
-        args.kind,
+        ",".join(kinds),
         args.out,
     ]
+    if restore:
+        cmd += [restore, str(args.append_every)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     for line in proc.stdout.splitlines():
         if line.startswith(("SNAPSHOT_PATH=", "JOB_ID=")):

@@ -323,12 +323,15 @@ class RocksDBState:
         return (start, end) if start <= end else None
 
     def entries(
-        self, state: str, key_groups: tuple[int, int] | None = None, *, reader: str = "auto"
+        self, state: str, key_groups: tuple[int, int] | None = None, *, reader: str = "auto",
+        key_prefix: bytes | None = None,
     ) -> Iterator[KeyValue]:
         """Raw entries of ``state`` in key order within ``key_groups`` (inclusive) and the handle.
 
         ``reader`` is ``auto`` (SST reader for column families with merge operands, rocksdict
         otherwise), ``sst`` or ``rocksdb`` (the latter misses un-merged list entries).
+        ``key_prefix`` (bytes after the key-group prefix; ``key_groups`` must then name one key
+        group) restricts the entries to keys starting with it: a seek, not a filter.
         """
         if self._db is None:
             raise StatequeryError("the RocksDB state is closed")
@@ -344,6 +347,11 @@ class RocksDBState:
         n = self.prefix_bytes
         start = bounds[0].to_bytes(n, "big")
         stop = (bounds[1] + 1).to_bytes(n, "big")
+        if key_prefix:
+            if bounds[0] != bounds[1]:
+                raise InvalidOptionError("key_prefix needs a single key group")
+            start += key_prefix
+            stop = _prefix_successor(start) or stop
         if reader not in ("auto", "sst", "rocksdb"):
             raise InvalidOptionError(f"reader must be auto, sst or rocksdb, not {reader!r}")
         if reader == "sst" or (reader == "auto" and self.uses_merge_reader(state)):
@@ -405,6 +413,14 @@ class RocksDBState:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _prefix_successor(prefix: bytes) -> bytes | None:
+    """The smallest byte string greater than every string starting with ``prefix`` (None: none)."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
 
 
 def _local_names(e: BaseException) -> str:
@@ -608,42 +624,65 @@ class RocksDBKeyedBackend:
         key_groups: Iterable[int] | None = None,
     ) -> Iterator[int]:
         """Append ``layout``'s rows for ``key_groups`` to ``builder``; yield per key group."""
-        from statequery.backends.keygroups import CompositeEntryDecoder
-        from statequery.serializers.readers import DECODE_ERRORS, DecodeError
+        yield from self.scan_states([(layout, builder)], mode, key_groups)
+
+    def scan_states(
+        self, requests: Sequence[tuple[Any, Any]], mode: str | None,
+        key_groups: Iterable[int] | None = None, key: Any = None,
+    ) -> Iterator[int]:
+        """Several states with one restore of the DB (state after state); yield per key group.
+
+        ``key`` (a lookup) seeks straight to the key's entries in its key group (keys are sorted
+        by key-group prefix, then serialized key) instead of walking the key group; timers,
+        whose keys start with the timestamp, are filtered by key bytes while walking.
+        """
+        from statequery.backends.keygroups import serialized_key
 
         own = self.key_groups
         wanted = None if key_groups is None else {kg for kg in key_groups if kg in own}
         if wanted is not None and not wanted:
             return
-        bounds = None if wanted is None else (min(wanted), max(wanted))
-        decoder = CompositeEntryDecoder(layout, mode, builder)
-        on_entry, prefix = decoder.on_entry, key_group_prefix_bytes(self.max_parallelism)
         with self.open() as db:
-            if layout.name not in db.column_families:
-                return
-            current = -1
-            for kg, key, value in db.entries(layout.name, bounds):
-                if wanted is not None and kg not in wanted:
-                    continue
-                if kg != current:
-                    if current >= 0:
-                        decoder.finish()
-                        yield current
-                    current = kg
-                buf = key + value
-                try:
-                    on_entry(buf, prefix, len(key), len(key), len(buf), kg)
-                except DecodeError as e:
-                    raise CorruptStateError(
-                        f"state {layout.name!r}, key group {kg}: {e.message} (entry key "
-                        f"{key.hex()})", db.describe(layout.name)) from e
-                except DECODE_ERRORS as e:
-                    raise CorruptStateError(
-                        f"state {layout.name!r}, key group {kg}: {type(e).__name__}: {e} "
-                        f"(entry key {key.hex()})", db.describe(layout.name)) from e
-            if current >= 0:
-                decoder.finish()
-                yield current
+            for layout, builder in requests:
+                raw = None if key is None else serialized_key(key, layout.key)
+                yield from self._scan_db(db, layout, mode, builder, wanted, raw)
+
+    def _scan_db(
+        self, db: RocksDBState, layout: Any, mode: str | None, builder: Any,
+        wanted: set[int] | None, raw: bytes | None,
+    ) -> Iterator[int]:
+        from statequery.backends.keygroups import CompositeEntryDecoder
+        from statequery.serializers.readers import DECODE_ERRORS, DecodeError
+
+        if layout.name not in db.column_families:
+            return
+        bounds = None if wanted is None else (min(wanted), max(wanted))
+        seek = raw if raw and not layout.is_timer and bounds and bounds[0] == bounds[1] else None
+        decoder = CompositeEntryDecoder(layout, mode, builder, raw)
+        on_entry, prefix = decoder.on_entry, key_group_prefix_bytes(self.max_parallelism)
+        current = -1
+        for kg, key, value in db.entries(layout.name, bounds, key_prefix=seek):
+            if wanted is not None and kg not in wanted:
+                continue
+            if kg != current:
+                if current >= 0:
+                    decoder.finish()
+                    yield current
+                current = kg
+            buf = key + value
+            try:
+                on_entry(buf, prefix, len(key), len(key), len(buf), kg)
+            except DecodeError as e:
+                raise CorruptStateError(
+                    f"state {layout.name!r}, key group {kg}: {e.message} (entry key "
+                    f"{key.hex()})", db.describe(layout.name)) from e
+            except DECODE_ERRORS as e:
+                raise CorruptStateError(
+                    f"state {layout.name!r}, key group {kg}: {type(e).__name__}: {e} "
+                    f"(entry key {key.hex()})", db.describe(layout.name)) from e
+        if current >= 0:
+            decoder.finish()
+            yield current
 
 
 def _incremental_factory(handle: Any, context: Any) -> RocksDBKeyedBackend | None:

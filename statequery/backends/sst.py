@@ -299,8 +299,23 @@ class _Block:
             yield key, data[end_key:end]
             pos = end
 
+    def handles(self, start: int = 0) -> Iterator[tuple[bytes, BlockHandle]]:
+        """The entries of an index block as (key, block handle), from restart point ``start``."""
+        if self.delta_values:
+            yield from self._index_handles(self.restarts[start] if self.restarts else self.limit)
+            return
+        source = self.source
+        for key, value in self.entries(start):
+            handle, _ = _read_handle(value, 0, source)
+            yield key, handle
+
     def _index_entries(self, pos: int) -> Iterator[tuple[bytes, bytes]]:
         """Index entries with delta-encoded values: yields (key, encoded full handle)."""
+        for key, handle in self._index_handles(pos):
+            yield key, _encode_handle(handle)
+
+    def _index_handles(self, pos: int) -> Iterator[tuple[bytes, BlockHandle]]:
+        """Index entries with delta-encoded values: yields (key, full handle)."""
         data = self.data
         limit = self.limit
         source = self.source
@@ -330,7 +345,7 @@ class _Block:
                     raise CorruptStateError("index entry runs past the block", source,
                                             self.base + pos)
             prev = handle
-            yield key, _encode_handle(handle)
+            yield key, handle
 
     def seek_restart(self, target: bytes, key_of: Any = None) -> int:
         """Index of the last restart point whose key is < ``target`` (0 if none)."""
@@ -526,6 +541,7 @@ class SstFile:
                 "(Flink uses leveldb.BytewiseComparator)")
         self._global_seqno = self.properties.global_seqno
         self._index: list[tuple[bytes, BlockHandle]] | None = None
+        self._top_index: _Block | None = None
 
     # -- index ---------------------------------------------------------------------------------
 
@@ -547,21 +563,57 @@ class SstFile:
                     "search, hash search, two-level, binary search with first key)")
             top = self.read_block(self.index_handle, delta, first_keys=index_type == 3)
             out: list[tuple[bytes, BlockHandle]] = []
+            user_key = self.properties.index_key_is_user_key
             if self.properties.index_type == 2:  # two-level: partitions of index entries
-                for _, value in top.entries():
-                    part = self.read_block(self._decode_index_value(value), delta)
-                    for key, v in part.entries():
-                        out.append((self._index_user_key(key), self._decode_index_value(v)))
+                for _, top_handle in top.handles():
+                    part = self.read_block(top_handle, delta)
+                    out += [(key if user_key else key[:-8], h) for key, h in part.handles()]
             else:
-                for key, value in top.entries():
-                    out.append((self._index_user_key(key), self._decode_index_value(value)))
+                out = [(key if user_key else key[:-8], h) for key, h in top.handles()]
             for _, h in out:
-                if h.offset + h.size + _BLOCK_TRAILER > self._footer_start:
-                    raise CorruptStateError(
-                        f"index points at block [{h.offset}, {h.offset + h.size}) past the data "
-                        "(truncated?)", self.source, h.offset)
+                self._check_block(h)
             self._index = out
         return self._index
+
+    def _check_block(self, h: BlockHandle) -> None:
+        if h.offset + h.size + _BLOCK_TRAILER > self._footer_start:
+            raise CorruptStateError(
+                f"index points at block [{h.offset}, {h.offset + h.size}) past the data "
+                "(truncated?)", self.source, h.offset)
+
+    def _index_from(self, start: bytes | None) -> Iterable[tuple[bytes, BlockHandle]]:
+        """(separator user key, handle) of the data blocks, from the first whose separator is
+        >= ``start``. A single-level index not read yet is searched by its restart points and
+        read lazily from there (a lookup reads a few index entries, not the whole index)."""
+        if self._index is None and start is not None and self.properties.index_type in (0, 1, 3):
+            return self._seek_index(start)
+        index = self.data_block_handles()
+        first = 0
+        if start is not None:
+            lo, hi = 0, len(index)
+            while lo < hi:  # first block whose separator >= start
+                mid = (lo + hi) // 2
+                if index[mid][0] < start:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            first = lo
+        return index[first:]
+
+    def _seek_index(self, start: bytes) -> Iterator[tuple[bytes, BlockHandle]]:
+        top = self._top_index
+        if top is None:
+            top = self._top_index = self.read_block(
+                self.index_handle, self.properties.index_value_is_delta_encoded,
+                first_keys=self.properties.index_type == 3)
+        user_key = self.properties.index_key_is_user_key
+        restart = top.seek_restart(start, key_of=None if user_key else lambda k: k[:-8])
+        for key, h in top.handles(restart):
+            separator = key if user_key else key[:-8]
+            if separator < start:
+                continue
+            self._check_block(h)
+            yield separator, h
 
     # -- entries -------------------------------------------------------------------------------
 
@@ -584,30 +636,42 @@ class SstFile:
 
         Seeks with the index to the first data block that can hold ``start``.
         """
-        index = self.data_block_handles()
-        first = 0
-        if start is not None:
-            lo, hi = 0, len(index)
-            while lo < hi:  # first block whose separator >= start
-                mid = (lo + hi) // 2
-                if index[mid][0] < start:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            first = lo
-        parse = self._parse
-        for _, handle in index[first:]:
+        for user_key, neg_seq, kind, value in self.tuples(start, stop):
+            yield InternalEntry(user_key, -neg_seq, kind, value)
+
+    def tuples(self, start: bytes | None = None, stop: bytes | None = None) -> Iterator[
+            tuple[bytes, int, int, bytes]]:
+        """:meth:`entries` as ``(user key, -seq, type, value)`` tuples: they sort like RocksDB's
+        internal keys and cost less than :class:`InternalEntry` objects (the merge reader's hot
+        path)."""
+        unpack = _U64.unpack_from
+        known = _KNOWN_TYPES
+        global_seqno = self._global_seqno
+        for _, handle in self._index_from(start):
             block = self.read_block(handle)
             restart = 0
             if start is not None and len(block.restarts) > 1:
                 restart = block.seek_restart(start, key_of=lambda k: k[:-8])
             for key, value in block.entries(restart):
-                entry = parse(key, value, handle.offset)
-                if start is not None and entry.user_key < start:
+                n = len(key) - 8
+                if n < 0:
+                    raise CorruptStateError(f"internal key of {len(key)} bytes", self.source,
+                                            handle.offset)
+                trailer = unpack(key, n)[0]
+                kind = trailer & 0xFF
+                if kind not in known:
+                    what = _TYPE_NAMES.get(kind, f"value type {kind:#x}")
+                    raise UnsupportedFormatError(
+                        f"{self.source}: entries of kind {what} are not supported")
+                user_key = key[:n]
+                if start is not None and user_key < start:
                     continue
-                if stop is not None and entry.user_key >= stop:
+                if stop is not None and user_key >= stop:
                     return
-                yield entry
+                seq = trailer >> 8
+                if seq == 0 and global_seqno is not None:
+                    seq = global_seqno
+                yield user_key, -seq, kind, value
 
     def range_deletions(self) -> list[tuple[bytes, bytes, int]]:
         """Range tombstones ``(start, end_exclusive, seq)`` of the ``rocksdb.range_del`` block."""
@@ -668,6 +732,14 @@ def _covered(tombstones: list[tuple[bytes, bytes, int]], key: bytes) -> int:
     return best
 
 
+def _tuples_of(table: Any, start: bytes | None, stop: bytes | None) -> Iterator[
+        tuple[bytes, int, int, bytes]]:
+    fast = getattr(table, "tuples", None)
+    if fast is not None:
+        return fast(start, stop)  # type: ignore[no-any-return]
+    return ((e.user_key, -e.seq, e.type, e.value) for e in table.entries(start, stop))
+
+
 def merged_entries(
     tables: Iterable[SstFile],
     start: bytes | None = None,
@@ -677,35 +749,57 @@ def merged_entries(
     """Live (user key, value) pairs of one column family given all its table files.
 
     Entries of every table in ``[start, stop)`` are merged in key order; for each user key the
-    internal entries of all tables are resolved by sequence number with :func:`merge_entries`,
-    after dropping those covered by a newer range tombstone. Deleted keys are skipped.
+    internal entries of all tables are resolved by sequence number (as :func:`merge_entries`
+    does), after dropping those covered by a newer range tombstone. Deleted keys are skipped.
     """
     tables = list(tables)
     tombstones = [t for table in tables for t in table.range_deletions()]
-    iters = [table.entries(start, stop) for table in tables]
-    # (user key, -seq) orders like RocksDB's internal key comparator
-    merged = heapq.merge(*iters, key=lambda e: (e.user_key, -e.seq))
-    current: bytes | None = None
-    group: list[InternalEntry] = []
+    iters = [_tuples_of(table, start, stop) for table in tables]
+    # (user key, -seq, ...) tuples order like RocksDB's internal key comparator
+    merged: Iterator[tuple[bytes, int, int, bytes]] = (
+        iters[0] if len(iters) == 1 else heapq.merge(*iters))
 
-    def resolve(entries: list[InternalEntry]) -> bytes | None:
+    def resolve(group: list[tuple[bytes, int, int, bytes]]) -> bytes | None:
+        """One user key's entries, newest first -> its value (None: deleted)."""
         if tombstones:
-            cut = _covered(tombstones, entries[0].user_key)
+            cut = _covered(tombstones, group[0][0])
             if cut >= 0:
-                entries = [e for e in entries if e.seq > cut]
-        return merge_entries(entries, delimiter) if entries else None
+                group = [e for e in group if -e[1] > cut]
+        operands: list[bytes] = []
+        base: bytes | None = None
+        for _, _, kind, value in group:
+            if kind == TYPE_MERGE:
+                operands.append(value)
+                continue
+            if kind == TYPE_VALUE:
+                base = value
+            break  # a Put or a (single) deletion ends the chain
+        if not operands:
+            return base
+        operands.reverse()
+        if base is not None:
+            operands.insert(0, base)
+        return delimiter.join(operands)
 
+    current = b""
+    group: list[tuple[bytes, int, int, bytes]] = []
+    simple = not tombstones
     for entry in merged:
-        if entry.user_key != current:
-            if group:
+        if group and entry[0] == current:
+            group.append(entry)
+            continue
+        if group:
+            if simple and len(group) == 1:  # the common case: a lone Put or merge operand
+                kind = group[0][2]
+                if kind == TYPE_VALUE or kind == TYPE_MERGE:
+                    yield current, group[0][3]
+            else:
                 value = resolve(group)
                 if value is not None:
-                    yield group[0].user_key, value
-            current = entry.user_key
-            group = [entry]
-        else:
-            group.append(entry)
+                    yield current, value
+        current = entry[0]
+        group = [entry]
     if group:
         value = resolve(group)
         if value is not None:
-            yield group[0].user_key, value
+            yield current, value

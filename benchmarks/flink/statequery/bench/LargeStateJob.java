@@ -20,6 +20,7 @@ import org.apache.flink.configuration.ExecutionOptions;
 import org.apache.flink.configuration.MemorySize;
 import org.apache.flink.configuration.PipelineOptions;
 import org.apache.flink.configuration.StateBackendOptions;
+import org.apache.flink.configuration.StateRecoveryOptions;
 import org.apache.flink.core.execution.JobClient;
 import org.apache.flink.core.execution.SavepointFormatType;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
@@ -38,10 +39,17 @@ import java.util.concurrent.atomic.AtomicLong;
  * 2 entries, a ReducingState<Long> and one event-time timer.
  *
  * <pre>
- * java -cp CP statequery.bench.LargeStateJob KEYS BACKEND COMPRESSION KIND OUT_DIR
- *   KIND  savepoint-canonical | savepoint-native
+ * java -cp CP statequery.bench.LargeStateJob KEYS BACKEND COMPRESSION KIND OUT_DIR \
+ *     [RESTORE_PATH APPEND_EVERY]
+ *   KIND  savepoint-canonical | savepoint-native, or several separated by commas (one savepoint
+ *         of each format, in that order, of the same job state)
  * </pre>
- * Prints SNAPSHOT_PATH=&lt;dir holding _metadata&gt;.
+ * With RESTORE_PATH the job starts from that savepoint (any format, e.g. a canonical savepoint
+ * restored into the RocksDB backend) and writes no new keys: the source emits every
+ * APPEND_EVERY-th key only (0: none), and for each the function appends one element ("extra") to
+ * its list state, which the RocksDB backend stores as an un-compacted merge operand on top of the
+ * restored value. Every other state is left as restored.
+ * Prints SNAPSHOT_PATH=&lt;dir holding _metadata&gt; per savepoint.
  */
 public class LargeStateJob {
     static final AtomicLong SINK_COUNT = new AtomicLong();
@@ -54,6 +62,8 @@ public class LargeStateJob {
         File outDir = new File(args[4]).getAbsoluteFile();
         outDir.mkdirs();
         String outUri = outDir.toURI().toString();
+        String restore = args.length > 5 && !args[5].isEmpty() ? args[5] : null;
+        long appendEvery = args.length > 6 ? Long.parseLong(args[6]) : 0;
 
         Configuration conf = new Configuration();
         conf.set(StateBackendOptions.STATE_BACKEND, backend);
@@ -64,50 +74,63 @@ public class LargeStateJob {
         conf.set(ExecutionOptions.SNAPSHOT_COMPRESSION, compression);
         conf.set(PipelineOptions.GENERIC_TYPES, false);
         conf.set(PipelineOptions.MAX_PARALLELISM, 128);
+        long expected = keys;
+        if (restore != null) {
+            conf.set(StateRecoveryOptions.SAVEPOINT_PATH, restore);
+            expected = appendEvery <= 0 ? 0 : (keys + appendEvery - 1) / appendEvery;
+        }
 
         StreamExecutionEnvironment env = StreamExecutionEnvironment.createLocalEnvironment(2, conf);
-        env.addSource(new KeySource(keys), Types.STRING).uid("large-source").setParallelism(2)
+        env.addSource(new KeySource(keys, restore == null ? 1 : appendEvery), Types.STRING).uid("large-source").setParallelism(2)
                 .keyBy(k -> k)
-                .process(new LargeStateFunction()).uid("large-state").name("Large State")
+                .process(new LargeStateFunction(restore != null)).uid("large-state").name("Large State")
                 .setParallelism(2)
                 .sinkTo(new CountingSink()).uid("large-sink").setParallelism(1);
 
         JobClient client = env.executeAsync("statequery-bench-large");
         JobID jobId = client.getJobID();
         long deadline = System.nanoTime() + TimeUnit.MINUTES.toNanos(30);
-        while (SINK_COUNT.get() < keys) {
+        while (SINK_COUNT.get() < expected) {
             if (System.nanoTime() > deadline) {
                 throw new IllegalStateException("timed out at " + SINK_COUNT.get());
             }
             Thread.sleep(200);
         }
-        SavepointFormatType format = kind.equals("savepoint-native")
-                ? SavepointFormatType.NATIVE : SavepointFormatType.CANONICAL;
-        String path = client.triggerSavepoint(outUri, format).get(30, TimeUnit.MINUTES);
-        if (path.startsWith("file:")) {
-            path = new File(new java.net.URI(path)).getAbsolutePath();
+        if (restore != null) {
+            Thread.sleep(1000); // the last elements reach the state before the sink counts them
         }
         System.out.println("JOB_ID=" + jobId);
-        System.out.println("SNAPSHOT_PATH=" + path);
-        System.out.flush();
+        for (String k : kind.split(",")) {
+            SavepointFormatType format = k.trim().equals("savepoint-native")
+                    ? SavepointFormatType.NATIVE : SavepointFormatType.CANONICAL;
+            String path = client.triggerSavepoint(outUri, format).get(30, TimeUnit.MINUTES);
+            if (path.startsWith("file:")) {
+                path = new File(new java.net.URI(path)).getAbsolutePath();
+            }
+            System.out.println("SNAPSHOT_PATH=" + path);
+            System.out.flush();
+        }
         client.cancel().get(2, TimeUnit.MINUTES);
         System.exit(0);
     }
 
-    /** Emits its share of the keys once, then idles until cancelled (keeps the job running). */
+    /** Emits its share of every STEP-th key once, then idles until cancelled (keeps the job
+     * running). */
     public static class KeySource extends RichParallelSourceFunction<String> {
         private final long keys;
+        private final long step;
         private volatile boolean running = true;
 
-        KeySource(long keys) {
+        KeySource(long keys, long step) {
             this.keys = keys;
+            this.step = step;
         }
 
         @Override
         public void run(SourceContext<String> ctx) throws Exception {
             int idx = getRuntimeContext().getTaskInfo().getIndexOfThisSubtask();
             int n = getRuntimeContext().getTaskInfo().getNumberOfParallelSubtasks();
-            for (long i = idx; i < keys && running; i += n) {
+            for (long i = idx * step; step > 0 && i < keys && running; i += n * step) {
                 synchronized (ctx.getCheckpointLock()) {
                     ctx.collect(String.format("user-%07d", i));
                 }
@@ -128,6 +151,11 @@ public class LargeStateJob {
         private transient ListState<String> recent;
         private transient MapState<String, Long> byCategory;
         private transient ReducingState<Long> sum;
+        private final boolean appendOnly;
+
+        LargeStateFunction(boolean appendOnly) {
+            this.appendOnly = appendOnly;
+        }
 
         @Override
         public void open(OpenContext openContext) {
@@ -143,6 +171,11 @@ public class LargeStateJob {
         @Override
         public void processElement(String key, Context ctx, Collector<Long> out) throws Exception {
             long i = Long.parseLong(key.substring("user-".length()));
+            if (appendOnly) { // restored state: one more list element, a RocksDB merge
+                recent.add("extra");
+                out.collect(i);
+                return;
+            }
             count.update(i);
             recent.addAll(List.of("books", "games", "music"));
             byCategory.put("books", i % 100);
