@@ -14,6 +14,7 @@ another valid value of the same type, which no reader can detect (Flink would re
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import tracemalloc
@@ -111,7 +112,7 @@ SNAPPY = [
     ("datastream-hashmap-checkpoint-snappy", "user-state", True),  # one snappy stream per block
 ]
 SETTINGS = settings(
-    max_examples=30,
+    max_examples=int(os.environ.get("STATEQUERY_FUZZ_EXAMPLES", "30")),  # more: a longer hunt
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
