@@ -94,6 +94,13 @@ def _validate_chunks(data: bytes, source: str, offset: int) -> None:
             raise CorruptStateError(
                 f"reserved unskippable snappy chunk type {ctype:#x}", source, offset + pos
             )
+        else:  # 0x80..0xFE: skippable in the framing format, but Flink never writes one
+            raise CorruptStateError(
+                f"snappy chunk type {ctype:#x} (skippable padding) never appears in Flink's "
+                "streams: a corrupt chunk header",
+                source,
+                offset + pos,
+            )
         pos = body + length
 
 

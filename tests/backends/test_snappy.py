@@ -66,3 +66,20 @@ def test_chunk_index_maps_file_offsets() -> None:
     starts = [index[o] for o in offsets]
     assert starts == [0, len(parts[0]), len(parts[0]) + len(parts[1])]
     assert index[500 + len(out)] == len(data)
+
+
+def test_skippable_chunk_types_are_corruption() -> None:
+    """A flipped high bit turns a data chunk into 'skippable padding': that must not drop data."""
+    import cramjam
+
+    from statequery.backends.snappy import STREAM_IDENTIFIER, decompress_framed
+    from statequery.exceptions import CorruptStateError
+
+    framed = bytes(cramjam.snappy.compress(b"timers and more timers" * 10))
+    assert framed.startswith(STREAM_IDENTIFIER)
+    assert decompress_framed(framed, "f", 0) == b"timers and more timers" * 10
+    flipped = bytearray(framed)
+    flipped[len(STREAM_IDENTIFIER)] ^= 0x80  # chunk type 0x00/0x01 -> 0x80/0x81
+    with pytest.raises(CorruptStateError, match="skippable padding") as info:
+        decompress_framed(bytes(flipped), "f", 100)
+    assert info.value.offset == 100 + len(STREAM_IDENTIFIER)
