@@ -21,6 +21,9 @@ from statequery.exceptions import (
     UnsupportedFormatError,
 )
 
+# the function shadows its module, ``statequery.sql``, as the package attribute
+from statequery.sql import sql
+
 if TYPE_CHECKING:
     from statequery.io import FileIO
     from statequery.savepoint import Savepoint
@@ -39,6 +42,7 @@ __all__ = [
     "UnsupportedFormatError",
     "__version__",
     "open",
+    "sql",
 ]
 
 

@@ -9,6 +9,8 @@
                                             everything every state holds for one key
     statequery spark-views [--catalog DIR] [DATABASE ...]
                                             CREATE TEMPORARY VIEW statements for spark-sql
+    statequery sql "SELECT ..." [--catalog DIR] [--json]
+                                            a SELECT over <database>.<table> (no Spark)
 
 Errors print ``statequery: <message>`` on stderr and exit with status 1.
 """
@@ -65,6 +67,11 @@ def _parser() -> argparse.ArgumentParser:
     sv = sub.add_parser("spark-views", help="Spark SQL views for every table of a catalog")
     sv.add_argument("databases", nargs="*", help="only these databases (default: all)")
     sv.add_argument("--catalog", help="the catalog folder (default: the shipped catalog/)")
+
+    q = sub.add_parser("sql", help="run a SELECT over <database>.<table> of a catalog (no Spark)")
+    q.add_argument("query", help="e.g. \"SELECT key, value FROM user_activity.user_state__count\"")
+    q.add_argument("--catalog", help="the catalog folder (default: the shipped catalog/)")
+    q.add_argument("--json", action="store_true", help="print JSON lines")
     return p
 
 
@@ -295,6 +302,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             from statequery.spark import view_statements
 
             print("\n".join(view_statements(args.catalog, args.databases)))
+            return 0
+        if args.command == "sql":
+            from statequery.sql import sql
+
+            table = sql(args.query, args.catalog)
+            if args.json:
+                for row in table.to_pylist():
+                    sys.stdout.write(json.dumps(row, default=_json_default, ensure_ascii=False)
+                                     + "\n")
+            else:
+                _print_rows(table, "sql")
             return 0
         if args.command == "snapshot":
             sp = Savepoint.open(args.path, use_snapshot=False)
