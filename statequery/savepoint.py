@@ -12,6 +12,7 @@ parallel through the storage seam — and cached on the instance.
 
 from __future__ import annotations
 
+import difflib
 import posixpath
 import re
 from collections.abc import Iterable, Iterator
@@ -240,7 +241,15 @@ class Savepoint:
             for s in self.states:
                 if s.table_name == operator_or_table:
                     return s
-            raise NoSuchStateError(f"no state table {operator_or_table!r} in {self.location}")
+            tables = [s.table_name for s in self.states]
+            hint = ""
+            close = difflib.get_close_matches(operator_or_table, tables, n=1)
+            if close:
+                hint = f"did you mean {close[0]!r}? "
+            raise NoSuchStateError(
+                f"no state table {operator_or_table!r} in {self.location} "
+                f"({hint}tables: {', '.join(tables) or 'none'})"
+            )
         op = self.operator(operator_or_table)
         found = op.state(name)
         if found is None:

@@ -62,3 +62,16 @@ def dump_entries(name: str) -> list[dict[str, Any]]:
 @pytest.fixture(scope="session")
 def manifest() -> dict[str, Any]:
     return load_manifest()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Tests (and the subprocesses and Spark workers they start) never touch the user's
+    ``~/.cache/statequery``: the RocksDB file cache goes to a folder of the test session."""
+    saved = os.environ.get("STATEQUERY_CACHE_DIR")
+    os.environ["STATEQUERY_CACHE_DIR"] = str(tmp_path_factory.mktemp("statequery-cache"))
+    yield
+    if saved is None:
+        os.environ.pop("STATEQUERY_CACHE_DIR", None)
+    else:
+        os.environ["STATEQUERY_CACHE_DIR"] = saved

@@ -33,6 +33,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="statequery",
         description="Inspect the state inside Apache Flink savepoints and checkpoints (no JVM).",
     )
+    from statequery import __version__
+
+    p.add_argument("--version", action="version", version=f"statequery {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     i = sub.add_parser("inspect", help="list operators and states (the state_meta table)")
     i.add_argument("path", help="savepoint/checkpoint directory, its _metadata, or a URI")

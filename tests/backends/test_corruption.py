@@ -40,7 +40,7 @@ class _Mutable:
     """A private copy of one fixture; one state file is mutated and restored per example."""
 
     def __init__(self, name: str, operator: str, keyed: bool) -> None:
-        self.tmp = Path(tempfile.mkdtemp(prefix="sq-corrupt-"))
+        self.tmp = Path(tempfile.mkdtemp(prefix="sq-corrupt-", dir=_BASE[-1]))
         src = fixture_dir(name)
         self.dir = self.tmp / src.name
         shutil.copytree(src, self.dir)
@@ -83,6 +83,17 @@ class _Mutable:
 
 
 _CACHE: dict[tuple[str, str, bool], _Mutable] = {}
+_BASE: list[Path] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _private_copies(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The mutated copies live in pytest's temporary directory (Hypothesis examples share them
+    across one module, so the folder is module-scoped), never loose in the system temp dir."""
+    _BASE.append(tmp_path_factory.mktemp("corrupt"))
+    yield
+    _CACHE.clear()
+    _BASE.pop()
 
 
 def _mutable(name: str, operator: str, keyed: bool = True) -> _Mutable:
@@ -173,3 +184,9 @@ def test_baselines_are_real() -> None:
     for case in CASES + SNAPPY:
         m = _mutable(*case)
         assert sum(t.num_rows for t in m.baseline.values()) > 0
+
+
+def test_private_copies_live_in_pytest_tmp(tmp_path_factory: pytest.TempPathFactory) -> None:
+    m = _mutable(*CASES[0])
+    assert m.tmp.is_relative_to(tmp_path_factory.getbasetemp())
+    assert m.tmp.parent != Path(tempfile.gettempdir())
