@@ -33,7 +33,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from statequery.arrow.types import EPOCH_MS, arrow_type
+from statequery.arrow.types import EPOCH_MS, arrow_type, raw_value_reason
 from statequery.exceptions import InvalidOptionError, UnsupportedFormatError
 from statequery.serializers.spec import (
     ListSpec,
@@ -232,14 +232,7 @@ def column_type(spec: SerializerSpec | None) -> pa.DataType:
 
 def opaque_reason(spec: SerializerSpec) -> str:
     """Why values of ``spec`` come back as raw bytes."""
-    stack = [spec]
-    while stack:
-        s = stack.pop()
-        if isinstance(s, OpaqueSpec):
-            what = s.type_class or s.snapshot_class or "unknown class"
-            return f"{s.family} serializer ({what})" + (f": {s.reason}" if s.reason else "")
-        stack.extend(s.children())
-    return "not decodable"
+    return raw_value_reason(spec)
 
 
 def raw_class(spec: SerializerSpec) -> str:

@@ -150,7 +150,7 @@ def arrow_type(spec: SerializerSpec) -> pa.DataType:
             ]
         )
     if isinstance(spec, RowDataSpec):
-        return sql_arrow_type(spec.type)
+        return sql_arrow_type(spec.type, spec)
     if isinstance(spec, ArrayDataSpec):
         return pa.list_(sql_arrow_type(spec.element))
     if isinstance(spec, MapDataSpec):
@@ -172,11 +172,18 @@ def _decimal_type(precision: int | None, scale: int | None) -> pa.DataType:
     return pa.decimal128(max(p, 1), s)
 
 
-def sql_arrow_type(t: SqlType) -> pa.DataType:
-    """The Arrow type of a Flink SQL logical type (as decoded from ``BinaryRowData``)."""
+def sql_arrow_type(t: SqlType, spec: SerializerSpec | None = None) -> pa.DataType:
+    """The Arrow type of a Flink SQL logical type (as decoded from ``BinaryRowData``).
+
+    ``spec`` is the stored serializer of the value, when known: a ``RAW`` value whose serializer
+    can be decoded takes that serializer's Arrow type (``null`` for the ``NullSerializer``
+    placeholders of state-backed data views), and a ROW takes its fields' stored serializers.
+    """
     while t.root == "DISTINCT_TYPE" and t.element is not None:
         t = t.element
     r = t.root
+    if r == "RAW" and isinstance(spec, RawValueSpec) and spec.inner.decodable:
+        return arrow_type(spec.inner)
     if r == "BOOLEAN":
         return pa.bool_()
     if r == "TINYINT":
@@ -218,9 +225,40 @@ def sql_arrow_type(t: SqlType) -> pa.DataType:
             sql_arrow_type(t.key or SqlType("NULL")), sql_arrow_type(t.value or SqlType("NULL"))
         )
     if r in ("ROW", "STRUCTURED_TYPE"):
-        return pa.struct(
-            [(f.name or f"f{i}", sql_arrow_type(f.type)) for i, f in enumerate(t.fields)]
-        )
+        row_spec = spec if isinstance(spec, RowDataSpec) else None
+        out = []
+        for i, f in enumerate(t.fields):
+            field_spec = row_spec.field_spec(i) if row_spec is not None else None
+            out.append(_sql_field(f.name or f"f{i}", f.type, field_spec))
+        return pa.struct(out)
     if r == "NULL":
         return pa.null()
     raise UnsupportedFormatError(f"no Arrow type for SQL type {t}")
+
+
+def _sql_field(name: str, t: SqlType, spec: SerializerSpec | None) -> pa.Field:
+    """A ROW field; a RAW field left as raw bytes says why in its metadata."""
+    typ = sql_arrow_type(t, spec)
+    root = t.root
+    while root == "DISTINCT_TYPE" and t.element is not None:
+        t = t.element
+        root = t.root
+    if root != "RAW" or not pa.types.is_binary(typ):
+        return pa.field(name, typ)
+    if isinstance(spec, RawValueSpec):
+        reason = raw_value_reason(spec.inner)
+    else:
+        reason = "no field serializer stored in the snapshot"
+    return pa.field(name, typ, metadata={b"statequery.raw_reason": reason.encode()})
+
+
+def raw_value_reason(inner: SerializerSpec) -> str:
+    """Why a RAW value written by ``inner`` stays raw bytes."""
+    stack = [inner]
+    while stack:
+        s = stack.pop()
+        if isinstance(s, OpaqueSpec):
+            what = s.type_class or s.snapshot_class or "unknown class"
+            return f"{s.family} serializer ({what})" + (f": {s.reason}" if s.reason else "")
+        stack.extend(s.children())
+    return "not decodable"

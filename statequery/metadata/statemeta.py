@@ -74,7 +74,7 @@ __all__ = [
 ]
 
 MAGIC = "statequery-statemeta"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: RowData specs keep their stored field serializers
 SNAPSHOT_FILE_NAME = "_statequery_meta.msgpack"
 MAX_SNAPSHOT_BYTES = 256 << 20
 

@@ -291,7 +291,7 @@ def _make_slot(reader: Reader) -> Callable[[bytes, int, int], Any]:
 
             return string_slot
     if isinstance(spec, RowDataSpec):
-        decode_row = row_data_decoder(spec.type)
+        decode_row = row_data_decoder(spec.type, spec.field_specs)
 
         def row_slot(buf: bytes, start: int, end: int) -> Any:
             """SQL keys: int32 size, then exactly that many BinaryRowData bytes."""
@@ -1096,8 +1096,13 @@ def _binary_slot(buf: bytes, base: int, slot: int, size: int) -> bytes:
     return buf[start : start + n]
 
 
-def sql_value_decoder(t: SqlType) -> SlotGetter:
-    """A getter for one field/element of SQL type ``t`` in a binary row or array slot."""
+def sql_value_decoder(t: SqlType, spec: SerializerSpec | None = None) -> SlotGetter:
+    """A getter for one field/element of SQL type ``t`` in a binary row or array slot.
+
+    ``spec`` is the field serializer the snapshot stored, when known: it reads ``RAW`` fields
+    (whose bytes are whatever that serializer wrote) and the fields of nested rows. Without it,
+    or when it cannot be decoded, a ``RAW`` field comes back as its raw bytes.
+    """
     t = _resolve_sql(t)
     r = t.root
     if r == "BOOLEAN":
@@ -1151,7 +1156,7 @@ def sql_value_decoder(t: SqlType) -> SlotGetter:
     if r in ("BINARY", "VARBINARY"):
         return _binary_slot
     if r in ("ROW", "STRUCTURED_TYPE"):
-        decode_row = row_data_decoder(t)
+        decode_row = row_data_decoder(t, spec.field_specs if isinstance(spec, RowDataSpec) else ())
 
         def get_row(buf: bytes, base: int, slot: int, size: int) -> Any:
             start, n = _var_region(buf, base, slot, size)
@@ -1172,6 +1177,14 @@ def sql_value_decoder(t: SqlType) -> SlotGetter:
             return decode_blob(buf, start, n)
 
         return get_blob
+    if r == "RAW" and isinstance(spec, RawValueSpec) and spec.inner.decodable:
+        inner = reader_for(spec.inner)
+
+        def get_raw_value(buf: bytes, base: int, slot: int, size: int) -> Any:
+            start, n = _var_region(buf, base, slot, size)
+            return inner.read_slot(buf, start, start + n)
+
+        return get_raw_value
     if r in ("RAW", "VARIANT", "SYMBOL"):
 
         def get_raw(buf: bytes, base: int, slot: int, size: int) -> Any:
@@ -1184,20 +1197,28 @@ def sql_value_decoder(t: SqlType) -> SlotGetter:
     raise UnsupportedFormatError(f"no decoder for SQL type {t}")
 
 
-def row_data_decoder(t: SqlType) -> Callable[[bytes, int, int], dict[str, Any]]:
+def row_data_decoder(
+    t: SqlType, field_specs: tuple[SerializerSpec, ...] = ()
+) -> Callable[[bytes, int, int], dict[str, Any]]:
     """A decoder of a ``BinaryRowData`` of ROW type ``t``: ``(buf, start, size) -> dict``.
+
+    ``field_specs`` are the stored field serializers (one per field, or none): see
+    :func:`sql_value_decoder`.
 
     Null bits: ``((arity + 63 + 8) // 64) * 8`` bytes, byte 0 the RowKind, field ``i`` null iff
     bit ``i + 8`` (LSB-first); then one 8-byte little-endian slot per field.
     """
     fields = t.fields
     arity = len(fields)
+    specs: tuple[SerializerSpec | None, ...] = (
+        field_specs if len(field_specs) == arity else (None,) * arity
+    )
     null_bytes = ((arity + 63 + 8) // 64) * 8
     fixed_end = null_bytes + 8 * arity
     items = tuple(
         (
             f.name or f"f{i}",
-            sql_value_decoder(f.type),
+            sql_value_decoder(f.type, specs[i]),
             (i + 8) >> 3,
             1 << ((i + 8) & 7),
             null_bytes + 8 * i,
@@ -1274,7 +1295,7 @@ def map_data_decoder(key: SqlType, value: SqlType) -> Callable[[bytes, int, int]
 
 
 def _row_data_reader(spec: RowDataSpec) -> Reader:
-    return _binary_row_size_reader(spec, row_data_decoder(spec.type))
+    return _binary_row_size_reader(spec, row_data_decoder(spec.type, spec.field_specs))
 
 
 def _array_data_reader(spec: ArrayDataSpec) -> Reader:

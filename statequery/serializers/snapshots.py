@@ -500,6 +500,7 @@ def _external(c: str, outer: SqlType | None, nested: tuple[SerializerSpec, ...])
         return RowDataSpec(
             snapshot_class=inner.snapshot_class,
             type=SqlType("ROW", outer.nullable, fields=outer.fields),
+            field_specs=inner.field_specs,
         )
     return inner
 
@@ -664,9 +665,15 @@ def _row_type(types: tuple[SqlType, ...]) -> SqlType:
 def _read_row_data(decoder: Decoder, class_name: str, version: int) -> SerializerSpec:
     n = decoder.check_length(decoder.read_int(), "RowData field count", 4)
     types = tuple(read_logical_type(decoder) for _ in range(n))
+    field_specs: tuple[SerializerSpec, ...] = ()
     if version >= 3:
-        read_nested_snapshots(decoder)  # the field serializers: implied by the logical types
-    return RowDataSpec(snapshot_class=class_name, type=_row_type(types))
+        # the field serializers: they read RAW fields (e.g. NullSerializer placeholders of
+        # state-backed data views) and the fields of nested rows
+        field_specs = read_nested_snapshots(decoder)
+        if len(field_specs) != n:
+            raise decoder.error(f"{class_name}: {len(field_specs)} field serializers for {n} "
+                                "fields")
+    return RowDataSpec(snapshot_class=class_name, type=_row_type(types), field_specs=field_specs)
 
 
 _register(f"{_TABLE}RowDataSerializer$RowDataSerializerSnapshot", _read_row_data)

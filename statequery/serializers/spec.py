@@ -430,10 +430,26 @@ class RowDataSpec(SerializerSpec):
 
     kind: ClassVar[str] = "row_data"
     type: SqlType = field(default_factory=lambda: SqlType("ROW"))
+    #: The field serializers the snapshot stores (one per field; empty when the snapshot predates
+    #: them). They decide how ``RAW`` fields (and the fields of nested rows) are read; the logical
+    #: type stays the schema.
+    field_specs: tuple[SerializerSpec, ...] = ()
 
     @property
     def display(self) -> str:
         return str(self.type)
+
+    @property
+    def decodable(self) -> bool:
+        # A RAW field whose serializer is unknown stays raw bytes inside the row (with a reason
+        # in its Arrow field metadata); the row itself is always decodable.
+        return True
+
+    def field_spec(self, index: int) -> SerializerSpec | None:
+        """The stored serializer of field ``index``, or None when the snapshot has none."""
+        if len(self.field_specs) == len(self.type.fields):
+            return self.field_specs[index]
+        return None
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import struct
 from decimal import Decimal
 
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -575,3 +576,56 @@ def test_decoder_string_value_with_out_of_range_code_unit_is_corrupt() -> None:
     assert Decoder(b"\x00", source="test").read_string_value() is None
     with pytest.raises(CorruptStateError, match="exceeds the 2 bytes left"):
         Decoder(varint(4) + b"abcd", end=3, source="test").read_string_value()
+
+
+def test_row_fields_read_by_their_stored_serializers() -> None:
+    """A RAW field is read by the serializer the RowData snapshot stored for it, not guessed from
+    the logical type: NullSerializer placeholders (state-backed data views) are null, a known
+    DataStream serializer gives its value, an unknown one stays bytes (with a reason in the Arrow
+    field metadata); nested rows use their own stored field serializers."""
+    from statequery.arrow.types import arrow_type
+
+    void = PrimitiveSpec(name="void")
+    raw_t = SqlType("RAW", class_name="org.apache.flink.table.api.dataview.MapView")
+    inner_t = _row_type(("r", raw_t))
+    t = _row_type(("view", raw_t), ("n", raw_t), ("kryo", raw_t), ("nested", inner_t))
+    nested_spec = RowDataSpec(type=inner_t, field_specs=(RawValueSpec(inner=LONG),))
+    spec = RowDataSpec(
+        type=t,
+        field_specs=(
+            RawValueSpec(inner=void),
+            RawValueSpec(inner=LONG),
+            RawValueSpec(inner=OpaqueSpec(family="kryo", type_class="x.Note")),
+            nested_spec,
+        ),
+    )
+    inner = RowWriter(1)
+    inner.put_var(0, be_long(-7))
+    w = RowWriter(4)
+    # RAW values always live in the variable-length part (writeSegmentsToVarLenPart)
+    w.put_var(0, b"\x00")
+    w.put_var(1, be_long(42))
+    w.put_var(2, b"\x57\x01")
+    w.put_var(3, inner.bytes())
+    row = w.bytes()
+    data = struct.pack(">i", len(row)) + row
+    assert read(spec, data) == {"view": None, "n": 42, "kryo": b"\x57\x01", "nested": {"r": -7}}
+    # without stored serializers (old snapshots) RAW stays raw bytes
+    assert read(RowDataSpec(type=t), data)["view"] == b"\x00"
+
+    at = arrow_type(spec)
+    assert at.field("view").type == pa.null() and at.field("n").type == pa.int64()
+    assert at.field("nested").type == pa.struct([("r", pa.int64())])
+    assert at.field("kryo").type == pa.binary()
+    assert b"kryo serializer (x.Note)" in at.field("kryo").metadata[b"statequery.raw_reason"]
+    assert spec.decodable  # an unknown RAW field never turns the whole row into bytes
+
+    # a NullSerializer placeholder holds exactly one byte
+    w = RowWriter(4)
+    w.put_var(0, b"\x00\x00")
+    w.put_var(1, be_long(1))
+    w.put_var(2, b"")
+    w.put_var(3, inner.bytes())
+    row = w.bytes()
+    with pytest.raises(CorruptStateError):
+        read(spec, struct.pack(">i", len(row)) + row)

@@ -295,5 +295,15 @@ def test_fixture_sql_row_data() -> None:
         "STRING",
     ]
     assert types[7].startswith("RAW(org.apache.flink.table.api.dataview.MapView")
+    # the stored field serializers: the RAW placeholder's is a NullSerializer, read as null
+    field_specs = acc.value_spec.field_specs
+    assert len(field_specs) == 8 and isinstance(field_specs[7], RawValueSpec)
+    assert field_specs[7].inner == PrimitiveSpec(
+        snapshot_class="org.apache.flink.table.dataview.NullSerializer$NullSerializerSnapshot",
+        name="void",
+    )
+    assert field_specs[6].display == "string_data"
+    rows = sp.read(op.operator_id, "accState").to_pylist()
+    assert len(rows) == 17 and all(r["value"]["f7"] is None for r in rows)
     distinct = op.state("distinctAcc_0")
     assert distinct.user_key_spec.name == "int" and distinct.value_spec.name == "long"
