@@ -17,31 +17,29 @@ Options (case-insensitive):
 ``mode``                        ``rows`` (default), ``flat`` (list: one row per element) or
                                 ``nested`` (map: one map per key)
 ``key``                         read only this key (a string, or JSON for structured keys)
+``key_groups``                  read only these key groups: ``5``, ``1,4``, ``0-15`` (inclusive)
 ``key_groups_per_partition``    key groups in one Spark partition (default: one subtask's range)
 ``batch_size``                  rows per Arrow batch (default 65536)
-``pushdown``                    ``auto`` (default: as Spark's setting below), ``true``, ``false``
+``pushdown``                    ``auto``/``false`` (accepted, no effect); ``true`` is refused
 ==============================  ===================================================================
 
-With ``spark.sql.python.filterPushdown.enabled=true`` an equality on ``key`` (or ``key_group``)
-in the query is pushed down: only the key group that can hold the key is read.
+Key pruning comes only from the options of a read (``key``, ``key_groups``), never from the
+query's filters: Spark 4.1-4.3 keep the reader planned for one query's pushed filters and reuse it
+for later queries over the same relation (a DataFrame, a temporary view), which would return the
+filtered rows for an unfiltered query. So the data source implements no ``pushFilters``: a
+``WHERE key = ...`` is evaluated by Spark over every key group, and is always right. A pruned read
+prints one line on the planning worker's standard error, and plans one partition per key group.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceReader,
-    EqualTo,
-    Filter,
-    In,
-    InputPartition,
-)
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from statequery.exceptions import InvalidOptionError
@@ -76,6 +74,7 @@ class ReadOptions:
     state: str | None = None
     mode: str | None = None
     key: str | None = None
+    key_groups: str | None = None
     key_groups_per_partition: int | None = None
     batch_size: int = 65536
     pushdown: str = "auto"
@@ -116,10 +115,19 @@ class ReadOptions:
                     ) from None
                 if values[int_key] <= 0:
                     raise InvalidOptionError(f"option {int_key} must be positive")
-        if values.get("pushdown", "auto").lower() not in ("auto", "true", "false"):
+        pushdown = values.get("pushdown", "auto").lower()
+        if pushdown == "true":
             raise InvalidOptionError(
-                f"option pushdown must be auto, true or false, got {values['pushdown']!r}"
+                "option pushdown=true is refused: Spark 4.1-4.3 reuse a reader planned for one "
+                "query's pushed filters in later queries over the same DataFrame or view, which "
+                "returns wrong rows. Use the option 'key' (or 'key_groups') to read one key"
             )
+        if pushdown not in ("auto", "false"):
+            raise InvalidOptionError(
+                f"option pushdown must be auto or false, got {values['pushdown']!r}"
+            )
+        if "key_groups" in values:
+            parse_key_group_list(values["key_groups"])  # refuse a bad list when the read is set up
         opts = cls(**values)
         if opts.path is None and (opts.catalog is None or opts.database is None):
             from statequery.catalog import DEFAULT_CATALOG
@@ -264,58 +272,42 @@ class StatequeryDataSource(DataSource):
         return _to_spark_struct(self._arrow_schema())
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        pushdown = self.opts.pushdown.lower()
-        if pushdown == "true" or (pushdown == "auto" and _planner_pushdown_enabled()):
-            return StatequeryPushdownReader(self.opts, self._arrow_schema())
         return StatequeryReader(self.opts, self._arrow_schema())
 
 
-def _planner_pushdown_enabled() -> bool:
-    """Whether Spark plans this read with ``spark.sql.python.filterPushdown.enabled``.
-
-    Spark (4.1-4.3) refuses a reader that implements ``pushFilters`` when that setting is off and
-    tells the data source nothing about it. Its planning workers show it, though: with the setting
-    on, the reader is created by the worker module ``data_source_pushdown_filters``; otherwise by
-    ``plan_data_source_read``, whose caller holds the setting in a local ``enable_pushdown``.
-    Anything unexpected means "off", and the reader then works without pushdown.
-    """
-    frame = sys._getframe(1).f_back
-    for _ in range(4):
-        if frame is None:
-            return False
-        if frame.f_code.co_filename.endswith("data_source_pushdown_filters.py"):
-            return True
-        value = frame.f_locals.get("enable_pushdown")
-        if isinstance(value, bool):
-            return value
-        frame = frame.f_back
-    return False
-
-
 class StatequeryReader(DataSourceReader):
-    """Reads key-group ranges; ``key`` (an option) restricts it to one key group."""
+    """Reads key-group ranges; the options ``key`` and ``key_groups`` restrict them.
+
+    Everything the reader reads is decided by the options when it is created, never by a query,
+    so the reader Spark caches for a relation is right for every query over it.
+    """
 
     def __init__(self, opts: ReadOptions, arrow_schema: pa.Schema) -> None:
         self.opts = opts
         self.arrow_schema = arrow_schema
         self.keys: list[Any] | None = None
         self.key_groups: set[int] | None = None
+        if not opts.is_state_meta and opts.key is not None:
+            from statequery.keys import parse_key_text
+
+            sp, operator, state = _open(opts)
+            assert operator is not None and state is not None
+            self.keys = [parse_key_text(opts.key, sp.state(operator, state).key_spec)]
+        if opts.key_groups is not None:
+            self.key_groups = parse_key_group_list(opts.key_groups)
 
     def partitions(self) -> Sequence[InputPartition]:
         if self.opts.is_state_meta:
             return [KeyGroupPartition(-1, -1)]
         sp, operator, state = _open(self.opts)
-        if self.opts.key is not None and self.keys is None:
-            from statequery.keys import parse_key_text
-
-            assert operator is not None and state is not None
-            self.keys = [parse_key_text(self.opts.key, sp.state(operator, state).key_spec)]
         ranges = plan_key_groups(
             sp, operator, state, keys=self.keys, key_groups=self.key_groups,
             per_partition=self.opts.key_groups_per_partition,
         )
         if ranges is None:  # operator (non-keyed) state
             return [KeyGroupPartition(-1, -1)]
+        if self.keys is not None or self.key_groups is not None:
+            _report_pruning(sp, operator, state, self.opts, ranges)
         return [KeyGroupPartition(a, b) for a, b in ranges] or [KeyGroupPartition(0, -1)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -340,24 +332,38 @@ class StatequeryReader(DataSourceReader):
                     yield _cast(batch, self.arrow_schema)
 
 
-class StatequeryPushdownReader(StatequeryReader):
-    """The reader with filter pushdown: ``key`` and ``key_group`` equalities and IN lists."""
+def parse_key_group_list(text: str) -> set[int]:
+    """The key groups of the option ``key_groups``: ``5``, ``1,4``, ``0-15`` or a mix."""
+    out: set[int] = set()
+    for part in text.split(","):
+        lo, sep, hi = part.strip().partition("-")
+        try:
+            start = int(lo)
+            end = int(hi) if sep else start
+        except ValueError:
+            raise InvalidOptionError(
+                f"option key_groups must list key groups like 5, 1,4 or 0-15, got {text!r}"
+            ) from None
+        if start < 0 or end < start:
+            raise InvalidOptionError(f"option key_groups: bad range {part.strip()!r} in {text!r}")
+        out.update(range(start, end + 1))
+    return out
 
-    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:  # noqa: N802 (Spark's name)
-        # Every filter is still returned: Spark re-checks rows, we only read less.
-        for f in filters:
-            column = getattr(f, "attribute", None)
-            if isinstance(f, EqualTo) and column == ("key",) and self.keys is None:
-                self.keys = [f.value]
-            elif isinstance(f, In) and column == ("key",) and self.keys is None:
-                self.keys = list(f.value)
-            elif isinstance(f, EqualTo) and column == ("key_group",):
-                value = {int(f.value)}
-                self.key_groups = value if self.key_groups is None else value & self.key_groups
-            elif isinstance(f, In) and column == ("key_group",):
-                values = {int(v) for v in f.value}
-                self.key_groups = values if self.key_groups is None else values & self.key_groups
-            yield f
+
+def _report_pruning(
+    sp: Savepoint, operator: str | None, state: str | None, opts: ReadOptions,
+    ranges: list[tuple[int, int]],
+) -> None:
+    """One line on the planning worker's stderr: what a pruned read plans to read."""
+    assert operator is not None and state is not None
+    info = sp.state(operator, state)
+    groups = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges) or "none"
+    why = f"key {opts.key!r}" if opts.key is not None else f"key_groups {opts.key_groups!r}"
+    print(
+        f"statequery: {info.table_name or info.operator_uid + '/' + info.name}: {why} -> "
+        f"key group(s) {groups} of {info.max_parallelism}, {len(ranges)} partition(s)",
+        file=sys.stderr, flush=True,
+    )
 
 
 def view_statements(catalog: str | None = None, databases: Sequence[str] = ()) -> list[str]:

@@ -70,7 +70,7 @@ def test_value_state_matches_expected(spark, name: str) -> None:  # type: ignore
     assert len(got) == 20
 
 
-def test_key_equality_is_pushed_down(spark) -> None:  # type: ignore[no-untyped-def]
+def test_key_equality_filter(spark) -> None:  # type: ignore[no-untyped-def]
     df = (
         spark.read.format("statequery")
         .option("operator", "user-state")
@@ -80,8 +80,9 @@ def test_key_equality_is_pushed_down(spark) -> None:  # type: ignore[no-untyped-
     rows = df.where("key = 'user-1'").select("key", "value.name", "value.address.zip",
                                             "value.tier", "value.lastAmount").collect()
     assert [tuple(r) for r in rows] == [("user-1", "user-1", 10001, "SILVER", 31)]
-    # the plan holds one partition: the key group of 'user-1'
-    assert df.where("key = 'user-1'").rdd.getNumPartitions() == 1
+    # filters are never pushed into the reader (docs/spark.md): Spark filters every key group
+    assert df.where("key = 'user-1'").rdd.getNumPartitions() == df.rdd.getNumPartitions() > 1
+    assert df.count() == 20
 
 
 def test_list_and_window_state(spark) -> None:  # type: ignore[no-untyped-def]
@@ -142,18 +143,31 @@ def test_spark_sql_cli_finds_the_source_statically(tmp_path: Path) -> None:
         f"OPTIONS (path '{path}', operator 'user-state', state 'count');\n"
         "SELECT concat('ROW:', key, '=', value) FROM counts WHERE key IN ('user-3', 'user-7') "
         "ORDER BY key;\n"
+        # issue 8: the count after a key query on the same view must be the full count
+        "SELECT concat('COUNT:', count(*)) FROM counts WHERE key = 'user-3';\n"
+        "SELECT concat('COUNT:', count(*)) FROM counts;\n"
+        f"CREATE TEMPORARY VIEW one USING statequery "
+        f"OPTIONS (path '{path}', operator 'user-state', state 'count', key 'user-3');\n"
+        "SELECT concat('ONE:', key, '=', value) FROM one;\n"
+        "SELECT concat('COUNT:', count(*)) FROM counts;\n"
     )
     env = dict(os.environ)
     env["PYSPARK_PYTHON"] = sys.executable
     env["SPARK_HOME"] = str(_spark_sql_binary().parent.parent)
     proc = subprocess.run(
         [str(_spark_sql_binary()), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
-         "-f", str(script)],
+         "--conf", "spark.sql.python.filterPushdown.enabled=true", "-f", str(script)],
         capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("ROW:")]
     assert lines == ["ROW:user-3=10", "ROW:user-7=10"]
+    counts = [ln for ln in proc.stdout.splitlines() if ln.startswith("COUNT:")]
+    assert counts == ["COUNT:1", "COUNT:20", "COUNT:20"]
+    assert [ln for ln in proc.stdout.splitlines() if ln.startswith("ONE:")] == ["ONE:user-3=10"]
+    # the pruned read says what it reads, on the planning worker's stderr
+    assert "statequery: user_state__count: key 'user-3' -> key group(s) 40 of 128, 1 partition(s)" \
+        in proc.stderr
 
 
 def test_key_option_and_unknown_option(spark) -> None:  # type: ignore[no-untyped-def]
@@ -207,17 +221,20 @@ def test_option_parsing() -> None:
         ReadOptions.parse({"path": "/x", "batch_size": "many"})
 
 
-def test_pushdown_of_contradicting_key_groups_reads_nothing() -> None:
-    from pyspark.sql.datasource import EqualTo
+def test_key_groups_option_parsing() -> None:
+    from statequery.exceptions import InvalidOptionError
+    from statequery.spark import parse_key_group_list
 
-    from statequery.spark import ReadOptions, StatequeryPushdownReader
+    assert parse_key_group_list("5") == {5}
+    assert parse_key_group_list("1,4, 7-9") == {1, 4, 7, 8, 9}
+    for bad in ("", "a", "3-1", "-2", "1,,2"):
+        with pytest.raises(InvalidOptionError, match="key_groups"):
+            parse_key_group_list(bad)
 
-    opts = ReadOptions.parse({"path": str(fixture_dir(CANONICAL)), "operator": "user-state",
-                              "state": "count"})
-    reader = StatequeryPushdownReader(opts, None)  # type: ignore[arg-type]
-    filters = [EqualTo(("key_group",), 3), EqualTo(("key_group",), 4)]
-    assert list(reader.pushFilters(filters)) == filters  # Spark still re-checks every filter
-    assert reader.key_groups == set()
-    parts = reader.partitions()
-    assert [(p.start, p.end) for p in parts] == [(0, -1)]
-    assert list(reader.read(parts[0])) == []
+
+def test_key_groups_outside_the_range_read_nothing(spark) -> None:  # type: ignore[no-untyped-def]
+    df = (
+        spark.read.format("statequery").option("operator", "user-state").option("state", "count")
+        .option("key_groups", "100000").load(str(fixture_dir(CANONICAL)))
+    )
+    assert df.count() == 0

@@ -1,0 +1,178 @@
+"""No stale rows: a query after a key query over the same relation sees every row.
+
+Spark 4.1-4.3 keep the reader planned for a query's pushed filters on the relation and reuse it
+for later queries over the same DataFrame or view. statequery therefore prunes key groups only
+from a read's options; these tests run filtered-then-unfiltered and unfiltered-then-filtered
+sequences on every access path, with Spark's filter pushdown setting on and off, and compare
+counts and values with the Python API.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import statequery
+
+pytestmark = pytest.mark.spark
+
+DB = Path(__file__).resolve().parents[2] / "catalog" / "user_activity"
+TABLE = "user_state__amount_by_category"
+
+
+@pytest.fixture(scope="module")
+def spark():  # type: ignore[no-untyped-def]
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("statequery-stale-reader")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    yield session
+    session.stop()
+
+
+@pytest.fixture(params=["true", "false"], ids=["pushdown-on", "pushdown-off"])
+def session(spark, request) -> Iterator[object]:  # type: ignore[no-untyped-def]
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", request.param)
+    yield spark
+    spark.catalog.clearCache()
+
+
+def _truth() -> list[tuple[str, str, int]]:
+    table = statequery.open(str(DB)).read(TABLE)
+    return sorted((r["key"], r["user_key"], r["value"]) for r in table.to_pylist())
+
+
+TRUTH = _truth()
+KEY = "user-3"
+KEY_ROWS = [r for r in TRUTH if r[0] == KEY]
+KEY_GROUP = statequery.open(str(DB)).key_group_of(TABLE, KEY)
+
+
+def _rows(df) -> list[tuple[str, str, int]]:  # type: ignore[no-untyped-def]
+    return sorted((r["key"], r["user_key"], r["value"]) for r in df.collect())
+
+
+def _check_sequences(query) -> None:  # type: ignore[no-untyped-def]
+    """``query(where)`` runs ``SELECT key, user_key, value`` with an optional WHERE clause."""
+    assert len(TRUTH) > len(KEY_ROWS) >= 2
+    # filtered, then unfiltered, then filtered differently, then unfiltered again
+    assert _rows(query(f"key = '{KEY}'")) == KEY_ROWS
+    assert _rows(query(None)) == TRUTH
+    assert _rows(query(f"key IN ('{KEY}', 'user-7')")) == sorted(
+        r for r in TRUTH if r[0] in (KEY, "user-7")
+    )
+    assert _rows(query(None)) == TRUTH
+    assert _rows(query(f"key_group = {KEY_GROUP}")) == sorted(
+        r for r in TRUTH if statequery.open(str(DB)).key_group_of(TABLE, r[0]) == KEY_GROUP
+    )
+    assert _rows(query(None)) == TRUTH
+    assert _rows(query(f"key = '{KEY}'")) == KEY_ROWS
+
+
+def test_same_dataframe(session) -> None:  # type: ignore[no-untyped-def]
+    df = session.read.format("statequery").option("table", TABLE).load(str(DB))
+    assert df.count() == len(TRUTH)  # unfiltered first
+    _check_sequences(lambda where: df.where(where) if where else df)
+    assert df.count() == len(TRUTH)
+    assert df.where(f"key = '{KEY}'").count() == len(KEY_ROWS)
+    assert df.groupBy().count().collect()[0][0] == len(TRUTH)
+
+
+def test_temporary_view_from_sql(session) -> None:  # type: ignore[no-untyped-def]
+    session.sql(
+        f"CREATE OR REPLACE TEMPORARY VIEW stale_c USING statequery "
+        f"OPTIONS (path '{DB}', table '{TABLE}')"
+    )
+    assert session.sql("SELECT count(*) FROM stale_c").collect()[0][0] == len(TRUTH)
+
+    def query(where):  # type: ignore[no-untyped-def]
+        return session.sql(
+            "SELECT key, user_key, value FROM stale_c" + (f" WHERE {where}" if where else "")
+        )
+
+    _check_sequences(query)
+    keyed = session.sql(f"SELECT count(*) FROM stale_c WHERE key = '{KEY}'")
+    assert keyed.collect()[0][0] == len(KEY_ROWS)
+    assert session.sql("SELECT count(*) FROM stale_c").collect()[0][0] == len(TRUTH)
+
+
+def test_temporary_view_from_dataframe(session) -> None:  # type: ignore[no-untyped-def]
+    df = session.read.format("statequery").option("table", TABLE).load(str(DB))
+    df.createOrReplaceTempView("stale_df_view")
+
+    def query(where):  # type: ignore[no-untyped-def]
+        return session.table("stale_df_view").where(where) if where else session.table(
+            "stale_df_view"
+        )
+
+    _check_sequences(query)
+
+
+def test_register_views_group_by(session) -> None:  # type: ignore[no-untyped-def]
+    from statequery.spark import register_views
+
+    register_views(session, databases=["user_activity"])
+    view = f"user_activity__{TABLE}"
+    by_key: dict[str, int] = {}
+    for key, _, _ in TRUTH:
+        by_key[key] = by_key.get(key, 0) + 1
+    one = session.sql(f"SELECT user_key, value FROM {view} WHERE key = '{KEY}'").collect()
+    assert sorted((r[0], r[1]) for r in one) == [(u, v) for _, u, v in KEY_ROWS]
+    grouped = session.sql(f"SELECT key, count(*) AS n FROM {view} GROUP BY key").collect()
+    assert {r["key"]: r["n"] for r in grouped} == by_key
+
+
+def test_key_option_prunes_and_stays_right(session) -> None:  # type: ignore[no-untyped-def]
+    pruned = (
+        session.read.format("statequery").option("table", TABLE).option("key", KEY).load(str(DB))
+    )
+    assert pruned.rdd.getNumPartitions() == 1
+    assert _rows(pruned) == KEY_ROWS
+    # a filter on a pruned read narrows it further and never widens it
+    assert _rows(pruned.where("user_key IS NOT NULL")) == KEY_ROWS
+    assert _rows(pruned) == KEY_ROWS
+    groups = (
+        session.read.format("statequery").option("table", TABLE)
+        .option("key_groups", f"{KEY_GROUP},{KEY_GROUP}-{KEY_GROUP}").load(str(DB))
+    )
+    assert groups.rdd.getNumPartitions() == 1
+    assert {r[0] for r in _rows(groups)} >= {KEY}
+    full = session.read.format("statequery").option("table", TABLE).load(str(DB))
+    assert full.rdd.getNumPartitions() > 1
+    assert _rows(full) == TRUTH
+
+
+def test_pushdown_true_is_refused(spark) -> None:  # type: ignore[no-untyped-def]
+    from pyspark.errors import PySparkException
+
+    with pytest.raises(PySparkException, match="pushdown=true is refused"):
+        _ = (
+            spark.read.format("statequery").option("table", TABLE).option("pushdown", "true")
+            .load(str(DB)).schema
+        )
+    with pytest.raises(PySparkException, match="option key_groups must list"):
+        _ = (
+            spark.read.format("statequery").option("table", TABLE).option("key_groups", "x")
+            .load(str(DB)).schema
+        )
+
+
+def test_reader_has_no_push_filters() -> None:
+    """The reader must not offer pushFilters on the Spark versions we support (see docstring)."""
+    from pyspark.sql.datasource import DataSourceReader
+
+    from statequery.spark import StatequeryReader
+
+    # Spark offers pushdown to a reader only when it overrides DataSourceReader.pushFilters
+    assert StatequeryReader.pushFilters is DataSourceReader.pushFilters
