@@ -80,3 +80,15 @@ class NoSuchTableError(StatequeryError, KeyError):
 
 class InvalidOptionError(StatequeryError, ValueError):
     """An option given to a reader, the CLI or the Spark data source is unknown or malformed."""
+
+
+class MissingExtraError(StatequeryError):
+    """An optional package a feature needs is not installed; the message names the extra
+    (``pip install 'statequery[sql]'``)."""
+
+    def __init__(self, feature: str, package: str, extra: str) -> None:
+        self.package = package
+        self.extra = extra
+        super().__init__(
+            f"{feature} needs the package {package!r}: pip install 'statequery[{extra}]'"
+        )
