@@ -77,9 +77,8 @@ def _parse(query: str) -> tuple[exp.Expr, bool]:
     """The query's tree and whether it was prefixed by ``EXPLAIN``; anything but one query is an
     :class:`InvalidOptionError`."""
     import sqlglot
-    from sqlglot import exp
+    from sqlglot import TokenType, exp
     from sqlglot.errors import SqlglotError
-    from sqlglot import TokenType
 
     explain = False
     try:

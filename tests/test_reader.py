@@ -264,7 +264,8 @@ def test_schemas_of_every_kind() -> None:
         "count": ["key_group", "key", "namespace", "value"],
         "recent-categories": ["key_group", "key", "namespace", "value"],
         "amount-by-category": ["key_group", "key", "namespace", "user_key", "value"],
-        "_timer_state/event_user-timers": ["key_group", "key", "namespace", "timestamp"],
+        "_timer_state/event_user-timers": ["key_group", "key", "namespace", "timestamp",
+                                           "timestamp_ms"],
         "buffered-ids": ["subtask", "index", "value"],
         "rules": ["user_key", "value"],
     }

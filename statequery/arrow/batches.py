@@ -11,7 +11,14 @@ import pyarrow as pa
 from statequery.arrow.schemas import StateLayout, opaque_reason
 from statequery.exceptions import CorruptStateError
 
-__all__ = ["BatchBuilder", "split_batch"]
+__all__ = ["INSTANT_MS_RANGE", "BatchBuilder", "python_rows", "split_batch"]
+
+#: epoch milliseconds of 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999Z: the instants Python's
+#: datetime, Spark's TIMESTAMP and DuckDB's TIMESTAMPTZ all hold
+INSTANT_MS_RANGE = (-62_135_596_800_000, 253_402_300_799_999)
+
+#: columns filled at flush from another: timers' ``timestamp`` from their raw ``timestamp_ms``
+_DERIVED = {"timestamp": "timestamp_ms"}
 
 
 class BatchBuilder:
@@ -20,7 +27,7 @@ class BatchBuilder:
     Decoders take ``appender(name)`` (the list's bound ``append``) once and call it per value.
     """
 
-    __slots__ = ("_constants", "_lists", "_order", "schema")
+    __slots__ = ("_constants", "_derived", "_lists", "_order", "schema")
 
     def __init__(self, schema: pa.Schema, layout: StateLayout | None = None) -> None:
         self.schema = schema
@@ -34,16 +41,21 @@ class BatchBuilder:
             ):
                 if f"{name}_reason" in schema.names and spec is not None:
                     self._constants[f"{name}_reason"] = opaque_reason(spec)
+        # timers: decoders append Flink's long to "timestamp"; it is stored as "timestamp_ms"
+        self._derived = {
+            d: src for d, src in _DERIVED.items() if d in schema.names and src in schema.names
+        }
         self._lists: dict[str, list[Any]] = {
             f.name: [] for f in schema if f.name not in self._constants
+            and f.name not in self._derived
         }
         self._order = [f.name for f in schema]
 
     def appender(self, name: str) -> Callable[[Any], None]:
-        return self._lists[name].append
+        return self._lists[self._derived.get(name, name)].append
 
     def column(self, name: str) -> list[Any]:
-        return self._lists[name]
+        return self._lists[self._derived.get(name, name)]
 
     def __len__(self) -> int:
         for values in self._lists.values():
@@ -61,21 +73,32 @@ class BatchBuilder:
             if name in self._constants:
                 arrays.append(pa.array([self._constants[name]] * n, type=pa.string()))
             else:
-                values = self._lists[name]
+                values = self._lists[self._derived.get(name, name)]
                 if len(values) != n:
-                    raise AssertionError(f"column {name} has {len(values)} values, expected {n}")
+                    self._clear()
+                    raise CorruptStateError(
+                        f"state {self._state()}: column {name} has {len(values)} values, "
+                        f"expected {n} (a row was only partly decoded)"
+                    )
+                if name in self._derived:
+                    lo, hi = INSTANT_MS_RANGE
+                    values = [v if v is None or lo <= v <= hi else None for v in values]
                 try:
                     arrays.append(pa.array(values, type=field.type))
                 except (pa.ArrowException, OverflowError, TypeError, ValueError) as e:
-                    for v in self._lists.values():
-                        v.clear()
-                    state = (self.schema.metadata or {}).get(b"statequery.state", b"?").decode()
+                    self._clear()
                     raise CorruptStateError(
-                        f"state {state}: decoded {name} values do not fit {field.type}: {e}"
+                        f"state {self._state()}: decoded {name} values do not fit {field.type}: {e}"
                     ) from e
+        self._clear()
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    def _clear(self) -> None:
         for values in self._lists.values():
             values.clear()
-        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    def _state(self) -> str:
+        return str((self.schema.metadata or {}).get(b"statequery.state", b"?").decode())
 
 
 def split_batch(batch: pa.RecordBatch, batch_size: int) -> Iterator[pa.RecordBatch]:
@@ -86,3 +109,36 @@ def split_batch(batch: pa.RecordBatch, batch_size: int) -> Iterator[pa.RecordBat
         return
     for start in range(0, n, batch_size):
         yield batch.slice(start, batch_size)
+
+
+def _without_timestamps(t: pa.DataType) -> pa.DataType:
+    """``t`` with every (nested) timestamp type replaced by int64 (its value in its unit)."""
+    if pa.types.is_timestamp(t):
+        return pa.int64()
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_without_timestamps(f.type)) for f in t])
+    if pa.types.is_map(t):
+        return pa.map_(_without_timestamps(t.key_type), _without_timestamps(t.item_type))
+    if pa.types.is_large_list(t):
+        return pa.large_list(_without_timestamps(t.value_type))
+    if pa.types.is_list(t):
+        return pa.list_(_without_timestamps(t.value_type))
+    return t
+
+
+def python_rows(table: pa.Table) -> list[dict[str, Any]]:
+    """``table.to_pylist()``, except that a column holding an instant Python's datetime cannot
+    represent (before year 1, after 9999) gives its timestamps as integers in the column's unit
+    since the epoch instead of raising ``OverflowError``."""
+    try:
+        return table.to_pylist()  # type: ignore[no-any-return]
+    except (OverflowError, ValueError, pa.ArrowException):
+        pass
+    columns = []
+    for col in table.columns:
+        try:
+            columns.append(col.to_pylist())
+        except (OverflowError, ValueError, pa.ArrowException):
+            columns.append(col.cast(_without_timestamps(col.type)).to_pylist())
+    names = table.column_names
+    return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]

@@ -13,8 +13,9 @@ list                   ``key_group, key, namespace, value`` (an array); mode ``f
                        ``key_group, key, namespace, index, value`` (one row per element)
 map                    ``key_group, key, namespace, user_key, value`` (one row per entry);
                        mode ``nested``: ``key_group, key, namespace, map``
-event_timer,           ``key_group, key, namespace, timestamp``
-processing_timer
+event_timer,           ``key_group, key, namespace, timestamp, timestamp_ms`` (``timestamp_ms``: the
+processing_timer       timer's long as Flink stores it; ``timestamp``: that instant, null outside
+                       years 1-9999, e.g. ``Long.MAX_VALUE``)
 operator_list,         ``subtask, index, value``
 operator_union
 broadcast              ``user_key, value``
@@ -272,7 +273,9 @@ def state_schema(layout: Any, mode: str | None = None) -> pa.Schema:
         _col(fields, "key", layout.key)
         _col(fields, "namespace", layout.namespace)
     if kind in TIMER_KINDS:
-        fields.append(pa.field("timestamp", EPOCH_MS, nullable=False))
+        # Flink's long as is, and as an instant where Python, Spark and DuckDB can hold one
+        fields.append(pa.field("timestamp", EPOCH_MS))
+        fields.append(pa.field("timestamp_ms", pa.int64(), nullable=False))
     elif kind in ("value", "reducing", "aggregating"):
         _col(fields, "value", layout.value)
         if layout.ttl:

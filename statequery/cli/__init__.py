@@ -78,6 +78,13 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def python_rows(table: Any) -> list[dict[str, Any]]:
+    """Rows of a pyarrow Table; instants outside Python's datetime range as integers."""
+    from statequery.arrow.batches import python_rows as rows
+
+    return rows(table)
+
+
 def _json_default(value: Any) -> Any:
     import base64
     import datetime
@@ -108,7 +115,7 @@ def _print_rows(table: Any, title: str, total: int | None = None) -> None:
     view = Table(title=title)
     for name in table.column_names:
         view.add_column(name, overflow="fold")
-    for row in table.to_pylist():
+    for row in python_rows(table):
         view.add_row(*(_cell(row[c]) for c in table.column_names))
     console.print(view)
     if total is not None and total > table.num_rows:
@@ -158,7 +165,7 @@ def _read(args: argparse.Namespace) -> int:
     if limit is not None:
         table = table.slice(0, limit)
     if args.json:
-        for row in table.to_pylist():
+        for row in python_rows(table):
             sys.stdout.write(json.dumps(row, default=_json_default, ensure_ascii=False) + "\n")
     else:
         _print_rows(table, f"{info.operator_uid or info.operator_name}/{info.name}", total)
@@ -184,7 +191,7 @@ def _lookup(args: argparse.Namespace) -> int:
         for (op_label, state), table in sp.lookup(key, op.operator_id).items():
             found += table.num_rows
             if args.json:
-                for row in table.to_pylist():
+                for row in python_rows(table):
                     doc = {"operator": op_label, "state": state, **row}
                     sys.stdout.write(json.dumps(doc, default=_json_default, ensure_ascii=False)
                                      + "\n")
@@ -311,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             table = sql(args.query, args.catalog)
             if args.json:
-                for row in table.to_pylist():
+                for row in python_rows(table):
                     sys.stdout.write(json.dumps(row, default=_json_default, ensure_ascii=False)
                                      + "\n")
             else:

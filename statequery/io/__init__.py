@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any, cast
 from urllib.parse import urlsplit
 
-from statequery.exceptions import StorageError
+from statequery.exceptions import MissingExtraError, StorageError
 
 __all__ = [
     "FileIO",
@@ -30,6 +30,17 @@ __all__ = [
 ]
 
 _LOCAL_SCHEMES = ("", "file", "local")
+
+#: fsspec implementations of the object stores, by scheme: (package, statequery extra)
+_FS_PACKAGES = {
+    "s3": ("s3fs", "s3"),
+    "s3a": ("s3fs", "s3"),
+    "gs": ("gcsfs", "gcs"),
+    "gcs": ("gcsfs", "gcs"),
+    "abfs": ("adlfs", "azure"),
+    "abfss": ("adlfs", "azure"),
+    "az": ("adlfs", "azure"),
+}
 
 
 def normalize_location(location: str) -> str:
@@ -218,20 +229,29 @@ class FileIO:
         cache: dict[str, Any] = getattr(self._local, "fs", None) or {}
         self._local.fs = cache
         if scheme not in cache:
-            cache[scheme] = fsspec.filesystem(scheme, **self.storage_options)
+            try:
+                cache[scheme] = fsspec.filesystem(scheme, **self.storage_options)
+            except ImportError as e:
+                package, extra = _FS_PACKAGES.get(scheme, (str(e.name or scheme), "all"))
+                raise MissingExtraError(f"reading {scheme}:// locations", package, extra) from e
+            except (ValueError, TypeError) as e:  # unknown protocol, bad storage options
+                raise StorageError(f"cannot read {location}: {scheme}:// is not usable: {e}") from e
         return cache[scheme]
 
     def _exists(self, location: str) -> bool:
-        if _is_local(location):
-            return os.path.isfile(location)
-        return bool(self._fs(location).isfile(location))
+        try:
+            if _is_local(location):
+                return os.path.isfile(location)
+            return bool(self._fs(location).isfile(location))
+        except (OSError, ValueError) as e:
+            raise StorageError(f"cannot stat {location}: {e}") from e
 
     def _size(self, location: str) -> int:
         try:
             if _is_local(location):
                 return os.path.getsize(location)
             return int(self._fs(location).size(location))
-        except (OSError, FileNotFoundError) as e:
+        except (OSError, ValueError) as e:  # ValueError: e.g. a NUL byte in the name
             raise StorageError(f"cannot stat {location}: {e}") from e
 
     def _open(self, location: str) -> IO[bytes]:
@@ -241,7 +261,7 @@ class FileIO:
             if _is_local(location):
                 return open(location, "rb")
             return self._fs(location).open(location, "rb")  # type: ignore[no-any-return]
-        except (OSError, FileNotFoundError) as e:
+        except (OSError, ValueError) as e:
             raise StorageError(f"cannot open {location}: {e}") from e
 
     def write_atomic(self, location: str, data: bytes) -> None:
@@ -290,11 +310,14 @@ class FileIO:
                 return sorted(os.listdir(location))
             fs = self._fs(location)
             return sorted(posixpath.basename(p.rstrip("/")) for p in fs.ls(location, detail=False))
-        except (OSError, FileNotFoundError) as e:
+        except (OSError, ValueError) as e:
             raise StorageError(f"cannot list {location}: {e}") from e
 
     def is_dir(self, location: str) -> bool:
         location = normalize_location(location)
-        if _is_local(location):
-            return os.path.isdir(location)
-        return bool(self._fs(location).isdir(location))
+        try:
+            if _is_local(location):
+                return os.path.isdir(location)
+            return bool(self._fs(location).isdir(location))
+        except (OSError, ValueError) as e:
+            raise StorageError(f"cannot stat {location}: {e}") from e

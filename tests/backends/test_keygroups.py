@@ -145,7 +145,8 @@ def test_window_namespace_timers_and_two_byte_prefix() -> None:
     )
     tkey = b"\x06" + bytes.fromhex("800003bb2cc3d800") + sv("k9") + b"\x00"
     assert decode(timer, [(tkey, b"")], kg=6) == [
-        {"key_group": 6, "key": "k9", "namespace": None, "timestamp": ts(4102444800000)}
+        {"key_group": 6, "key": "k9", "namespace": None, "timestamp": ts(4102444800000),
+         "timestamp_ms": 4102444800000}
     ]
     with pytest.raises(DecodeError, match="key group 7 inside key group 6"):
         decode(timer, [(b"\x07" + tkey[1:], b"")], kg=6)
