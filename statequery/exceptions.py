@@ -92,3 +92,8 @@ class MissingExtraError(StatequeryError):
         super().__init__(
             f"{feature} needs the package {package!r}: pip install 'statequery[{extra}]'"
         )
+
+
+class InvalidKeyError(InvalidOptionError):
+    """A key given by a user does not fit the key type: the message names the field and the type
+    it expects, and what the given value was read as."""

@@ -496,9 +496,9 @@ def _write_field(w: _RowWriter, pos: int, t: SqlType, value: Any, bit_base: int)
         w.put_slot(pos, fixed)
         return
     if r in ("CHAR", "VARCHAR", "BINARY", "VARBINARY"):
-        data = value.encode("utf-8") if r in ("CHAR", "VARCHAR") else _to_bytes(value)
         if r in ("CHAR", "VARCHAR") and not isinstance(value, str):
             raise InvalidOptionError(f"expected a str for {t}, got {value!r}")
+        data = value.encode("utf-8") if r in ("CHAR", "VARCHAR") else _to_bytes(value)
         if len(data) <= 7:
             w.put_slot(pos, data + b"\x00" * (7 - len(data)) + bytes([0x80 | len(data)]))
         else:

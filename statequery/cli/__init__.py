@@ -173,21 +173,25 @@ def _read(args: argparse.Namespace) -> int:
 
 
 def _lookup(args: argparse.Namespace) -> int:
-    from statequery.keys import parse_key_text
+    from statequery.keys import key_type_name, parse_key_text
     from statequery.savepoint import Savepoint
 
     sp = Savepoint.open(args.path)
     ops = [sp.operator(args.operator)] if args.operator else list(sp.operators)
     found = 0
+    tried: list[str] = []  # per operator: how the key was read, or why it could not be
     for op in ops:
         if op.key_spec is None:
             continue
         try:
             key = parse_key_text(args.key, op.key_spec)
-        except InvalidOptionError:
+        except InvalidOptionError as e:
             if args.operator:
                 raise
+            tried.append(f"{op.display_name}: {e}")
             continue  # this operator's key type cannot hold the key
+        tried.append(f"{op.display_name}: read as {key_type_name(op.key_spec)} "
+                     f"{json.dumps(key, default=_json_default, ensure_ascii=False)}")
         for (op_label, state), table in sp.lookup(key, op.operator_id).items():
             found += table.num_rows
             if args.json:
@@ -198,7 +202,8 @@ def _lookup(args: argparse.Namespace) -> int:
             else:
                 _print_rows(table, f"{op_label}/{state}")
     if not found:
-        print(f"statequery: no state holds key {args.key!r}", file=sys.stderr)
+        print(f"statequery: no state holds key {args.key!r} ({'; '.join(tried)})",
+              file=sys.stderr)
         return 1
     return 0
 

@@ -78,5 +78,5 @@ def test_parse_key_text_follows_the_key_type() -> None:
     assert parse_key_text('["a", 1]', pair) == ["a", 1]
     with pytest.raises(InvalidOptionError, match="2 fields"):
         parse_key_text("a", pair)
-    with pytest.raises(InvalidOptionError, match="not a valid int"):
+    with pytest.raises(InvalidOptionError, match="not a valid INT"):
         parse_key_text("x", PrimitiveSpec(name="int"))
