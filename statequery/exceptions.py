@@ -94,6 +94,10 @@ class MissingExtraError(StatequeryError):
         )
 
 
+class OutputError(StatequeryError):
+    """The CLI cannot write the output it was asked for (``--out``): the message names the file."""
+
+
 class InvalidKeyError(InvalidOptionError):
     """A key given by a user does not fit the key type: the message names the field and the type
     it expects, and what the given value was read as."""

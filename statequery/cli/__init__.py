@@ -18,12 +18,13 @@ Errors print ``statequery: <message>`` on stderr and exit with status 1.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from statequery.exceptions import InvalidOptionError, StatequeryError
+from statequery.exceptions import InvalidOptionError, OutputError, StatequeryError
 
 __all__ = ["main"]
 
@@ -111,7 +112,7 @@ def _print_rows(table: Any, title: str, total: int | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console() if sys.stdout.isatty() else Console(width=240)
+    console = _console()
     view = Table(title=title)
     for name in table.column_names:
         view.add_column(name, overflow="fold")
@@ -122,22 +123,87 @@ def _print_rows(table: Any, title: str, total: int | None = None) -> None:
         console.print(f"{table.num_rows} of {total} rows shown (--limit, --out or --json for more)")
 
 
+def _csv_ready(table: Any) -> Any:
+    """``table`` with only columns a CSV file can hold.
+
+    Struct columns are flattened into ``parent.child`` columns (recursively); list, map and other
+    nested columns become JSON text; binary columns become base64 text (as in ``--json``).
+    """
+    import base64
+
+    import pyarrow as pa
+    import pyarrow.types as pt
+
+    while any(pt.is_struct(f.type) for f in table.schema):
+        table = table.flatten()
+    columns, names = [], []
+    for name, col in zip(table.column_names, table.columns, strict=True):
+        t = col.type
+        if pt.is_binary(t) or pt.is_large_binary(t) or pt.is_fixed_size_binary(t):
+            col = pa.array(
+                [None if v is None else base64.b64encode(v).decode("ascii")
+                 for v in col.to_pylist()],
+                pa.string(),
+            )
+        elif pt.is_nested(t) or pt.is_dictionary(t) or pt.is_duration(t) or pt.is_interval(t):
+            values = [r[name] for r in python_rows(pa.table({name: col}))]
+            col = pa.array(
+                [None if v is None else json.dumps(v, default=_json_default, ensure_ascii=False)
+                 for v in values],
+                pa.string(),
+            )
+        columns.append(col)
+        names.append(name)
+    return pa.table(columns, names=names)
+
+
 def _write_out(table: Any, out: str) -> None:
+    """Write ``table`` to ``out`` through a temporary file in the same directory, renamed into
+    place when complete: a failed write never leaves an empty or partial file behind."""
+    import os
+    import tempfile
+
+    import pyarrow as pa
+
     lower = out.lower()
     if lower.endswith(".parquet"):
         import pyarrow.parquet as pq
 
-        pq.write_table(table, out)
+        def write(path: str) -> None:
+            pq.write_table(table, path)
     elif lower.endswith(".csv"):
         import pyarrow.csv as pacsv
 
-        pacsv.write_csv(table.flatten(), out)
+        csv_table = _csv_ready(table)
+
+        def write(path: str) -> None:
+            pacsv.write_csv(csv_table, path)
     elif lower.endswith((".arrow", ".feather", ".ipc")):
         import pyarrow.feather as feather
 
-        feather.write_feather(table, out)
+        def write(path: str) -> None:
+            feather.write_feather(table, path)
     else:
         raise InvalidOptionError(f"--out {out}: use a .parquet, .csv or .arrow file name")
+    directory = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(directory):
+        raise OutputError(f"--out {out}: the directory {directory} does not exist")
+    if os.path.isdir(out):
+        raise OutputError(f"--out {out}: is a directory")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".statequery-", suffix=".tmp", dir=directory)
+    except OSError as e:
+        raise OutputError(f"--out {out}: cannot write in {directory}: {e.strerror or e}") from e
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, out)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(e, (OSError, pa.ArrowException)):
+            raise OutputError(f"--out {out}: cannot write it: {e}") from e
+        raise
 
 
 def _read(args: argparse.Namespace) -> int:
@@ -236,27 +302,52 @@ def _inspect_doc(sp: Any) -> dict[str, Any]:
     }
 
 
-def _print_table(doc: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+def _console() -> Any:
+    """A rich Console: the terminal's width (or ``$COLUMNS``); a pipe or file gets 240 columns
+    instead of 80 columns of wrapped cells."""
+    import os
 
-    # a pipe or file gets the full table instead of 80 columns of wrapped cells
-    console = Console() if sys.stdout.isatty() else Console(width=240)
+    from rich.console import Console
+
+    if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit():
+        return Console()
+    return Console(width=240)
+
+
+#: below this width ``inspect`` prints one block per operator and state instead of tables, so
+#: table names and operator ids are never broken mid-word
+_WIDE_LAYOUT = 160
+
+
+def _operator_note(op: dict[str, Any]) -> str:
+    if op["fully_finished"]:
+        return "fully finished"
+    if op["finished_subtasks"]:
+        return f"finished subtasks {op['finished_subtasks']}"
+    return ""
+
+
+def _print_table(doc: dict[str, Any]) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    console = _console()
     console.print(
-        f"[bold]{doc['location']}[/bold]  {doc['snapshot_type']} {doc['checkpoint_id']}, "
-        f"format {doc['format'] or '?'}, backend {doc['backend'] or 'any (canonical)'}, "
-        f"_metadata v{doc['metadata_version']}"
-        + ("  (from StateMeta snapshot)" if doc["from_snapshot"] else "")
+        Text.assemble(
+            (doc["location"], "bold"),
+            f"  {doc['snapshot_type']} {doc['checkpoint_id']}, "
+            f"format {doc['format'] or '?'}, backend {doc['backend'] or 'any (canonical)'}, "
+            f"_metadata v{doc['metadata_version']}"
+            + ("  (from StateMeta snapshot)" if doc["from_snapshot"] else ""),
+        )
     )
+    if console.width < _WIDE_LAYOUT:
+        _print_blocks(console, doc)
+        return
     ops = Table(title="operators", show_lines=False)
     for col in ("uid", "name", "operator id", "par", "max par", "states", "note"):
-        ops.add_column(col)
+        ops.add_column(col, no_wrap=col == "operator id")
     for op in doc["operators"]:
-        note = (
-            "fully finished"
-            if op["fully_finished"]
-            else (f"finished subtasks {op['finished_subtasks']}" if op["finished_subtasks"] else "")
-        )
         ops.add_row(
             op["uid"] or "-",
             op["name"] or "-",
@@ -264,7 +355,7 @@ def _print_table(doc: dict[str, Any]) -> None:
             str(op["parallelism"]),
             str(op["max_parallelism"]),
             str(op["states"]),
-            note,
+            _operator_note(op),
         )
     console.print(ops)
     states = Table(title="states")
@@ -279,7 +370,7 @@ def _print_table(doc: dict[str, Any]) -> None:
         "size",
         "decodable",
     ):
-        states.add_column(col, overflow="fold")
+        states.add_column(col, overflow="fold", no_wrap=col == "table")
     for r in doc["states"]:
         states.add_row(
             r["table_name"],
@@ -295,7 +386,65 @@ def _print_table(doc: dict[str, Any]) -> None:
     console.print(states)
 
 
+def _print_blocks(console: Any, doc: dict[str, Any]) -> None:
+    """``inspect`` for narrow terminals: names on lines of their own, details indented below."""
+    from rich.padding import Padding
+    from rich.text import Text
+
+    def line(*parts: str | tuple[str, str], indent: int = 0) -> None:
+        # wrapped continuation lines keep the indent (Padding), words are never split
+        console.print(Padding(Text.assemble(*parts), (0, 0, 0, indent), expand=False), highlight=False)
+
+    line(("operators", "bold italic"))
+    for op in doc["operators"]:
+        line((op["name"] or op["uid"] or op["operator_id"], "bold"), indent=2)
+        facts = [
+            f"uid {op['uid']}" if op["uid"] else "no uid",
+            f"id {op['operator_id']}",
+            f"parallelism {op['parallelism']}/{op['max_parallelism']}",
+            f"{op['states']} states",
+            _operator_note(op),
+        ]
+        line(" · ".join(f for f in facts if f), indent=4)
+    line(("states", "bold italic"))
+    for r in doc["states"]:
+        line((r["table_name"], "bold"), indent=2)
+        facts = [r["kind"]]
+        for label, col in (("key", "key_type"), ("namespace", "namespace_type"),
+                           ("user key", "user_key_type")):
+            if r[col]:
+                facts.append(f"{label} {r[col]}")
+        facts += ["ttl" if r["ttl"] else "", f"{r['size_bytes']} bytes",
+                  "decodable" if r["decodable"] else f"not decodable: {r['reason']}"]
+        line(" · ".join(f for f in facts if f), indent=4)
+        if r["value_type"]:
+            line(f"value {r['value_type']}", indent=4)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null: the reader went away (``| head``), and Python's final flush
+    must not report a broken pipe either."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real file descriptor (e.g. captured in tests)
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line ``argv``; returns the exit status (0 ok, 1 a user error, with a
+    one-line ``statequery: ...`` message on stderr). A closed output pipe is a quiet exit 0."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        _silence_stdout()
+        return 0
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     try:
         from statequery.savepoint import Savepoint

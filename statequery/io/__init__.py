@@ -44,7 +44,7 @@ _FS_PACKAGES = {
 
 
 def normalize_location(location: str) -> str:
-    """Normalise a path or URI.
+    """Normalise a path or URI; local paths become absolute.
 
     Flink's ``file:/x`` and ``file:///x`` become the local path ``/x``.
     """
@@ -58,7 +58,9 @@ def normalize_location(location: str) -> str:
         path = parts.path if scheme else location
         if scheme and parts.netloc and parts.netloc != "localhost":
             path = "//" + parts.netloc + path
-        return os.path.normpath(path) if path else path
+        # relative paths are resolved against the working directory first: every later join
+        # and parent lookup then works on an absolute path ("." and "_metadata" included)
+        return os.path.abspath(path) if path else path
     return location
 
 
