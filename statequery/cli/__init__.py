@@ -109,7 +109,6 @@ def _cell(value: Any) -> str:
 
 
 def _print_rows(table: Any, title: str, total: int | None = None) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     console = _console()
@@ -393,7 +392,8 @@ def _print_blocks(console: Any, doc: dict[str, Any]) -> None:
 
     def line(*parts: str | tuple[str, str], indent: int = 0) -> None:
         # wrapped continuation lines keep the indent (Padding), words are never split
-        console.print(Padding(Text.assemble(*parts), (0, 0, 0, indent), expand=False), highlight=False)
+        text = Padding(Text.assemble(*parts), (0, 0, 0, indent), expand=False)
+        console.print(text, highlight=False)
 
     line(("operators", "bold italic"))
     for op in doc["operators"]:
