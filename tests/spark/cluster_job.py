@@ -1,0 +1,66 @@
+"""The driver program tests/spark/test_cluster.py submits to the standalone cluster.
+
+    spark-submit --master spark://... tests/spark/cluster_job.py SPEC.json RESULT.pickle
+
+SPEC is ``{"queries": [{"id": ..., "path": ..., "options": {...}}, ...]}``. For every query it
+records, in RESULT (a pickle of plain Python values):
+
+* ``rows``: ``spark.read.format("statequery").options(...).load(path).collect()`` as dicts,
+* ``partitions``: the planned partition count, ``tasks``: the tasks the collect job ran
+  (from Spark's status tracker),
+* ``placement``: for each partition, the working directory and pid of the process that read it
+  (a standalone executor runs in ``<worker dir>/<app id>/<executor id>``).
+
+Only pyspark and the ``statequery`` data source (found statically) are used: this is what a user
+submits to their own cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import sys
+from typing import Any
+
+
+def _placement(index: int, rows: Any) -> Any:
+    count = sum(1 for _ in rows)
+    yield (index, os.getcwd(), os.getpid(), count)
+
+
+def main(spec_path: str, out_path: str) -> None:
+    from pyspark.sql import SparkSession
+
+    with open(spec_path, encoding="utf-8") as f:
+        spec = json.load(f)
+    spark = SparkSession.builder.appName("statequery-cluster-test").getOrCreate()
+    sc = spark.sparkContext
+    tracker = sc.statusTracker()
+    results: dict[str, Any] = {"executors": sc._jsc.sc().getExecutorMemoryStatus().size() - 1}
+    for query in spec["queries"]:
+        qid = query["id"]
+        df = spark.read.format("statequery").options(**query["options"]).load(query["path"])
+        sc.setJobGroup(qid, qid)
+        rows = [r.asDict(recursive=True) for r in df.collect()]
+        tasks = 0
+        for job_id in tracker.getJobIdsForGroup(qid):
+            job = tracker.getJobInfo(job_id)
+            for stage_id in job.stageIds if job is not None else []:
+                stage = tracker.getStageInfo(stage_id)
+                tasks += stage.numTasks if stage is not None else 0
+        sc.setJobGroup(qid + "-placement", qid + "-placement")
+        placement = df.rdd.mapPartitionsWithIndex(_placement).collect()
+        results[qid] = {
+            "rows": rows,
+            "partitions": df.rdd.getNumPartitions(),
+            "tasks": tasks,
+            "placement": sorted(placement),
+        }
+    spark.stop()
+    with open(out_path, "wb") as f:
+        pickle.dump(results, f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
