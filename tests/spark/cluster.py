@@ -87,6 +87,7 @@ class StandaloneCluster:
         self.master_ui = ""
         self.procs: list[subprocess.Popen[bytes]] = []
         self._watchdog: subprocess.Popen[bytes] | None = None
+        self.start_seconds = 0.0
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -120,6 +121,7 @@ class StandaloneCluster:
         return env
 
     def start(self) -> None:
+        started = time.monotonic()
         if self._base_dir is None:
             self.dir = Path(tempfile.mkdtemp(prefix="statequery-spark-cluster-"))
             self._own_dir = True
@@ -137,9 +139,6 @@ class StandaloneCluster:
             )
             found = self._wait_for(master_log, r"Starting Spark master at (spark://\S+)", 120)
             self.master_url = found.group(1)
-            ui = self._wait_for(master_log, r"Bound MasterWebUI to \S+, and started at (\S+)", 60)
-            self.master_ui = ui.group(1)
-            self._wait_for(master_log, r"I have been elected leader", 60)
             for i in range(self.workers):
                 work = self.dir / f"worker-{i}"
                 work.mkdir(exist_ok=True)
@@ -150,10 +149,14 @@ class StandaloneCluster:
                      "--work-dir", str(work)],
                     self.dir / f"worker-{i}.log",
                 )
-            for i in range(self.workers):
+            ui = self._wait_for(master_log, r"Bound MasterWebUI to \S+, and started at (\S+)", 60)
+            self.master_ui = ui.group(1)
+            self._wait_for(master_log, r"I have been elected leader", 60)
+            for i in range(self.workers):  # workers retry until the master is up
                 self._wait_for(
                     self.dir / f"worker-{i}.log", r"Successfully registered with master", 120
                 )
+            self.start_seconds = time.monotonic() - started
         except BaseException:
             self.stop()
             raise
@@ -285,11 +288,24 @@ def _kill_groups(groups: Sequence[int], grace: float = 5.0) -> None:
 
 
 def _group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs (zombies waiting to be reaped do not)."""
     try:
         os.killpg(pgid, 0)
-        return True
     except (ProcessLookupError, PermissionError):
         return False
+    if not os.path.isdir("/proc/self"):  # pragma: no cover - not Linux
+        return True
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":  # state, ppid, pgrp
+            return True
+    return False
 
 
 def _watchdog(parent: int, lifetime: float, groups_file: str) -> None:

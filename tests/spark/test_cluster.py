@@ -34,20 +34,21 @@ JOB = Path(__file__).with_name("cluster_job.py")
 def _queries(s3_canonical: str, s3_rocksdb: str) -> list[dict[str, Any]]:
     local = str(fixture_dir(CANONICAL))
     per16 = {"key_groups_per_partition": "16"}
+    spread = {"placement": True}
     return [
         {"id": "local-count", "path": local,
-         "options": {"operator": "user-state", "state": "count", **per16}},
+         "options": {"operator": "user-state", "state": "count", **per16}, **spread},
         {"id": "local-profile", "path": local,
          "options": {"operator": "user-state", "state": "profile"}},
         {"id": "local-key", "path": local,
          "options": {"operator": "user-state", "state": "count", "key": "user-3"}},
         {"id": "s3-meta", "path": s3_canonical, "options": {}},
         {"id": "s3-count", "path": s3_canonical,
-         "options": {"operator": "user-state", "state": "count", **per16}},
+         "options": {"operator": "user-state", "state": "count", **per16}, **spread},
         {"id": "s3-recent", "path": s3_canonical,
          "options": {"operator": "user-state", "state": "recent-categories", "mode": "flat"}},
         {"id": "s3-rocksdb-profile", "path": s3_rocksdb,
-         "options": {"operator": "user-state", "state": "profile", **per16}},
+         "options": {"operator": "user-state", "state": "profile", **per16}, **spread},
         {"id": "s3-rocksdb-key", "path": s3_rocksdb,
          "options": {"operator": "user-state", "state": "count", "key": "user-3"}},
     ]
@@ -98,10 +99,18 @@ def run(cluster: StandaloneCluster, s3: S3Server, tmp_path_factory: pytest.TempP
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, 9)
         out, _ = proc.communicate()
-    print(f"cluster job: {time.monotonic() - started:.1f} s", file=sys.stderr)
     assert proc.returncode == 0, f"spark-submit failed:\n{out[-6000:]}\n{cluster.logs()}"
     with open(tmp / "result.pickle", "rb") as f:
         results = pickle.load(f)
+    timings = ", ".join(
+        f"{q['id']} {results[q['id']]['seconds']:.1f}" for q in queries
+    )
+    print(
+        f"cluster: up in {cluster.start_seconds:.1f} s; spark-submit "
+        f"{time.monotonic() - started:.1f} s (session {results['session_s']:.1f} s; "
+        f"queries: {timings})",
+        file=sys.stderr,
+    )
     return {"results": results, "queries": {q["id"]: q for q in queries}, "cluster": cluster,
             "s3": s3, "log": out}
 

@@ -1,0 +1,234 @@
+"""Spark benchmark of the ``statequery`` data source: prints figures (not a timed test).
+
+    python benchmarks/make_large_savepoint.py --keys 1000000 --out /tmp/statequery-bench/hashmap
+    python benchmarks/bench_spark.py /tmp/statequery-bench/hashmap/savepoint-* [--cluster] [--json]
+
+Measures, next to the single-core Python API scan of the same state (``bench_canonical.py``'s
+child, in a fresh process):
+
+* a full scan of one state through Spark on ``local[2]`` (and with ``--cluster`` on a standalone
+  cluster of two 1-core workers on loopback, tests/spark/cluster.py): the DataFrame is written to
+  Spark's ``noop`` sink, so every row crosses from the Python reader into the JVM and nothing else
+  is done with it; best of ``--repeat`` scans after one warm-up scan;
+* warm single-key queries: ``spark.read.format("statequery").option("key", k)...collect()`` for
+  ``--lookups`` random keys in the same session (planning included: a new DataFrame each time);
+* ``spark-sql`` start-up to the first result: ``spark-sql -e "CREATE TEMPORARY VIEW ... USING
+  statequery OPTIONS (..., key ...); SELECT ..."`` as a fresh process, wall clock to the line
+  with the result and to exit.
+
+Each Spark measurement runs in its own process (a fresh driver JVM). The machine's cores are
+shared: read the figures as orders of magnitude, compare only figures of the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+
+def _spark_conf(master: str, extra: dict[str, str]) -> dict[str, str]:
+    conf = {
+        "spark.master": master,
+        "spark.ui.enabled": "false",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+    }
+    conf.update(extra)
+    return conf
+
+
+def child_spark(
+    conf: dict[str, str], path: str, operator: str, state: str, repeat: int, lookups: int,
+    seed: int, keys_total: int,
+) -> dict[str, Any]:
+    """Scan and key-query figures of one Spark application (this process is its driver)."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    t = time.perf_counter()
+    builder = SparkSession.builder.appName("statequery-bench")
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    session_s = time.perf_counter() - t
+
+    def frame(**options: str) -> Any:
+        return (spark.read.format("statequery").option("operator", operator)
+                .option("state", state).options(**options).load(path))
+
+    t = time.perf_counter()
+    df = frame()
+    partitions = df.rdd.getNumPartitions()
+    rows = df.count()  # warm-up: page cache, Python workers, the savepoint's headers
+    warmup_s = time.perf_counter() - t
+    scans = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        frame().write.format("noop").mode("overwrite").save()
+        scans.append(time.perf_counter() - t)
+
+    rnd = random.Random(seed)
+    keys = [f"user-{rnd.randrange(keys_total):07d}" for _ in range(lookups + 1)]
+    latencies = []
+    for i, key in enumerate(keys):
+        t = time.perf_counter()
+        got = frame(key=key).collect()
+        dt = time.perf_counter() - t
+        assert [r["key"] for r in got] == [key], (key, got)
+        if i:  # the first one is the warm-up
+            latencies.append(dt)
+    spark.stop()
+    best = min(scans)
+    return {
+        "master": conf["spark.master"],
+        "partitions": partitions,
+        "rows": rows,
+        "session_s": session_s,
+        "warmup_scan_s": warmup_s,
+        "scan_s": scans,
+        "rows_per_s": rows / best,
+        "lookup_ms_median": 1000 * statistics.median(latencies),
+        "lookup_ms_min": 1000 * min(latencies),
+        "lookup_ms_max": 1000 * max(latencies),
+        "lookups": len(latencies),
+    }
+
+
+def python_scan(path: str, operator: str, state: str) -> dict[str, Any]:
+    """The single-core Python API scan, measured as bench_canonical.py measures it."""
+    out = subprocess.run(
+        [sys.executable, str(HERE / "bench_canonical.py"), "--child", "scan", path, operator,
+         state, "", "65536"],
+        check=True, capture_output=True, text=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def _run_child(args: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", *args], capture_output=True, text=True,
+        env=env or dict(os.environ),
+    )
+    if out.returncode:
+        sys.stderr.write(out.stdout[-3000:] + out.stderr[-6000:])
+        raise SystemExit(f"child {args[:1]} failed with {out.returncode}")
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def spark_sql_startup(path: str, operator: str, state: str, key: str) -> dict[str, Any]:
+    """Wall clock of a fresh ``spark-sql`` process: to the result line, and to exit."""
+    import pyspark
+
+    binary = Path(pyspark.__file__).parent / "bin" / "spark-sql"
+    sql = (
+        f"CREATE TEMPORARY VIEW v USING statequery OPTIONS (path '{path}', "
+        f"operator '{operator}', state '{state}', key '{key}'); "
+        "SELECT key, value FROM v;"
+    )
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    cmd = [str(binary), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+           "--conf", "spark.driver.host=127.0.0.1", "-e", sql]
+    with open(os.devnull, "wb") as devnull:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="statequery-bench-sql-") as cwd:
+            t = time.perf_counter()
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=devnull, cwd=cwd,
+                                    env=env, text=True)
+            first = None
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if line.startswith(key) and first is None:
+                    first = time.perf_counter() - t
+            proc.wait()
+            total = time.perf_counter() - t
+    if proc.returncode or first is None:
+        raise SystemExit(f"spark-sql failed (exit {proc.returncode}) or printed no {key!r}")
+    return {"first_result_s": first, "exit_s": total}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--child"]:
+        conf = json.loads(argv[1])
+        res = child_spark(conf, argv[2], argv[3], argv[4], int(argv[5]), int(argv[6]),
+                          int(argv[7]), int(argv[8]))
+        print(json.dumps(res))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("savepoint")
+    ap.add_argument("--operator", default="large-state")
+    ap.add_argument("--state", default="count")
+    ap.add_argument("--keys", type=int, default=1_000_000, help="keys in the savepoint")
+    ap.add_argument("--repeat", type=int, default=2, help="timed scans after the warm-up")
+    ap.add_argument("--lookups", type=int, default=20)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--cluster", action="store_true", help="also on a 2-worker cluster")
+    ap.add_argument("--skip", default="", help="comma list of: python, local, cluster, sql")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    skip = set(filter(None, args.skip.split(",")))
+    common = [args.savepoint, args.operator, args.state, str(args.repeat), str(args.lookups),
+              str(args.seed), str(args.keys)]
+    out: dict[str, Any] = {"savepoint": args.savepoint, "state": args.state}
+
+    if "python" not in skip:
+        out["python"] = python_scan(args.savepoint, args.operator, args.state)
+        py = out["python"]
+        print(f"python, 1 core : {py['rows']:,} rows in {py['seconds']:.2f} s = "
+              f"{py['rows_per_s']:,.0f} rows/s", flush=True)
+    if "local" not in skip:
+        conf = _spark_conf("local[2]", {})
+        out["local"] = res = _run_child([json.dumps(conf), *common])
+        _print_spark("spark local[2]", res)
+    if args.cluster and "cluster" not in skip:
+        sys.path.insert(0, str(ROOT))
+        from tests.spark.cluster import StandaloneCluster
+
+        t = time.perf_counter()
+        with StandaloneCluster(workers=2, cores=1, worker_memory="1g", lifetime=900) as c:
+            start_s = time.perf_counter() - t
+            conf = _spark_conf(c.master_url, c.spark_conf(executor_memory="768m"))
+            out["cluster"] = res = _run_child([json.dumps(conf), *common], env=c.env)
+            res["cluster_start_s"] = start_s
+        _print_spark("spark cluster 2x1", res)
+        print(f"  (cluster start-up {start_s:.1f} s)")
+    if "sql" not in skip:
+        key = f"user-{random.Random(args.seed).randrange(args.keys):07d}"
+        out["spark_sql"] = res = spark_sql_startup(
+            args.savepoint, args.operator, args.state, key
+        )
+        print(f"spark-sql -e (key {key}): first result {res['first_result_s']:.1f} s, "
+              f"exit {res['exit_s']:.1f} s", flush=True)
+    if args.json:
+        print(json.dumps(out, indent=2))
+    return 0
+
+
+def _print_spark(label: str, res: dict[str, Any]) -> None:
+    scans = ", ".join(f"{s:.2f}" for s in res["scan_s"])
+    print(
+        f"{label}: {res['rows']:,} rows, {res['partitions']} partitions; scans {scans} s "
+        f"(warm-up {res['warmup_scan_s']:.2f} s) = {res['rows_per_s']:,.0f} rows/s best; "
+        f"key query median {res['lookup_ms_median']:.0f} ms "
+        f"(min {res['lookup_ms_min']:.0f}, max {res['lookup_ms_max']:.0f}, "
+        f"{res['lookups']} keys); session start {res['session_s']:.1f} s",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
