@@ -59,7 +59,7 @@ def test_kills_the_group_when_the_starter_dies(tmp_path: Path) -> None:
 
 def test_kills_the_group_after_its_lifetime(tmp_path: Path) -> None:
     group = _group(tmp_path)
-    dog = _watchdog(subprocess.os.getpid(), 2, tmp_path)  # type: ignore[attr-defined]
+    dog = _watchdog(os.getpid(), 2, tmp_path)
     try:
         assert _wait_gone(group.pid), "the watchdog left the group alive"
         assert dog.wait(timeout=30) == 0
@@ -72,7 +72,7 @@ def test_kills_the_group_after_its_lifetime(tmp_path: Path) -> None:
 
 def test_exits_by_itself_once_the_group_is_gone(tmp_path: Path) -> None:
     group = _group(tmp_path)
-    dog = _watchdog(subprocess.os.getpid(), 600, tmp_path)  # type: ignore[attr-defined]
+    dog = _watchdog(os.getpid(), 600, tmp_path)
     time.sleep(1.5)
     cluster._kill_groups([group.pid])
     group.wait()
