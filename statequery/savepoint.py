@@ -311,7 +311,7 @@ class Savepoint:
         mode: str | None = None,
         batch_size: int = 65536,
     ) -> Iterator[pa.RecordBatch]:
-        """Like :meth:`read`, streamed as RecordBatches (memory bounded by one key group)."""
+        """Like :meth:`read`, streamed as RecordBatches (memory bounded by one coalesced read)."""
         from statequery.reader import read_state
 
         info = self._resolve_state(operator, state)

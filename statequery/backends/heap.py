@@ -28,7 +28,7 @@ from statequery.arrow.schemas import StateLayout, resolve_mode
 from statequery.backends.keygroups import (
     ByteStream,
     iter_key_group_extents,
-    read_key_group_bytes,
+    read_key_group_spans,
 )
 from statequery.exceptions import CorruptStateError, UnsupportedFormatError
 from statequery.serializers.readers import (
@@ -340,8 +340,9 @@ class HeapKeyGroupStream:
         from statequery.backends.snappy import decompress_framed
 
         name = self.stream.name
-        for kg, start, end in self.iter_extents(key_groups):
-            data = read_key_group_bytes(self.stream, kg, start, end)
+        for kg, start, _end, data in read_key_group_spans(
+            self.stream, self.iter_extents(key_groups)
+        ):
             written = _I32(data, 0)[0]
             if written != kg:
                 raise CorruptStateError(

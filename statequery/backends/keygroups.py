@@ -12,7 +12,8 @@ File layout (§2 of the format reference)::
                     u16 next: 0xFFFF = end of key group, else the next kvStateId
 
 A key group's bytes end where the next non-empty key group starts (or at the end of the stream),
-so one key group is read with one ranged read and memory stays bounded by one key group.
+so adjacent key groups are read with one ranged read (:func:`read_key_group_spans`) and memory
+stays bounded by one such read.
 
 :class:`CompositeEntryDecoder` turns one state's entries (``prefix | key | [len] | namespace |
 [len] | [user key]`` -> value bytes, ``SerializedCompositeKeyBuilder``)
@@ -734,6 +735,47 @@ def read_key_group_bytes(stream: ByteStream, kg: int, start: int, end: int) -> b
     return data
 
 
+#: Adjacent key groups are fetched together in reads of up to this many bytes (one request for
+#: many small key groups; memory stays bounded by one span or one key group).
+MAX_COALESCED_READ = 8 << 20
+
+
+def read_key_group_spans(
+    stream: ByteStream,
+    extents: Iterable[tuple[int, int, int]],
+    max_span: int = MAX_COALESCED_READ,
+) -> Iterator[tuple[int, int, int, bytes]]:
+    """``(kg, start, end, bytes)`` for ``(kg, start, end)`` extents in file order, reading runs
+    of adjacent extents with one ranged read each (at most ``max_span`` bytes, or one extent).
+    A short read is corrupt state, reported at the key group it cuts."""
+    run: list[tuple[int, int, int]] = []
+
+    def flush() -> Iterator[tuple[int, int, int, bytes]]:
+        if len(run) == 1:
+            kg, start, end = run[0]
+            yield kg, start, end, read_key_group_bytes(stream, kg, start, end)
+            return
+        base = run[0][1]
+        data = stream.read_range(base, run[-1][2] - base)
+        for kg, start, end in run:
+            piece = data[start - base : end - base]
+            if len(piece) != end - start:
+                raise CorruptStateError(
+                    f"key group {kg}: expected {end - start} bytes, the stream has {len(piece)}",
+                    stream.name,
+                    start + len(piece),
+                )
+            yield kg, start, end, piece
+
+    for ext in list(extents):
+        if run and (ext[1] != run[-1][2] or ext[2] - run[0][1] > max_span):
+            yield from flush()
+            run = []
+        run.append(ext)
+    if run:
+        yield from flush()
+
+
 @dataclass(frozen=True)
 class KeyGroupStream:
     """One canonical keyed-state stream: its bytes and where each key group starts.
@@ -772,9 +814,11 @@ class KeyGroupStream:
         return iter_key_group_extents(self.stream, starts, key_groups)
 
     def read_key_group(self, kg: int, start: int, end: int) -> bytes:
+        return self.decode_key_group(kg, start, read_key_group_bytes(self.stream, kg, start, end))
+
+    def decode_key_group(self, kg: int, start: int, data: bytes) -> bytes:
         from statequery.backends.snappy import decompress_framed
 
-        data = read_key_group_bytes(self.stream, kg, start, end)
         if self.compressed:
             return decompress_framed(data, f"{self.stream.name} (key group {kg})", start)
         return data
@@ -786,8 +830,10 @@ class KeyGroupStream:
         key_groups: Iterable[int] | None = None,
     ) -> Iterator[int]:
         """Decode the requested key groups; yields each key group after its entries were handled."""
-        for kg, start, end in self.iter_extents(key_groups):
-            buf = self.read_key_group(kg, start, end)
+        for kg, start, _end, data in read_key_group_spans(
+            self.stream, self.iter_extents(key_groups)
+        ):
+            buf = self.decode_key_group(kg, start, data)
             try:
                 scan_key_group(buf, kg, self.prefix_len, handlers, finishers)
             except DecodeError as e:

@@ -5,7 +5,11 @@ anything fsspec knows). Flink writes local paths as ``file:/tmp/x`` (one slash);
 normalised here. Nothing outside this package imports fsspec.
 
 :class:`FileIO` is picklable (Spark ships readers to executors) and keeps per-instance read
-statistics, so tests and benchmarks can assert exactly which bytes a query touched.
+statistics, so tests and benchmarks can assert exactly which bytes and requests a query cost.
+
+A file is opened once and kept open for the ranged reads that follow (a small, bounded pool per
+:class:`FileIO`): reading many key groups of one file costs one open, as a good remote client
+would do it. Each ranged read is one request; :class:`ReadStats` counts both.
 """
 
 from __future__ import annotations
@@ -13,16 +17,20 @@ from __future__ import annotations
 import os
 import posixpath
 import threading
-from collections import Counter
+from collections import Counter, OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO, Any, cast
+from typing import IO, Any, Protocol, cast
 from urllib.parse import urlsplit
 
 from statequery.exceptions import MissingExtraError, StorageError
 
 __all__ = [
     "FileIO",
+    "FileSystem",
+    "FsspecFileSystem",
     "InputFile",
+    "LocalFileSystem",
     "ReadStats",
     "join_location",
     "location_parent",
@@ -30,17 +38,6 @@ __all__ = [
 ]
 
 _LOCAL_SCHEMES = ("", "file", "local")
-
-#: fsspec implementations of the object stores, by scheme: (package, statequery extra)
-_FS_PACKAGES = {
-    "s3": ("s3fs", "s3"),
-    "s3a": ("s3fs", "s3"),
-    "gs": ("gcsfs", "gcs"),
-    "gcs": ("gcsfs", "gcs"),
-    "abfs": ("adlfs", "azure"),
-    "abfss": ("adlfs", "azure"),
-    "az": ("adlfs", "azure"),
-}
 
 
 def normalize_location(location: str) -> str:
@@ -103,18 +100,32 @@ def join_location(base: str, relative: str) -> str:
 
 @dataclass
 class ReadStats:
-    """What a :class:`FileIO` read: bytes and open calls per location."""
+    """What a :class:`FileIO` read, per location: bytes, opens and requests.
+
+    ``requests`` counts what a remote store would bill as requests: every open, every ranged
+    read and every size/existence check.
+    """
 
     bytes_read: Counter[str] = field(default_factory=Counter)
     opens: Counter[str] = field(default_factory=Counter)
+    requests: Counter[str] = field(default_factory=Counter)
 
     @property
     def total_bytes(self) -> int:
         return sum(self.bytes_read.values())
 
+    @property
+    def total_opens(self) -> int:
+        return sum(self.opens.values())
+
+    @property
+    def total_requests(self) -> int:
+        return sum(self.requests.values())
+
     def reset(self) -> None:
         self.bytes_read.clear()
         self.opens.clear()
+        self.requests.clear()
 
 
 class InputFile:
@@ -141,17 +152,12 @@ class InputFile:
         """
         if start < 0 or (length is not None and length < 0):
             raise StorageError(f"{self.location}: invalid range start={start} length={length}")
-        with self.open() as f:
-            try:
-                if start:
-                    f.seek(start)
-                data = f.read() if length is None else f.read(length)
-            except OSError as e:
-                raise StorageError(f"cannot read {self.location} at byte {start}: {e}") from e
-        return bytes(data)
+        return self._io._reader(self.location).read_range(start, length)
 
     def open(self) -> IO[bytes]:
-        """A seekable binary stream; reads through it are counted in :attr:`FileIO.stats`."""
+        """A new seekable binary stream, closed by the caller (for streaming copies); reads
+        through it are counted in :attr:`FileIO.stats`. Ranged reads use :meth:`read`, which
+        reuses one open handle per file."""
         stream = _CountingStream(self._io._open(self.location), self._io, self.location)
         return cast(IO[bytes], stream)  # duck-typed: the binary-stream methods readers use
 
@@ -166,7 +172,7 @@ class _CountingStream:
 
     def read(self, n: int = -1) -> bytes:
         data = self._raw.read(n)
-        self._io._count(self._location, len(data))
+        self._io._count(self._location, len(data), requests=1)
         return data
 
     def readinto(self, b: Any) -> int:
@@ -196,18 +202,55 @@ class _CountingStream:
         self.close()
 
 
-class FileIO:
-    """Reads local files directly, everything else through fsspec (filesystems cached per thread).
+class _RangeReader:
+    """One open handle of one file, shared by the ranged reads that follow (seek + read under a
+    lock, so threads may share it)."""
 
-    ``storage_options`` are passed to fsspec (credentials, endpoints). The instance pickles without
-    its caches and statistics.
+    __slots__ = ("_io", "_lock", "_raw", "location")
+
+    def __init__(self, io: FileIO, location: str) -> None:
+        self._io = io
+        self.location = location
+        self._raw = io._open(location)
+        self._lock = threading.Lock()
+
+    def read_range(self, start: int, length: int | None) -> bytes:
+        with self._lock:
+            try:
+                self._raw.seek(start)
+                data = self._raw.read() if length is None else self._raw.read(length)
+            except (OSError, ValueError) as e:
+                raise StorageError(f"cannot read {self.location} at byte {start}: {e}") from e
+        self._io._count(self.location, len(data), requests=1)
+        return bytes(data)
+
+    def close(self) -> None:
+        with self._lock:
+            try:
+                self._raw.close()
+            except OSError:
+                pass
+
+
+class FileIO:
+    """The storage seam: local files are read directly, every other scheme through fsspec
+    (filesystems cached per thread; see :meth:`register_scheme` for another implementation).
+
+    ``storage_options`` are passed to fsspec (credentials, endpoints). Open handles are pooled
+    (at most ``max_open_files``, least recently used closed first) so a file is opened once for
+    all the ranged reads of a task; :meth:`close` closes them. The instance pickles without its
+    pool, caches and statistics.
     """
+
+    #: open handles kept per instance
+    max_open_files = 32
 
     def __init__(self, storage_options: dict[str, Any] | None = None) -> None:
         self.storage_options = dict(storage_options or {})
         self.stats = ReadStats()
         self._lock = threading.Lock()
         self._local = threading.local()
+        self._pool: OrderedDict[str, _RangeReader] = OrderedDict()
 
     def __getstate__(self) -> dict[str, Any]:
         return {"storage_options": self.storage_options}
@@ -215,111 +258,243 @@ class FileIO:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["storage_options"])  # type: ignore[misc]
 
+    def __enter__(self) -> FileIO:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001  (interpreter shutdown)
+            pass
+
     def new_input(self, location: str) -> InputFile:
         return InputFile(self, normalize_location(location))
 
+    def close(self) -> None:
+        """Close the pooled open handles (later reads open files again)."""
+        with self._lock:
+            readers = list(self._pool.values())
+            self._pool.clear()
+        for r in readers:
+            r.close()
+
     # -- internals -----------------------------------------------------------------------------
 
-    def _count(self, location: str, n: int) -> None:
+    def _reader(self, location: str) -> _RangeReader:
+        with self._lock:
+            reader = self._pool.get(location)
+            if reader is not None:
+                self._pool.move_to_end(location)
+                return reader
+        reader = _RangeReader(self, location)
+        evicted: list[_RangeReader] = []
+        with self._lock:
+            existing = self._pool.get(location)
+            if existing is not None:  # another thread opened it meanwhile
+                evicted.append(reader)
+                reader = existing
+            else:
+                self._pool[location] = reader
+                while len(self._pool) > self.max_open_files:
+                    evicted.append(self._pool.popitem(last=False)[1])
+        for r in evicted:
+            r.close()
+        return reader
+
+    def _count(self, location: str, n: int, requests: int = 0) -> None:
         with self._lock:
             self.stats.bytes_read[location] += n
+            if requests:
+                self.stats.requests[location] += requests
 
-    def _fs(self, location: str) -> Any:
-        import fsspec  # the only fsspec import in statequery
+    def _request(self, location: str) -> None:
+        with self._lock:
+            self.stats.requests[location] += 1
 
-        scheme = urlsplit(location).scheme.lower()
-        cache: dict[str, Any] = getattr(self._local, "fs", None) or {}
+    def _filesystem(self, location: str) -> FileSystem:
+        """The implementation for ``location``'s scheme (one per scheme, per thread)."""
+        scheme = "" if _is_local(location) else urlsplit(location).scheme.lower()
+        cache: dict[str, FileSystem] = getattr(self._local, "fs", None) or {}
         self._local.fs = cache
-        if scheme not in cache:
+        fs = cache.get(scheme)
+        if fs is None:
+            factory = _SCHEMES.get(scheme, FsspecFileSystem)
             try:
-                cache[scheme] = fsspec.filesystem(scheme, **self.storage_options)
+                fs = cache[scheme] = factory(scheme, self.storage_options)
             except ImportError as e:
                 package, extra = _FS_PACKAGES.get(scheme, (str(e.name or scheme), "all"))
                 raise MissingExtraError(f"reading {scheme}:// locations", package, extra) from e
             except (ValueError, TypeError) as e:  # unknown protocol, bad storage options
                 raise StorageError(f"cannot read {location}: {scheme}:// is not usable: {e}") from e
-        return cache[scheme]
+        return fs
+
+    @staticmethod
+    def register_scheme(scheme: str, factory: Callable[[str, dict[str, Any]], FileSystem]) -> None:
+        """Serve ``scheme://`` locations with ``factory(scheme, storage_options)`` instead of
+        fsspec (for example a native object-store client)."""
+        _SCHEMES[scheme.lower()] = factory
 
     def _exists(self, location: str) -> bool:
+        self._request(location)
+        fs = self._filesystem(location)
         try:
-            if _is_local(location):
-                return os.path.isfile(location)
-            return bool(self._fs(location).isfile(location))
+            return fs.exists(location)
         except (OSError, ValueError) as e:
             raise StorageError(f"cannot stat {location}: {e}") from e
 
     def _size(self, location: str) -> int:
+        self._request(location)
+        fs = self._filesystem(location)
         try:
-            if _is_local(location):
-                return os.path.getsize(location)
-            return int(self._fs(location).size(location))
+            return fs.size(location)
         except (OSError, ValueError) as e:  # ValueError: e.g. a NUL byte in the name
             raise StorageError(f"cannot stat {location}: {e}") from e
 
     def _open(self, location: str) -> IO[bytes]:
         with self._lock:
             self.stats.opens[location] += 1
+            self.stats.requests[location] += 1
+        fs = self._filesystem(location)
         try:
-            if _is_local(location):
-                return open(location, "rb")
-            return self._fs(location).open(location, "rb")  # type: ignore[no-any-return]
+            return fs.open(location)
         except (OSError, ValueError) as e:
             raise StorageError(f"cannot open {location}: {e}") from e
 
     def write_atomic(self, location: str, data: bytes) -> None:
-        """Write ``data`` to ``location`` so readers never see a partial file.
-
-        Local files: a temporary file in the same directory, fsynced, then renamed over the
-        target. Object stores (one PUT is atomic): written directly. Other filesystems: a
-        temporary name, then a move.
-        """
+        """Write ``data`` to ``location`` so readers never see a partial file (see
+        :meth:`FileSystem.write_atomic`)."""
         location = normalize_location(location)
+        fs = self._filesystem(location)
         try:
-            if _is_local(location):
-                import tempfile
-
-                directory = os.path.dirname(os.path.abspath(location))
-                fd, tmp = tempfile.mkstemp(prefix=".statequery-", dir=directory)
-                try:
-                    with os.fdopen(fd, "wb") as f:
-                        f.write(data)
-                        f.flush()
-                        os.fsync(f.fileno())
-                    os.replace(tmp, location)
-                except BaseException:
-                    if os.path.exists(tmp):
-                        os.unlink(tmp)
-                    raise
-                return
-            fs = self._fs(location)
-            scheme = urlsplit(location).scheme.lower()
-            if scheme in ("s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "oss"):
-                with fs.open(location, "wb") as f:
-                    f.write(data)
-                return
-            tmp = location + ".statequery-tmp"
-            with fs.open(tmp, "wb") as f:
-                f.write(data)
-            fs.mv(tmp, location)
+            fs.write_atomic(location, data)
         except (OSError, FileNotFoundError) as e:
             raise StorageError(f"cannot write {location}: {e}") from e
 
     def list_dir(self, location: str) -> list[str]:
         """Names of the entries of a directory (used by the catalog to find savepoints)."""
         location = normalize_location(location)
+        fs = self._filesystem(location)
         try:
-            if _is_local(location):
-                return sorted(os.listdir(location))
-            fs = self._fs(location)
-            return sorted(posixpath.basename(p.rstrip("/")) for p in fs.ls(location, detail=False))
+            return sorted(fs.list_dir(location))
         except (OSError, ValueError) as e:
             raise StorageError(f"cannot list {location}: {e}") from e
 
     def is_dir(self, location: str) -> bool:
         location = normalize_location(location)
+        fs = self._filesystem(location)
         try:
-            if _is_local(location):
-                return os.path.isdir(location)
-            return bool(self._fs(location).isdir(location))
+            return fs.is_dir(location)
         except (OSError, ValueError) as e:
             raise StorageError(f"cannot stat {location}: {e}") from e
+
+
+class FileSystem(Protocol):
+    """What :class:`FileIO` needs of one URI scheme's storage."""
+
+    def open(self, location: str) -> IO[bytes]: ...
+
+    def size(self, location: str) -> int: ...
+
+    def exists(self, location: str) -> bool: ...
+
+    def is_dir(self, location: str) -> bool: ...
+
+    def list_dir(self, location: str) -> list[str]: ...
+
+    def write_atomic(self, location: str, data: bytes) -> None: ...
+
+
+class LocalFileSystem:
+    """Local paths (``file:`` URIs are normalised to paths first)."""
+
+    def __init__(self, scheme: str = "", storage_options: dict[str, Any] | None = None) -> None:
+        pass
+
+    def open(self, location: str) -> IO[bytes]:
+        return open(location, "rb")
+
+    def size(self, location: str) -> int:
+        return os.path.getsize(location)
+
+    def exists(self, location: str) -> bool:
+        return os.path.isfile(location)
+
+    def is_dir(self, location: str) -> bool:
+        return os.path.isdir(location)
+
+    def list_dir(self, location: str) -> list[str]:
+        return os.listdir(location)
+
+    def write_atomic(self, location: str, data: bytes) -> None:
+        """A temporary file in the same directory, fsynced, then renamed over the target."""
+        import tempfile
+
+        directory = os.path.dirname(os.path.abspath(location))
+        fd, tmp = tempfile.mkstemp(prefix=".statequery-", dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, location)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+
+#: fsspec implementations that are separate packages: (package, statequery extra)
+_FS_PACKAGES = {
+    "s3": ("s3fs", "s3"),
+    "s3a": ("s3fs", "s3"),
+    "gs": ("gcsfs", "gcs"),
+    "gcs": ("gcsfs", "gcs"),
+    "abfs": ("adlfs", "azure"),
+    "abfss": ("adlfs", "azure"),
+    "az": ("adlfs", "azure"),
+}
+
+_OBJECT_STORES = ("s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "oss")
+
+
+class FsspecFileSystem:
+    """Any scheme fsspec knows (``s3``, ``hdfs``, ``gs``, ``abfs``, ``memory`` ...)."""
+
+    def __init__(self, scheme: str, storage_options: dict[str, Any]) -> None:
+        import fsspec  # the only fsspec import in statequery
+
+        self.scheme = scheme
+        self.fs = fsspec.filesystem(scheme, **storage_options)
+
+    def open(self, location: str) -> IO[bytes]:
+        return self.fs.open(location, "rb")  # type: ignore[no-any-return]
+
+    def size(self, location: str) -> int:
+        return int(self.fs.size(location))
+
+    def exists(self, location: str) -> bool:
+        return bool(self.fs.isfile(location))
+
+    def is_dir(self, location: str) -> bool:
+        return bool(self.fs.isdir(location))
+
+    def list_dir(self, location: str) -> list[str]:
+        return [posixpath.basename(p.rstrip("/")) for p in self.fs.ls(location, detail=False)]
+
+    def write_atomic(self, location: str, data: bytes) -> None:
+        """Object stores (one PUT is atomic): written directly; other filesystems: a temporary
+        name, then a move."""
+        if self.scheme in _OBJECT_STORES:
+            with self.fs.open(location, "wb") as f:
+                f.write(data)
+            return
+        tmp = location + ".statequery-tmp"
+        with self.fs.open(tmp, "wb") as f:
+            f.write(data)
+        self.fs.mv(tmp, location)
+
+
+_SCHEMES: dict[str, Callable[[str, dict[str, Any]], FileSystem]] = {"": LocalFileSystem}
