@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from statequery.exceptions import (
     CorruptStateError,
+    MissingExtraError,
     NoSuchOperatorError,
     NoSuchStateError,
     NoSuchTableError,
@@ -32,6 +33,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CorruptStateError",
+    "MissingExtraError",
     "NoSuchOperatorError",
     "NoSuchStateError",
     "NoSuchTableError",

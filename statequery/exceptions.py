@@ -101,3 +101,13 @@ class OutputError(StatequeryError):
 class InvalidKeyError(InvalidOptionError):
     """A key given by a user does not fit the key type: the message names the field and the type
     it expects, and what the given value was read as."""
+
+
+def require_extra(module: str, extra: str, feature: str) -> None:
+    """Import ``module`` or raise :class:`MissingExtraError` naming ``extra``."""
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise MissingExtraError(feature, module, extra) from None

@@ -20,13 +20,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from statequery.discovery import find_metadata
 from statequery.exceptions import (
     NoSuchOperatorError,
     NoSuchStateError,
-    SavepointNotFoundError,
-    StorageError,
 )
-from statequery.io import FileIO, join_location, location_parent, normalize_location
+from statequery.io import FileIO, join_location, location_parent
 from statequery.metadata.checkpoint import CheckpointMetadata, OperatorState, parse_metadata
 from statequery.metadata.handles import (
     ChangelogHandle,
@@ -75,44 +74,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Savepoint", "derive_state_meta", "find_metadata"]
 
-METADATA_FILE = "_metadata"
 DEFAULT_WORKERS = 16
 _CHK = re.compile(r"^chk-(\d+)$")
-
-
-def find_metadata(io: FileIO, location: str) -> str:
-    """The ``_metadata`` file for a savepoint/checkpoint directory, the file itself, or a job
-    directory holding ``chk-N`` checkpoints (the highest N)."""
-    location = normalize_location(location.rstrip("/") if len(location) > 1 else location)
-    if posixpath.basename(location) == METADATA_FILE and io.new_input(location).exists():
-        return location
-    if io.is_dir(location):
-        candidate = join_location(location, METADATA_FILE)
-        if io.new_input(candidate).exists():
-            return candidate
-        try:
-            entries = io.list_dir(location)
-        except StorageError:
-            entries = []
-        chks = sorted(
-            (int(m.group(1)), name) for name in entries if (m := _CHK.match(name)) is not None
-        )
-        for _, name in reversed(chks):
-            candidate = join_location(location, f"{name}/{METADATA_FILE}")
-            if io.new_input(candidate).exists():
-                return candidate
-        # a folder holding one savepoint directory (Flink's savepoint target directory, or a
-        # catalog database)
-        from statequery.catalog import find_metadata_dir
-
-        found = find_metadata_dir(io, location, depth=2)
-        if found is not None:
-            return join_location(found, METADATA_FILE)
-    raise SavepointNotFoundError(
-        f"no savepoint or checkpoint at {location}: expected a directory holding _metadata, "
-        "the _metadata file, a job directory with chk-N checkpoints, or a folder holding one "
-        "savepoint directory"
-    )
 
 
 class Savepoint:

@@ -27,6 +27,7 @@ from statequery.exceptions import (
     MissingExtraError,
     NoSuchTableError,
     SavepointNotFoundError,
+    require_extra,
 )
 
 if TYPE_CHECKING:
@@ -238,6 +239,7 @@ def sql(query: str, catalog: Catalog | str | None = None) -> pa.Table:
     anything but catalog tables, or that DuckDB rejects; :class:`NoSuchTableError` for unknown
     databases or tables; :class:`MissingExtraError` without DuckDB (``statequery[sql]``).
     """
+    require_extra("sqlglot", "sql", "statequery.sql (SQL without Spark)")
     from sqlglot import exp
 
     from statequery.catalog import Catalog

@@ -42,6 +42,7 @@ from statequery.exceptions import (
     InvalidOptionError,
     StatequeryError,
     UnsupportedFormatError,
+    require_extra,
 )
 from statequery.io import FileIO
 
@@ -611,6 +612,7 @@ class RocksDBKeyedBackend:
 
     def open(self) -> RocksDBState:
         """Restore and open the DB (the caller closes it)."""
+        require_extra("rocksdict", "rocksdb", "reading RocksDB native state")
         for d in (self.resolver.metadata_dir, self.resolver.job_dir):
             if d:
                 self.cache.check_outside(d)

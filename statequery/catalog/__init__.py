@@ -14,28 +14,22 @@ The folder may be local or any fsspec URI. A database is found as:
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from statequery.discovery import default_catalog, find_metadata_dir, require_default_catalog
 from statequery.exceptions import NoSuchTableError, SavepointNotFoundError
-from statequery.io import FileIO, join_location, normalize_location
+from statequery.io import FileIO, join_location
 
 if TYPE_CHECKING:
     from statequery.savepoint import Savepoint
 
 __all__ = ["DEFAULT_CATALOG", "Catalog", "find_metadata_dir", "sql_identifier"]
 
-#: the catalog shipped in the repository (``catalog/`` at the project root), when present
-DEFAULT_CATALOG = os.path.normpath(
-    os.environ.get(
-        "STATEQUERY_CATALOG",
-        os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "catalog"),
-    )
-)
-
-_CHK = re.compile(r"^chk-(\d+)$")
+#: the default catalog when this module was imported (None when there is none; see
+#: :func:`statequery.discovery.default_catalog`)
+DEFAULT_CATALOG = default_catalog()
 
 
 def sql_identifier(text: str) -> str:
@@ -48,46 +42,11 @@ def sql_identifier(text: str) -> str:
     return ident
 
 
-def find_metadata_dir(io: FileIO, location: str, depth: int = 3) -> str | None:
-    """The directory under ``location`` holding the ``_metadata`` a database stands for.
-
-    Checkpoint folders resolve to their highest ``chk-N``. A folder holding several savepoint
-    directories is ambiguous (their names are random, not ordered by time): that raises
-    :class:`SavepointNotFoundError` listing them, so the user names one.
-    """
-    location = normalize_location(location)
-    if io.new_input(join_location(location, "_metadata")).exists():
-        return location
-    if depth == 0 or not io.is_dir(location):
-        return None
-    children = [c for c in io.list_dir(location) if not c.startswith(".")]
-    chks = sorted(((int(m.group(1)), c) for c in children if (m := _CHK.match(c))), reverse=True)
-    for _, child in chks:
-        found = find_metadata_dir(io, join_location(location, child), 0)
-        if found is not None:
-            return found
-    found_dirs: list[str] = []
-    for child in sorted(children):
-        if _CHK.match(child) or child in ("shared", "taskowned"):
-            continue
-        child_loc = join_location(location, child)
-        if io.is_dir(child_loc):
-            found = find_metadata_dir(io, child_loc, depth - 1)
-            if found is not None:
-                found_dirs.append(found)
-    if len(found_dirs) > 1:
-        raise SavepointNotFoundError(
-            f"{location} holds several savepoints or checkpoints; name one of: "
-            + ", ".join(found_dirs)
-        )
-    return found_dirs[0] if found_dirs else None
-
-
 @dataclass
 class Catalog:
     """The savepoints below ``root``, one database each, opened lazily and cached."""
 
-    root: str = DEFAULT_CATALOG
+    root: str = field(default_factory=require_default_catalog)
     io: FileIO = field(default_factory=FileIO)
     _open: dict[str, Savepoint] = field(default_factory=dict, repr=False)
 
