@@ -27,9 +27,9 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_CATALOG", "Catalog", "find_metadata_dir", "sql_identifier"]
 
-#: the default catalog when this module was imported (None when there is none; see
+#: the default catalog when this module was imported ("" when there is none; see
 #: :func:`statequery.discovery.default_catalog`)
-DEFAULT_CATALOG = default_catalog()
+DEFAULT_CATALOG = default_catalog() or ""
 
 
 def sql_identifier(text: str) -> str:
@@ -46,9 +46,13 @@ def sql_identifier(text: str) -> str:
 class Catalog:
     """The savepoints below ``root``, one database each, opened lazily and cached."""
 
-    root: str = field(default_factory=require_default_catalog)
+    root: str = ""  # empty or None: the default catalog (statequery.discovery)
     io: FileIO = field(default_factory=FileIO)
     _open: dict[str, Savepoint] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.root:
+            self.root = require_default_catalog()
 
     def databases(self) -> list[str]:
         names = []
