@@ -12,6 +12,7 @@ parallel through the storage seam — and cached on the instance.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import posixpath
 import re
@@ -38,6 +39,7 @@ from statequery.metadata.handles import (
     OperatorStreamHandle,
     StreamHandle,
 )
+from statequery.metadata.kinds import layout_or_unknown
 from statequery.metadata.proxy import (
     KeyedBackendProxy,
     OperatorBackendProxy,
@@ -66,7 +68,6 @@ from statequery.serializers.spec import (
     OpaqueSpec,
     SerializerSpec,
     TimerSpec,
-    TtlSpec,
 )
 
 if TYPE_CHECKING:
@@ -338,23 +339,6 @@ def _backend_of(h: KeyedHandle | None) -> str | None:
     return None
 
 
-def _kind(info: StateMetaInfo) -> str:
-    t = info.backend_type
-    if t in ("KEY_VALUE", "KEY_VALUE_V2"):
-        return (info.state_type or "unknown").lower()
-    if t == "PRIORITY_QUEUE":
-        if info.name.startswith("_timer_state/event_"):
-            return "event_timer"
-        if info.name.startswith("_timer_state/processing_"):
-            return "processing_timer"
-        return "priority_queue"
-    if t == "BROADCAST" or info.distribution_mode == "BROADCAST":
-        return "broadcast"
-    if info.distribution_mode == "UNION":
-        return "operator_union"
-    return "operator_list"
-
-
 def _first_opaque(specs: tuple[SerializerSpec | None, ...]) -> str | None:
     for spec in specs:
         if spec is None:
@@ -391,7 +375,8 @@ def _state_info(
     backend: str | None,
     fmt: str | None,
 ) -> StateInfo:
-    kind = _kind(info)
+    layout, unsupported = layout_or_unknown(info, key_spec)
+    kind = layout.kind  # the one kind table (statequery.metadata.kinds)
     sers = info.serializers
     value = sers.get("VALUE_SERIALIZER")
     namespace = sers.get("NAMESPACE_SERIALIZER")
@@ -413,8 +398,8 @@ def _state_info(
         key = None
     elif kind in ("operator_list", "operator_union"):
         key = None
-    ttl = isinstance(value, TtlSpec)
-    reason = info.error or _first_opaque((key, namespace, value, user_key))
+    ttl = layout.ttl
+    reason = info.error or unsupported or _first_opaque((key, namespace, value, user_key))
     return StateInfo(
         operator_id=op.operator_id,
         operator_uid=op.uid,
@@ -584,13 +569,8 @@ def derive_state_meta(
             if reason is None and header_errors:
                 reason = header_errors[0]
             states.append(
-                StateInfo(
-                    **{
-                        **state.__dict__,
-                        "size_bytes": size,
-                        "decodable": reason is None,
-                        "reason": reason,
-                    }
+                dataclasses.replace(
+                    state, size_bytes=size, decodable=reason is None, reason=reason
                 )
             )
         operators.append(

@@ -1,7 +1,8 @@
 """Per-state-kind table shapes: which columns a state's rows have, and their Arrow types.
 
-A state is described by a :class:`StateLayout` (its kind and resolved serializers), built from the
-metadata layer's ``StateMetaInfo`` with :func:`layout_from_meta`. :func:`state_schema` gives the
+A state is described by a :class:`StateLayout` (its kind and resolved serializers), the
+decoders' view of a state of the model, built by :mod:`statequery.metadata.kinds` (the one kind
+table). :func:`state_schema` gives the
 Arrow schema of its rows for a read mode:
 
 =====================  ============================================================================
@@ -28,23 +29,20 @@ is followed by ``<column>_reason`` (why it is raw).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from statequery.arrow.types import EPOCH_MS, arrow_type, raw_value_reason
 from statequery.exceptions import InvalidOptionError, UnsupportedFormatError
-from statequery.serializers.spec import (
-    ListSpec,
-    MapSpec,
-    NamespaceSpec,
-    OpaqueSpec,
-    SerializerSpec,
-    TimerSpec,
-    TtlSpec,
+from statequery.metadata.kinds import (
+    KEYED_KINDS,
+    OPERATOR_KINDS,
+    TIMER_KINDS,
+    StateLayout,
+    layout_from_meta,
 )
+from statequery.serializers.spec import OpaqueSpec, SerializerSpec
 
 __all__ = [
     "KEYED_KINDS",
@@ -57,159 +55,10 @@ __all__ = [
     "state_schema",
 ]
 
-KEYED_KINDS = ("value", "list", "map", "reducing", "aggregating", "event_timer", "processing_timer")
-TIMER_KINDS = ("event_timer", "processing_timer")
-OPERATOR_KINDS = ("operator_list", "operator_union", "broadcast")
-
 #: Read modes: ``rows`` (default: list values as arrays, map states one row per entry),
 #: ``flat`` (list states one row per element with ``index``), ``nested`` (map states one
 #: ``map`` per key and namespace).
 MODES = ("rows", "flat", "nested")
-
-
-@dataclass(frozen=True)
-class StateLayout:
-    """What a state's rows hold.
-
-    ``value`` is the per-row value serializer: the value for value/reducing/aggregating, the list
-    **element** for list and operator list state, the map **value** for map and broadcast state,
-    the ``TimerSpec`` for timers. ``ttl`` is True when that serializer was a ``TtlSpec`` (the
-    layout then holds the inner serializer and rows carry ``last_access``). ``state_value`` keeps
-    the state's full ``VALUE_SERIALIZER`` (what the hashmap checkpoint format writes).
-    """
-
-    name: str
-    kind: str
-    key: SerializerSpec | None = None
-    namespace: SerializerSpec | None = None
-    user_key: SerializerSpec | None = None
-    value: SerializerSpec | None = None
-    ttl: bool = False
-    state_value: SerializerSpec | None = None
-
-    @property
-    def keyed(self) -> bool:
-        return self.kind in KEYED_KINDS
-
-    @property
-    def is_timer(self) -> bool:
-        return self.kind in TIMER_KINDS
-
-
-def _option(options: Any, name: str) -> str | None:
-    if isinstance(options, Mapping):
-        v = options.get(name)
-        return None if v is None else str(v)
-    for k, v in options or ():
-        if k == name:
-            return str(v)
-    return None
-
-
-def _serializer(serializers: Any, name: str) -> SerializerSpec | None:
-    if isinstance(serializers, Mapping):
-        found = serializers.get(name)
-        return found if isinstance(found, SerializerSpec) else None
-    for k, v in serializers or ():
-        if k == name:
-            return v  # type: ignore[no-any-return]
-    return None
-
-
-def _backend_type(meta: Any) -> str:
-    bt = getattr(meta, "backend_type", None)
-    if isinstance(bt, int):
-        return ("KEY_VALUE", "OPERATOR", "BROADCAST", "PRIORITY_QUEUE", "KEY_VALUE_V2")[bt]
-    name = getattr(bt, "name", bt)
-    return str(name).upper() if name is not None else ""
-
-
-def _unwrap_ttl(spec: SerializerSpec | None) -> tuple[SerializerSpec | None, bool]:
-    if isinstance(spec, TtlSpec):
-        return spec.inner, True
-    return spec, False
-
-
-def layout_from_meta(meta: Any, key_serializer: SerializerSpec | None = None) -> StateLayout:
-    """A :class:`StateLayout` from a ``StateMetaInfo`` (name, backend_type, options, serializers).
-
-    ``key_serializer`` is the keyed proxy's key serializer (keyed states only).
-    """
-    name = meta.name
-    backend = _backend_type(meta)
-    options = getattr(meta, "options", {})
-    sers = getattr(meta, "serializers", {})
-    value = _serializer(sers, "VALUE_SERIALIZER")
-    error = getattr(meta, "error", None)
-    if value is None and error:
-        value = OpaqueSpec(family="unknown", reason=str(error))
-    if backend == "PRIORITY_QUEUE":
-        if not isinstance(value, TimerSpec):
-            # a non-timer queue: not readable as rows, but its elements can be skipped
-            return StateLayout(name, "priority_queue", value=value, state_value=value)
-        kind = "processing_timer" if name.startswith("_timer_state/processing_") else (
-            "event_timer" if name.startswith("_timer_state/event_") else
-            "processing_timer" if "processing" in name else "event_timer")
-        key: SerializerSpec | None = value.key
-        ns: SerializerSpec | None = value.namespace
-        return StateLayout(name, kind, key=key, namespace=ns, value=value, state_value=value)
-    if backend in ("OPERATOR", "BROADCAST"):
-        mode = (_option(options, "OPERATOR_STATE_DISTRIBUTION_MODE") or "").upper()
-        if backend == "BROADCAST" or mode == "BROADCAST":
-            return StateLayout(
-                name,
-                "broadcast",
-                user_key=_serializer(sers, "KEY_SERIALIZER"),
-                value=value,
-                state_value=value,
-            )
-        kind = "operator_union" if mode == "UNION" else "operator_list"
-        return StateLayout(name, kind, value=value, state_value=value)
-    # keyed KEY_VALUE / KEY_VALUE_V2
-    stype = (_option(options, "KEYED_STATE_TYPE") or "VALUE").upper()
-    ns = _serializer(sers, "NAMESPACE_SERIALIZER") or NamespaceSpec(name="void")
-    if stype == "LIST":
-        element = value.element if isinstance(value, ListSpec) else value
-        element, ttl = _unwrap_ttl(element)
-        return StateLayout(
-            name,
-            "list",
-            key=key_serializer,
-            namespace=ns,
-            value=element,
-            ttl=ttl,
-            state_value=value,
-        )
-    if stype == "MAP":
-        user_key = _serializer(sers, "USER_KEY_SERIALIZER")
-        if isinstance(value, MapSpec) and user_key is None:
-            user_key, map_value = value.key, value.value
-        else:
-            map_value = value
-        map_value, ttl = _unwrap_ttl(map_value)
-        return StateLayout(
-            name,
-            "map",
-            key=key_serializer,
-            namespace=ns,
-            user_key=user_key,
-            value=map_value,
-            ttl=ttl,
-            state_value=value,
-        )
-    value_kind = {
-        "VALUE": "value",
-        "REDUCING": "reducing",
-        "AGGREGATING": "aggregating",
-        "FOLDING": "aggregating",
-    }.get(stype)
-    if value_kind is None:
-        raise UnsupportedFormatError(f"state {name!r}: unsupported keyed state type {stype}")
-    inner, ttl = _unwrap_ttl(value)
-    return StateLayout(
-        name, value_kind, key=key_serializer, namespace=ns, value=inner, ttl=ttl,
-        state_value=value,
-    )
 
 
 def resolve_mode(layout: StateLayout, mode: str | None) -> str:

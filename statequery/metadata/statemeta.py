@@ -22,6 +22,7 @@ import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 import msgpack
@@ -36,6 +37,7 @@ from statequery.metadata.handles import (
     handle_from_dict,
     handle_to_dict,
 )
+from statequery.metadata.kinds import OPERATOR_KINDS, StateLayout, layout_or_unknown
 from statequery.serializers.spec import (
     EnumSpec,
     GenericArraySpec,
@@ -149,7 +151,18 @@ class StateInfo:
 
     @property
     def keyed(self) -> bool:
-        return self.kind not in ("operator_list", "operator_union", "broadcast")
+        return self.kind not in OPERATOR_KINDS
+
+    @property
+    def error(self) -> str | None:
+        """Why the header gave no value serializer (then the layout's value is opaque)."""
+        return None if "VALUE_SERIALIZER" in self.serializers else self.reason
+
+    @cached_property
+    def layout(self) -> StateLayout:
+        """The decoders' view of this state, from the one kind table
+        (:mod:`statequery.metadata.kinds`); ``unknown`` when the keyed type is unsupported."""
+        return layout_or_unknown(self, self.key_spec if self.keyed else None)[0]
 
     @property
     def key_type(self) -> str | None:
