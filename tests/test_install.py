@@ -161,15 +161,17 @@ def test_wheel_installs_and_looks_up_in_the_shipped_catalog(tmp_path: Path) -> N
     site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                           capture_output=True, text=True, check=True).stdout.strip()
     Path(site, "deps.pth").write_text(sysconfig.get_path("purelib") + "\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k not in ("STATEQUERY_CATALOG", "PYTHONPATH")}
+    # --ignore-installed: the dependencies' site-packages also hold this checkout's editable
+    # install, which must not count as the wheel being installed
     installed = subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "-q",
-         str(wheel)] if _pip_has_python_option() else
-        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--prefix", str(venv),
-         str(wheel)],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+         "--ignore-installed", str(wheel)] if _pip_has_python_option() else
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--ignore-installed",
+         "--prefix", str(venv), str(wheel)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env,
     )
     assert installed.returncode == 0, installed.stderr
-    env = {k: v for k, v in os.environ.items() if k not in ("STATEQUERY_CATALOG", "PYTHONPATH")}
     where = subprocess.run(
         [str(py), "-c", "import statequery, statequery.discovery as d; "
          "print(statequery.__file__); print(d.default_catalog())"],
