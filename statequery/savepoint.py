@@ -16,7 +16,8 @@ import dataclasses
 import difflib
 import posixpath
 import re
-from collections.abc import Iterable, Iterator
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -99,6 +100,10 @@ class Savepoint:
         self.from_snapshot = state_meta is not None
         self.max_workers = max_workers
         self.resolver = HandleResolver(io, self.location)
+        # headers read so far and operators modelled one at a time (before the whole model)
+        self._headers: dict[tuple[int, int, str], Any] = {}
+        self._lazy_operators: dict[int, OperatorInfo] = {}
+        self._lock = threading.RLock()
 
     @classmethod
     def open(
@@ -149,10 +154,16 @@ class Savepoint:
     @property
     def meta(self) -> StateMeta:
         """The StateMeta model (from the snapshot, or derived once and cached)."""
-        if self._meta is None:
-            self._meta = derive_state_meta(
-                self.metadata, self.resolver, self._metadata_bytes, self.max_workers
-            )
+        with self._lock:
+            if self._meta is None:
+                self._meta = derive_state_meta(
+                    self.metadata,
+                    self.resolver,
+                    self._metadata_bytes,
+                    self.max_workers,
+                    headers=self._headers,
+                )
+                self._lazy_operators.clear()
         return self._meta
 
     @property
@@ -179,10 +190,48 @@ class Savepoint:
     def states(self) -> tuple[StateInfo, ...]:
         return self.meta.states
 
-    def operator(self, identifier: str) -> OperatorInfo:
-        """The operator with this uid, OperatorID (hex) or name (uid first, as Flink resolves)."""
+    def operator(self, identifier: Any) -> OperatorInfo:
+        """The operator with this uid, OperatorID (hex) or name (uid first, as Flink resolves),
+        or the operator of a record with an ``operator_id`` (a ``StateInfo``, an ``OperatorState``
+        of ``_metadata``).
+
+        Without a StateMeta snapshot only this operator's headers are read (once), not every
+        state file of the savepoint.
+        """
+        if isinstance(identifier, OperatorInfo):
+            return identifier
+        return self._operator_at(self._operator_index(identifier))
+
+    def _identities(self) -> Sequence[Any]:
+        """The operators' identities (uid, name, id) in ``_metadata`` order, from the model when
+        it is built, else from ``_metadata`` (no header read)."""
+        if self._meta is not None:
+            return self._meta.operators
+        return self.metadata.operators
+
+    def keyed_operators(self) -> list[OperatorInfo]:
+        """The operators that have keyed state (their models)."""
+        out = []
+        for i, op in enumerate(self._identities()):
+            if isinstance(op, OperatorInfo):
+                keyed = any(st.keyed_handle is not None for st in op.subtasks)
+            else:
+                keyed = any(st.managed_keyed is not None for st in op.subtasks)
+            if keyed:
+                out.append(self._operator_at(i))
+        return out
+
+    def _operator_index(self, identifier: Any) -> int:
+        ops = list(self._identities())
+        ident = getattr(identifier, "operator_id", None)
+        if ident is not None:
+            for i, op in enumerate(ops):
+                if op.operator_id == ident:
+                    return i
+            identifier = ident
+        identifier = str(identifier)
         for attr in ("uid", "operator_id", "name"):
-            matches = [op for op in self.operators if getattr(op, attr) == identifier]
+            matches = [i for i, op in enumerate(ops) if getattr(op, attr) == identifier]
             if len(matches) == 1:
                 return matches[0]
             if len(matches) > 1:
@@ -193,11 +242,26 @@ class Savepoint:
         from statequery.hashing import operator_id_from_uid
 
         hashed = operator_id_from_uid(identifier)
-        for op in self.operators:
+        for i, op in enumerate(ops):
             if op.operator_id == hashed:
-                return op
-        known = ", ".join(op.display_name for op in self.operators)
+                return i
+        known = ", ".join(op.uid or op.name or op.operator_id for op in ops)
         raise NoSuchOperatorError(f"no operator {identifier!r} in {self.location} (have: {known})")
+
+    def _operator_at(self, i: int) -> OperatorInfo:
+        if self._meta is not None:
+            return self._meta.operators[i]
+        with self._lock:
+            found = self._lazy_operators.get(i)
+            if found is None:
+                md = self.metadata
+                if not any(k[0] == i for k in self._headers):
+                    self._headers.update(read_headers(md, self.resolver, [i], self.max_workers))
+                found = assign_table_names(
+                    [derive_operator(md, i, self._headers, _facts(md).format)]
+                )[0]
+                self._lazy_operators[i] = found
+        return found
 
     def state(self, operator_or_table: str, name: str | None = None) -> StateInfo:
         """A state by ``(operator, state name)`` or by its ``table_name``."""
@@ -238,7 +302,33 @@ class Savepoint:
         """Write the StateMeta snapshot (next to ``_metadata`` by default); returns where."""
         return write_snapshot(self.io, location or self.default_snapshot_location, self.meta)
 
-    # -- data (delegated to the reader layer) ----------------------------------------------------
+    # -- data (planned and executed by the scan layer, statequery.scan) --------------------------
+
+    def plan(
+        self,
+        operator: StateInfo | str,
+        state: str | None = None,
+        keys: Sequence[Any] | None = None,
+        key_groups: Iterable[int] | None = None,
+        mode: str | None = None,
+        split: int | None = None,
+    ) -> list[Any]:
+        """The :class:`~statequery.scan.ScanTask` list that reads one state (see
+        :func:`statequery.scan.plan`); run each with :func:`statequery.scan.execute`."""
+        from statequery.scan import plan
+
+        info = self._resolve_state(operator, state)
+        return plan(self, info, keys=keys, key_groups=key_groups, mode=mode, split=split)
+
+    def close(self) -> None:
+        """Close the open file handles of this savepoint's :class:`FileIO`."""
+        self.io.close()
+
+    def __enter__(self) -> Savepoint:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _resolve_state(self, state: StateInfo | str, name: str | None = None) -> StateInfo:
         if isinstance(state, StateInfo):
@@ -261,10 +351,11 @@ class Savepoint:
         ``flat`` (list elements) or ``nested`` (one map per key). Columns:
         :mod:`statequery.arrow.schemas`. For large states use :meth:`read_batches`.
         """
-        from statequery.reader import read_table
+        from statequery.scan import read_table
 
         info = self._resolve_state(operator, state)
-        return read_table(self, info, key=key, key_groups=key_groups, mode=mode)
+        keys = None if key is None else [key]
+        return read_table(self, info, keys=keys, key_groups=key_groups, mode=mode)
 
     def read_batches(
         self,
@@ -276,11 +367,12 @@ class Savepoint:
         batch_size: int = 65536,
     ) -> Iterator[pa.RecordBatch]:
         """Like :meth:`read`, streamed as RecordBatches (memory bounded by one coalesced read)."""
-        from statequery.reader import read_state
+        from statequery.scan import read_batches
 
         info = self._resolve_state(operator, state)
-        return read_state(
-            self, info, key=key, key_groups=key_groups, mode=mode, batch_size=batch_size
+        keys = None if key is None else [key]
+        return read_batches(
+            self, info, keys=keys, key_groups=key_groups, mode=mode, batch_size=batch_size
         )
 
     def lookup(self, key: Any, operator: str | None = None) -> dict[tuple[str, str], pa.Table]:
@@ -289,7 +381,7 @@ class Savepoint:
         Reads only the key group that can hold the key, computed as Flink computes it. ``operator``
         (uid, name or id) limits the search to one operator.
         """
-        from statequery.reader import lookup
+        from statequery.scan import lookup
 
         return lookup(self, key, operator)
 
@@ -310,6 +402,17 @@ class _HeaderJob:
     subtask: int
     kind: str  # keyed | operator
     handle: StreamHandle
+    prefix: dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+def _prefix(handle: StreamHandle) -> dict[str, int]:
+    """``read_header``'s first read: up to the first key group's data when the offsets say
+    where it starts (canonical and hashmap layouts), else its default."""
+    if isinstance(handle, KeyGroupsHandle):
+        positive = [o for o in handle.offsets if o > 0]
+        if positive:
+            return {"prefix": min(positive)}
+    return {}
 
 
 def _keyed_header_stream(h: KeyedHandle | None) -> StreamHandle | None:
@@ -423,39 +526,52 @@ def _state_info(
     )
 
 
-def derive_state_meta(
+def read_headers(
     md: CheckpointMetadata,
     resolver: HandleResolver,
-    metadata_bytes: bytes,
+    op_indices: Iterable[int] | None = None,
     max_workers: int = DEFAULT_WORKERS,
-) -> StateMeta:
-    """Build the StateMeta model from ``_metadata`` and every state-file header (in parallel)."""
-    from statequery import __version__
-
+) -> dict[tuple[int, int, str], Any]:
+    """The state-file headers of the operators ``op_indices`` (all when None), read in
+    parallel: ``{(operator index, subtask, "keyed" | "operator"): proxy}``."""
+    wanted = None if op_indices is None else set(op_indices)
     jobs: list[_HeaderJob] = []
     for i, op in enumerate(md.operators):
+        if wanted is not None and i not in wanted:
+            continue
         for st in op.subtasks:
             ks = _keyed_header_stream(st.managed_keyed)
             if ks is not None:
                 jobs.append(_HeaderJob(i, st.index, "keyed", ks))
             oh = st.managed_operator
             if oh is not None and oh.partitions and not oh.is_empty:
-                jobs.append(_HeaderJob(i, st.index, "operator", oh.delegate))
+                offsets = [o for p in oh.partitions for o in p.offsets if o > 0]
+                prefix = {"prefix": min(offsets)} if offsets else {}
+                jobs.append(_HeaderJob(i, st.index, "operator", oh.delegate, prefix))
 
     def run(job: _HeaderJob) -> KeyedBackendProxy | OperatorBackendProxy:
+        # where data starts is known from the handle's offsets: read exactly the header
         if job.kind == "keyed":
-            return read_header(resolver, job.handle, read_keyed_proxy)
-        return read_header(resolver, job.handle, read_operator_proxy)
+            return read_header(resolver, job.handle, read_keyed_proxy, **_prefix(job.handle))
+        return read_header(resolver, job.handle, read_operator_proxy, **job.prefix)
 
     if len(jobs) > 1 and max_workers > 1:
         with ThreadPoolExecutor(max_workers=min(max_workers, len(jobs))) as pool:
             results = list(pool.map(run, jobs))
     else:
         results = [run(j) for j in jobs]
-    headers: dict[tuple[int, int, str], Any] = {
-        (j.op_index, j.subtask, j.kind): r for j, r in zip(jobs, results, strict=True)
-    }
+    return {(j.op_index, j.subtask, j.kind): r for j, r in zip(jobs, results, strict=True)}
 
+
+@dataclass(frozen=True)
+class _Facts:
+    snapshot_type: str
+    format: str | None
+    backend: str | None
+
+
+def _facts(md: CheckpointMetadata) -> _Facts:
+    """Snapshot type, format and backend: from ``_metadata`` alone (no header)."""
     snapshot_type = (
         md.properties.snapshot_type
         if md.properties
@@ -488,119 +604,144 @@ def derive_state_meta(
         if st.managed_keyed is not None
     }
     backend = backends.pop() if len(backends) == 1 else None
+    return _Facts(snapshot_type, fmt, backend)
 
-    operators = []
-    for i, op in enumerate(md.operators):
-        key_spec: SerializerSpec | None = None
-        merged: dict[str, tuple[StateMetaInfo, str | None]] = {}
-        op_backend = None
-        subtasks = []
-        header_errors: list[str] = []
-        for st in op.subtasks:
-            kp = headers.get((i, st.index, "keyed"))
-            opp = headers.get((i, st.index, "operator"))
-            keyed_header = operator_header = None
-            if st.managed_keyed is not None:
-                op_backend = op_backend or _backend_of(st.managed_keyed)
-            if isinstance(kp, KeyedBackendProxy):
-                key_spec = key_spec or kp.key_serializer
-                keyed_header = HeaderInfo(
-                    kp.version,
-                    kp.compressed,
-                    kp.header_end,
-                    {s.name: s.state_id for s in kp.states},
-                    kp.error,
-                )
-                for s in kp.states:
-                    merged.setdefault(s.name, (s, "keyed"))
-                if kp.error:
-                    header_errors.append(kp.error)
-            if isinstance(opp, OperatorBackendProxy):
-                operator_header = HeaderInfo(
-                    opp.version,
-                    opp.compressed,
-                    opp.header_end,
-                    {s.name: n for n, s in enumerate(opp.states)},
-                    opp.error,
-                )
-                for s in opp.states:
-                    merged.setdefault(s.name, (s, "operator"))
-                if opp.error:
-                    header_errors.append(opp.error)
-            mk = st.managed_keyed
-            subtasks.append(
-                SubtaskInfo(
-                    index=st.index,
-                    key_groups=mk.key_group_range if mk is not None else None,
-                    keyed_handle=mk,
-                    operator_handle=st.managed_operator,
-                    raw_keyed_handle=st.raw_keyed,
-                    raw_operator_handle=st.raw_operator,
-                    keyed_header=keyed_header,
-                    operator_header=operator_header,
-                    keyed_bytes=_stream_bytes(mk.stream_handles()) if mk is not None else 0,
-                    operator_bytes=(st.managed_operator.delegate.size or 0)
-                    if st.managed_operator is not None
-                    else 0,
-                )
-            )
-        keyed_bytes = sum(s.keyed_bytes for s in subtasks)
-        deltas = any(
-            isinstance(s.keyed_handle, ChangelogHandle) and s.keyed_handle.non_materialized
-            for s in subtasks
-        )
-        states = []
-        for info, where in merged.values():
-            state = _state_info(op, info, key_spec if where == "keyed" else None, op_backend, fmt)
-            if where == "keyed":
-                size = keyed_bytes
-            else:
-                size = sum(
-                    _partition_bytes(s.operator_handle, info.name)
-                    for s in subtasks
-                    if s.operator_handle is not None
-                )
-            reason = state.reason
-            if reason is None and where == "keyed" and deltas:
-                reason = (
-                    "changelog state backend: non-materialized state changes are not "
-                    "supported (read a savepoint instead)"
-                )
-            if reason is None and header_errors:
-                reason = header_errors[0]
-            states.append(
-                dataclasses.replace(
-                    state, size_bytes=size, decodable=reason is None, reason=reason
-                )
-            )
-        operators.append(
-            OperatorInfo(
-                operator_id=op.operator_id,
-                uid=op.uid,
-                name=op.name,
-                parallelism=op.parallelism,
-                max_parallelism=op.max_parallelism,
-                key_spec=key_spec,
-                backend=op_backend,
-                coordinator_state=op.coordinator_state,
-                fully_finished=op.fully_finished,
-                finished_subtasks=op.finished_subtasks,
-                subtasks=tuple(subtasks),
-                states=tuple(states),
-            )
-        )
 
+def derive_state_meta(
+    md: CheckpointMetadata,
+    resolver: HandleResolver,
+    metadata_bytes: bytes,
+    max_workers: int = DEFAULT_WORKERS,
+    headers: dict[tuple[int, int, str], Any] | None = None,
+) -> StateMeta:
+    """Build the StateMeta model from ``_metadata`` and every state-file header (in parallel;
+    ``headers`` already read are reused)."""
+    from statequery import __version__
+
+    headers = dict(headers or {})
+    have = {i for i, _, _ in headers}
+    missing = [i for i in range(len(md.operators)) if i not in have]
+    if missing:
+        headers.update(read_headers(md, resolver, missing, max_workers))
+    facts = _facts(md)
+    operators = [derive_operator(md, i, headers, facts.format) for i in range(len(md.operators))]
     size, digest = fingerprint(metadata_bytes)
     return StateMeta(
         checkpoint_id=md.checkpoint_id,
         metadata_version=md.version,
-        snapshot_type=snapshot_type,
-        format=fmt,
-        backend=backend,
+        snapshot_type=facts.snapshot_type,
+        format=facts.format,
+        backend=facts.backend,
         metadata_size=size,
         metadata_sha256=digest,
         operators=assign_table_names(operators),
         statequery_version=__version__,
+    )
+
+
+def derive_operator(
+    md: CheckpointMetadata,
+    i: int,
+    headers: dict[tuple[int, int, str], Any],
+    fmt: str | None,
+) -> OperatorInfo:
+    """The model of operator ``i`` from ``_metadata`` and its headers (table names unassigned)."""
+    op = md.operators[i]
+    key_spec: SerializerSpec | None = None
+    merged: dict[str, tuple[StateMetaInfo, str | None]] = {}
+    op_backend = None
+    subtasks = []
+    header_errors: list[str] = []
+    for st in op.subtasks:
+        kp = headers.get((i, st.index, "keyed"))
+        opp = headers.get((i, st.index, "operator"))
+        keyed_header = operator_header = None
+        if st.managed_keyed is not None:
+            op_backend = op_backend or _backend_of(st.managed_keyed)
+        if isinstance(kp, KeyedBackendProxy):
+            key_spec = key_spec or kp.key_serializer
+            keyed_header = HeaderInfo(
+                kp.version,
+                kp.compressed,
+                kp.header_end,
+                {s.name: s.state_id for s in kp.states},
+                kp.error,
+            )
+            for s in kp.states:
+                merged.setdefault(s.name, (s, "keyed"))
+            if kp.error:
+                header_errors.append(kp.error)
+        if isinstance(opp, OperatorBackendProxy):
+            operator_header = HeaderInfo(
+                opp.version,
+                opp.compressed,
+                opp.header_end,
+                {s.name: n for n, s in enumerate(opp.states)},
+                opp.error,
+            )
+            for s in opp.states:
+                merged.setdefault(s.name, (s, "operator"))
+            if opp.error:
+                header_errors.append(opp.error)
+        mk = st.managed_keyed
+        subtasks.append(
+            SubtaskInfo(
+                index=st.index,
+                key_groups=mk.key_group_range if mk is not None else None,
+                keyed_handle=mk,
+                operator_handle=st.managed_operator,
+                raw_keyed_handle=st.raw_keyed,
+                raw_operator_handle=st.raw_operator,
+                keyed_header=keyed_header,
+                operator_header=operator_header,
+                keyed_bytes=_stream_bytes(mk.stream_handles()) if mk is not None else 0,
+                operator_bytes=(st.managed_operator.delegate.size or 0)
+                if st.managed_operator is not None
+                else 0,
+            )
+        )
+    keyed_bytes = sum(s.keyed_bytes for s in subtasks)
+    deltas = any(
+        isinstance(s.keyed_handle, ChangelogHandle) and s.keyed_handle.non_materialized
+        for s in subtasks
+    )
+    states = []
+    for info, where in merged.values():
+        state = _state_info(op, info, key_spec if where == "keyed" else None, op_backend, fmt)
+        if where == "keyed":
+            size = keyed_bytes
+        else:
+            size = sum(
+                _partition_bytes(s.operator_handle, info.name)
+                for s in subtasks
+                if s.operator_handle is not None
+            )
+        reason = state.reason
+        if reason is None and where == "keyed" and deltas:
+            reason = (
+                "changelog state backend: non-materialized state changes are not "
+                "supported (read a savepoint instead)"
+            )
+        if reason is None and header_errors:
+            reason = header_errors[0]
+        states.append(
+            dataclasses.replace(
+                state, size_bytes=size, decodable=reason is None, reason=reason
+            )
+        )
+    return OperatorInfo(
+        operator_id=op.operator_id,
+        uid=op.uid,
+        name=op.name,
+        parallelism=op.parallelism,
+        max_parallelism=op.max_parallelism,
+        key_spec=key_spec,
+        backend=op_backend,
+        coordinator_state=op.coordinator_state,
+        fully_finished=op.fully_finished,
+        finished_subtasks=op.finished_subtasks,
+        subtasks=tuple(subtasks),
+        states=tuple(states),
     )
 
 

@@ -173,11 +173,11 @@ def savepoint_entries(sp: Any, key_group: bool = True) -> list[str]:
     lines: list[str] = []
     for op in sp.metadata.operators:
         for ref in list_states(sp, op):
-            table = read_table(sp, op, ref.state)
+            table = read_table(sp, op, ref.name)
             lines.extend(
                 canonical(e)
                 for e in state_entries(
-                    table, ref.layout.kind, ref.state, op.uid or "", op.operator_id, key_group
+                    table, ref.layout.kind, ref.name, op.uid or "", op.operator_id, key_group
                 )
             )
     return sorted(lines)

@@ -52,11 +52,11 @@ def _entries_of(sp: Any, key_group: bool, only_operator_state: bool = False) -> 
         for ref in list_states(sp, op):
             if only_operator_state and ref.layout.keyed:
                 continue
-            table = read_table(sp, op, ref.state)
+            table = read_table(sp, op, ref.name)
             lines.extend(
                 canonical(e)
                 for e in state_entries(
-                    table, ref.layout.kind, ref.state, op.uid or "", op.operator_id, key_group
+                    table, ref.layout.kind, ref.name, op.uid or "", op.operator_id, key_group
                 )
             )
     return sorted(lines)
@@ -104,14 +104,14 @@ def test_native_rocksdb_operator_state_and_typed_keyed_error(name: str) -> None:
             continue
         # a RocksDB backend is registered: then it must match the dump too
         for ref in states:
-            table = read_table(sp, op, ref.state)
+            table = read_table(sp, op, ref.name)
             got = entry_lines(
-                state_entries(table, ref.layout.kind, ref.state, op.uid or "", op.operator_id)
+                state_entries(table, ref.layout.kind, ref.name, op.uid or "", op.operator_id)
             )
             want = sorted(
                 canonical(e)
                 for e in dump_entries(name)
-                if e["operator_id"] == op.operator_id and e["state"] == ref.state
+                if e["operator_id"] == op.operator_id and e["state"] == ref.name
             )
             assert got == want, _diff(got, want)
         registered = True
@@ -298,7 +298,7 @@ def test_savepoint_api_delegates() -> None:
     info = sp.state("user-state", "count")
     table = sp.read(info)
     assert table.num_rows == 20 and table.schema == state_schema(
-        next(r.layout for r in list_states(sp, "user-state") if r.state == "count")
+        next(r.layout for r in list_states(sp, "user-state") if r.name == "count")
     )
 
 

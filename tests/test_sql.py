@@ -49,14 +49,25 @@ def test_default_catalog() -> None:
 
 
 def _spy_reads(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    calls: list[dict[str, Any]] = []
-    real = statequery.reader.read_table
+    """What the scan planner (every front end's one path to the bytes) was asked to plan."""
+    import statequery.scan
 
-    def spy(sp: Any, info: Any, **kw: Any) -> pa.Table:
-        calls.append({"state": info.name, **kw})
+    calls: list[dict[str, Any]] = []
+    real = statequery.scan.plan
+
+    def spy(sp: Any, info: Any, **kw: Any) -> list[Any]:
+        keys = kw.get("keys")
+        calls.append(
+            {
+                "state": info.name,
+                "key": None if keys is None else keys[0] if len(keys) == 1 else list(keys),
+                "key_groups": kw.get("key_groups"),
+                "mode": kw.get("mode"),
+            }
+        )
         return real(sp, info, **kw)
 
-    monkeypatch.setattr(statequery.reader, "read_table", spy)
+    monkeypatch.setattr(statequery.scan, "plan", spy)
     return calls
 
 

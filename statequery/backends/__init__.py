@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from statequery.arrow.batches import BatchBuilder
-from statequery.arrow.schemas import StateLayout, layout_from_meta
+from statequery.arrow.schemas import StateLayout
 from statequery.decoder import Decoder
 from statequery.exceptions import UnsupportedFormatError
+from statequery.metadata.kinds import layout_or_unknown
 from statequery.serializers.spec import SerializerSpec
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "KeyedBackend",
     "KeyedContext",
     "keyed_backend_for",
+    "keyed_backend_from_model",
     "register_keyed_backend",
 ]
 
@@ -171,36 +173,54 @@ def _read_proxy(stream: Any, header_end: int) -> Any:
 
 @dataclass
 class _KeyedBase:
+    """One subtask's key-group stream. ``order`` holds the layouts of the header's states in
+    state-id order (from the StateMeta model, or parsed from the header by :meth:`from_proxy`)."""
+
     name: str
     stream: Any
-    proxy: Any
     start_key_group: int
     offsets: tuple[int, ...]
     max_parallelism: int
-    layouts: dict[str, StateLayout] = field(default_factory=dict)
-    ids: dict[str, int] = field(default_factory=dict)
+    compressed: bool = False
+    key_serializer: SerializerSpec | None = None
     order: list[StateLayout] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
+    layouts: dict[str, StateLayout] = field(init=False)
+    ids: dict[str, int] = field(init=False)
 
     def __post_init__(self) -> None:
-        key = self.key_serializer
-        for i, meta in enumerate(self.proxy.states):
-            self.ids[meta.name] = i
-            try:
-                layout = layout_from_meta(meta, key)
-            except UnsupportedFormatError as e:
-                layout = StateLayout(meta.name, "unknown")
-                self.errors[meta.name] = str(e)
-            self.layouts[meta.name] = layout
-            self.order.append(layout)
+        self.layouts = {layout.name: layout for layout in self.order}
+        self.ids = {layout.name: i for i, layout in enumerate(self.order)}
 
-    @property
-    def key_serializer(self) -> SerializerSpec | None:
-        return getattr(self.proxy, "key_serializer", None)
-
-    @property
-    def compressed(self) -> bool:
-        return bool(getattr(self.proxy, "compressed", False))
+    @classmethod
+    def from_proxy(
+        cls,
+        name: str,
+        stream: Any,
+        proxy: Any,
+        start_key_group: int,
+        offsets: tuple[int, ...],
+        max_parallelism: int,
+    ) -> _KeyedBase:
+        """From a parsed ``KeyedBackendProxy`` (when no model of the savepoint is at hand)."""
+        key = getattr(proxy, "key_serializer", None)
+        order, errors = [], {}
+        for meta in proxy.states:
+            layout, error = layout_or_unknown(meta, key)
+            if error is not None:
+                errors[meta.name] = error
+            order.append(layout)
+        return cls(
+            name,
+            stream,
+            start_key_group,
+            offsets,
+            max_parallelism,
+            bool(getattr(proxy, "compressed", False)),
+            key,
+            order,
+            errors,
+        )
 
     @property
     def key_groups(self) -> Sequence[int]:
@@ -306,14 +326,54 @@ def _key_groups_factory(handle: Any, context: KeyedContext) -> KeyedBackend | No
     offsets = tuple(handle.offsets)
     positive = [o for o in offsets if o > 0]
     header_end = min(positive) if positive else 0
-    if handle.handle_type == 12 and offsets and all(o > 0 for o in offsets):
+    if is_heap_layout(handle):
         cls: type[_KeyedBase] = HeapKeyedBackend
     else:
         cls = CanonicalKeyedBackend
     proxy = _read_proxy(stream, header_end)
-    return cls(
+    return cls.from_proxy(
         stream.name, stream, proxy, handle.start_key_group, offsets, context.max_parallelism
     )
+
+
+def is_heap_layout(handle: Any) -> bool:
+    """A type-12 key-groups handle whose every key group has an offset: the hashmap backend's
+    checkpoint / native savepoint layout (else canonical key-group streams)."""
+    offsets = tuple(handle.offsets)
+    return handle.handle_type == 12 and bool(offsets) and all(o > 0 for o in offsets)
+
+
+def keyed_backend_from_model(
+    handle: Any,
+    context: KeyedContext,
+    compressed: bool,
+    key_serializer: SerializerSpec | None,
+    order: Sequence[StateLayout],
+) -> KeyedBackend:
+    """The backend of one subtask's keyed handle from what the StateMeta model knows of its
+    header (compression, states in id order): no header byte is read."""
+    from statequery.metadata.handles import IncrementalHandle, KeyGroupsHandle
+
+    if isinstance(handle, KeyGroupsHandle):
+        stream = HandleStream(context.resolver, handle.delegate)
+        cls: type[_KeyedBase] = HeapKeyedBackend if is_heap_layout(handle) else (
+            CanonicalKeyedBackend
+        )
+        return cls(
+            stream.name,
+            stream,
+            handle.start_key_group,
+            tuple(handle.offsets),
+            context.max_parallelism,
+            compressed,
+            key_serializer,
+            list(order),
+        )
+    if isinstance(handle, IncrementalHandle):
+        from statequery.backends.rocksdb import RocksDBKeyedBackend
+
+        return RocksDBKeyedBackend(handle, context, order=list(order))  # type: ignore[return-value]
+    return keyed_backend_for(handle, context)
 
 
 register_keyed_backend(_key_groups_factory)

@@ -570,7 +570,10 @@ class RocksDBKeyedBackend:
 
     compressed = False
 
-    def __init__(self, handle: Any, context: Any, cache: FileCache | None = None) -> None:
+    def __init__(
+        self, handle: Any, context: Any, cache: FileCache | None = None,
+        order: list[Any] | None = None,
+    ) -> None:
         self.handle = handle
         self.context = context
         self.resolver = context.resolver
@@ -582,6 +585,11 @@ class RocksDBKeyedBackend:
         self._proxy: Any = None
         self._layouts: dict[str, Any] | None = None
         self.errors: dict[str, str] = {}
+        # the header's states in id order, from the StateMeta model: no meta stream is read
+        self._state_names: list[str] | None = None
+        if order is not None:
+            self._layouts = {layout.name: layout for layout in order}
+            self._state_names = [layout.name for layout in order]
 
     @property
     def proxy(self) -> Any:
@@ -598,15 +606,13 @@ class RocksDBKeyedBackend:
     @property
     def layouts(self) -> dict[str, Any]:
         if self._layouts is None:
-            from statequery.arrow.schemas import StateLayout, layout_from_meta
+            from statequery.metadata.kinds import layout_or_unknown
 
             layouts: dict[str, Any] = {}
             for meta in self.proxy.states:
-                try:
-                    layouts[meta.name] = layout_from_meta(meta, self.key_serializer)
-                except UnsupportedFormatError as e:
-                    layouts[meta.name] = StateLayout(meta.name, "unknown")
-                    self.errors[meta.name] = str(e)
+                layouts[meta.name], error = layout_or_unknown(meta, self.key_serializer)
+                if error is not None:
+                    self.errors[meta.name] = error
             self._layouts = layouts
         return self._layouts
 
@@ -619,7 +625,7 @@ class RocksDBKeyedBackend:
         return RocksDBState(
             from_incremental_handle(self.handle, self.resolver), self.resolver.io,
             max_parallelism=self.max_parallelism, cache=self.cache,
-            state_names=[s.name for s in self.proxy.states])
+            state_names=self._state_names or [s.name for s in self.proxy.states])
 
     def scan(
         self, layout: Any, mode: str | None, builder: Any,

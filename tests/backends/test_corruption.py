@@ -33,7 +33,7 @@ from statequery.reader import list_states, read_table
 
 
 def _snapshot_rows(sp: Any, op: Any) -> dict[str, Any]:
-    return {ref.state: read_table(sp, op, ref.state) for ref in list_states(sp, op)}
+    return {ref.name: read_table(sp, op, ref.name) for ref in list_states(sp, op)}
 
 
 class _Mutable:

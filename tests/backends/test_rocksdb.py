@@ -29,8 +29,8 @@ from statequery.backends.rocksdb import (
 )
 from statequery.exceptions import CorruptStateError, InvalidOptionError, StatequeryError
 from statequery.io import FileIO
-from statequery.metadata.checkpoint import load_metadata
-from statequery.metadata.handles import HandleResolver, IncrementalHandle
+from statequery.metadata.handles import IncrementalHandle
+from statequery.savepoint import Savepoint
 from tests.conftest import FIXTURES, expected_entries, fixture_dir, read_jsonl
 
 NATIVE = "datastream-rocksdb-native"
@@ -44,13 +44,13 @@ CANONICAL_OF = {NATIVE: "datastream-rocksdb-canonical", INCREMENTAL: "datastream
 # -- helpers ---------------------------------------------------------------------------------------
 
 
-class _Snapshot:
-    """What reader.py needs of a savepoint (``metadata``, ``io``, ``resolver``)."""
+class _Snapshot(Savepoint):
+    """A savepoint opened without its StateMeta snapshot, with helpers for these tests."""
 
     def __init__(self, metadata_dir: Path | str, io: FileIO | None = None) -> None:
-        self.io = io or FileIO()
-        self.metadata = load_metadata(self.io, os.path.join(str(metadata_dir), "_metadata"))
-        self.resolver = HandleResolver(self.io, self.metadata.directory)
+        io = io or FileIO()
+        location = os.path.join(str(metadata_dir), "_metadata")
+        super().__init__(io, location, io.new_input(location).read())
 
     def keyed_operators(self) -> Iterator[tuple[Any, list[Any]]]:
         for op in self.metadata.operators:

@@ -1,0 +1,510 @@
+"""The scan layer: a read is planned into small tasks, and a task is executed into Arrow batches
+(after pyiceberg's ``DataScan.plan_files()`` -> tasks -> ``ArrowScan``).
+
+* :func:`plan` (``state``, ``keys``, ``key_groups``, ``mode``) -> :class:`ScanTask` list. A keyed
+  task is a key-group range of one subtask's keyed handle, with the header facts its backend needs
+  (compression, the header's states in id order) and the byte ranges it will read; an operator
+  task is one subtask's operator-state stream. Tasks are frozen dataclasses of plain data and
+  handles: they pickle (Spark ships them to executors) and need no savepoint object to run.
+* :func:`execute` (task) -> ``(state name, RecordBatch)`` stream, reading through one
+  :class:`~statequery.io.FileIO` (one open per file, adjacent key groups in one ranged read).
+* :func:`key_group_for` is where a key becomes a key group (every front end asks here).
+
+Everything a plan needs comes from the StateMeta model (:attr:`Savepoint.meta`, or one
+operator's part of it): with a StateMeta snapshot present, no header byte is read again.
+:meth:`Savepoint.read`, :meth:`~Savepoint.read_batches`, :meth:`~Savepoint.lookup`,
+``statequery.sql``, the CLI and the Spark source all go through here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from statequery.arrow.batches import BatchBuilder, split_batch
+from statequery.arrow.schemas import resolve_mode, state_schema
+from statequery.exceptions import (
+    CorruptStateError,
+    InvalidOptionError,
+    UnsupportedFormatError,
+)
+from statequery.io import FileIO
+from statequery.metadata.handles import HandleResolver, KeyGroupsHandle, OperatorStreamHandle
+from statequery.metadata.kinds import StateLayout
+from statequery.serializers.spec import RowDataSpec, RowSpec, SerializerSpec, TupleSpec
+
+if TYPE_CHECKING:
+    from statequery.metadata.statemeta import OperatorInfo, StateInfo, SubtaskInfo
+    from statequery.savepoint import Savepoint
+
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "ScanTask",
+    "execute",
+    "key_group_for",
+    "lookup",
+    "normalize_key",
+    "plan",
+    "read_batches",
+    "read_table",
+]
+
+DEFAULT_BATCH_SIZE = 65536
+
+
+@dataclass(frozen=True)
+class ScanTask:
+    """One unit of work over one subtask's state.
+
+    ``states`` are the layouts of the subtask header's states in state-id order (keyed: the
+    backends need them to walk the stream; operator: the one state); ``wanted`` the states whose
+    rows the task returns. ``key_groups`` None means every key group of the handle; ``keys``
+    (normalised) keep only those keys' rows. ``byte_ranges`` are the ``(start, end)`` stream
+    offsets the task reads (canonical and hashmap layouts; empty when not known up front).
+    """
+
+    operator: str
+    operator_id: str
+    subtask: int
+    metadata_dir: str
+    handle: Any
+    states: tuple[StateLayout, ...]
+    wanted: tuple[str, ...]
+    max_parallelism: int
+    compressed: bool = False
+    key_serializer: SerializerSpec | None = None
+    key_groups: tuple[int, ...] | None = None
+    keys: tuple[Any, ...] | None = None
+    mode: str | None = None
+    byte_ranges: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def keyed(self) -> bool:
+        return not isinstance(self.handle, OperatorStreamHandle)
+
+    def layout(self, name: str) -> StateLayout:
+        for layout in self.states:
+            if layout.name == name:
+                return layout
+        raise KeyError(name)
+
+    def schema(self, name: str | None = None) -> pa.Schema:
+        return state_schema(self.layout(name or self.wanted[0]), self.mode)
+
+
+# -- keys ----------------------------------------------------------------------------------------
+
+
+def normalize_key(key: Any, spec: SerializerSpec | None) -> Any:
+    """The user's key in the form the readers return (dicts for rows and tuples)."""
+    if isinstance(spec, RowDataSpec):
+        names = [f.name or f"f{i}" for i, f in enumerate(spec.type.fields)]
+        return _as_fields(key, names)
+    if isinstance(spec, RowSpec):
+        return _as_fields(key, list(spec.field_names))
+    if isinstance(spec, TupleSpec):
+        return _as_fields(key, [f"f{i}" for i in range(len(spec.fields))])
+    return key
+
+
+def _as_fields(key: Any, names: list[str]) -> Any:
+    if isinstance(key, dict):
+        return key
+    if isinstance(key, (tuple, list)):
+        if len(key) != len(names):
+            raise InvalidOptionError(
+                f"key {key!r} has {len(key)} fields, the key type {len(names)}"
+            )
+        return dict(zip(names, key, strict=True))
+    if len(names) == 1:
+        return {names[0]: key}
+    raise InvalidOptionError(f"key {key!r} needs {len(names)} fields")
+
+
+def key_group_for(key: Any, spec: SerializerSpec | None, max_parallelism: int) -> int | None:
+    """The key group Flink assigns ``key`` to; None when it cannot be computed (POJO keys: then
+    every key group is read and rows are filtered by key)."""
+    from statequery.hashing import key_group_of
+
+    try:
+        return key_group_of(key, max_parallelism, spec)
+    except UnsupportedFormatError:
+        return None
+
+
+def _key_group_set(key_groups: Iterable[Any]) -> set[int]:
+    try:
+        return {int(k) for k in key_groups}
+    except (TypeError, ValueError) as e:
+        raise InvalidOptionError(f"key_groups must be integers: {e}") from None
+
+
+# -- planning ------------------------------------------------------------------------------------
+
+
+def _header_order(op: OperatorInfo, ids: dict[str, int]) -> tuple[StateLayout, ...]:
+    by_name = {s.name: s for s in op.states}
+    out = []
+    for name, _ in sorted(ids.items(), key=lambda t: t[1]):
+        info = by_name.get(name)
+        out.append(info.layout if info is not None else StateLayout(name, "unknown"))
+    return tuple(out)
+
+
+def _byte_ranges(handle: Any, key_groups: Sequence[int] | None) -> tuple[tuple[int, int], ...]:
+    """Runs of adjacent key groups' bytes (the last one open-ended: -1) of a key-groups handle."""
+    if not isinstance(handle, KeyGroupsHandle):
+        return ()
+    starts = sorted(
+        (o, handle.start_key_group + i) for i, o in enumerate(handle.offsets) if o > 0
+    )
+    wanted = None if key_groups is None else set(key_groups)
+    runs: list[tuple[int, int]] = []
+    for n, (start, kg) in enumerate(starts):
+        if wanted is not None and kg not in wanted:
+            continue
+        end = starts[n + 1][0] if n + 1 < len(starts) else -1
+        if runs and runs[-1][1] == start:
+            runs[-1] = (runs[-1][0], end)
+        else:
+            runs.append((start, end))
+    return tuple(runs)
+
+
+def plan(
+    savepoint: Savepoint,
+    state: StateInfo,
+    *,
+    keys: Sequence[Any] | None = None,
+    key_groups: Iterable[int] | None = None,
+    mode: str | None = None,
+    split: int | None = None,
+) -> list[ScanTask]:
+    """The tasks that read ``state``: keyed state one per subtask handle holding wanted key
+    groups (``split`` cuts a handle's range into tasks of at most that many key groups);
+    operator state one per subtask stream holding it (broadcast: the first copy only).
+
+    ``keys`` restricts keyed state to those keys (their key groups only), ``key_groups`` to
+    those key groups; both are errors for operator state.
+    """
+    op = savepoint.operator(state.operator_id)
+    layout = state.layout
+    resolve_mode(layout, mode)
+    if not (layout.keyed or layout.kind in ("operator_list", "operator_union", "broadcast")):
+        raise UnsupportedFormatError(
+            state.reason or f"state {state.name!r} ({layout.kind}) is not readable as rows"
+        )
+    label = op.display_name
+    directory = savepoint.resolver.metadata_dir
+    if not layout.keyed:
+        if keys is not None or key_groups is not None:
+            raise InvalidOptionError(f"state {state.name!r} is operator state: it has no keys")
+        return _plan_operator(op, layout, label, directory)
+    wanted: set[int] | None = None if key_groups is None else _key_group_set(key_groups)
+    normalized: tuple[Any, ...] | None = None
+    if keys is not None:
+        normalized = tuple(normalize_key(k, layout.key) for k in keys)
+        groups = {key_group_for(k, layout.key, op.max_parallelism) for k in keys}
+        if None not in groups:
+            kgs = {g for g in groups if g is not None}
+            wanted = kgs if wanted is None else wanted & kgs
+    tasks = []
+    for st in sorted(op.subtasks, key=lambda s: s.index):
+        task_groups = _subtask_key_groups(st, wanted)
+        if task_groups == ():
+            continue
+        header = st.keyed_header
+        if header is None or state.name not in header.state_ids:
+            continue
+        base = ScanTask(
+            operator=label,
+            operator_id=op.operator_id,
+            subtask=st.index,
+            metadata_dir=directory,
+            handle=st.keyed_handle,
+            states=_header_order(op, header.state_ids),
+            wanted=(state.name,),
+            max_parallelism=op.max_parallelism,
+            compressed=header.compressed,
+            key_serializer=op.key_spec,
+            keys=normalized,
+            mode=mode,
+        )
+        for chunk in _chunks(st, task_groups, split):
+            tasks.append(_with_groups(base, chunk))
+    return tasks
+
+
+def _subtask_key_groups(st: SubtaskInfo, wanted: set[int] | None) -> tuple[int, ...] | None:
+    """The subtask's wanted key groups: None for all of them, ``()`` for none."""
+    if st.keyed_handle is None or st.key_groups is None:
+        return ()
+    if wanted is None:
+        return None
+    r = st.key_groups
+    return tuple(sorted(kg for kg in wanted if r.start <= kg <= r.end))
+
+
+def _chunks(
+    st: SubtaskInfo, groups: tuple[int, ...] | None, split: int | None
+) -> Iterator[tuple[int, ...] | None]:
+    if split is None or split <= 0:
+        yield groups
+        return
+    r = st.key_groups
+    assert r is not None
+    every = groups if groups is not None else tuple(range(r.start, r.end + 1))
+    if len(every) <= split:
+        yield groups
+        return
+    for i in range(0, len(every), split):
+        yield every[i : i + split]
+
+
+def _with_groups(base: ScanTask, groups: tuple[int, ...] | None) -> ScanTask:
+    from dataclasses import replace
+
+    return replace(base, key_groups=groups, byte_ranges=_byte_ranges(base.handle, groups))
+
+
+def _plan_operator(
+    op: OperatorInfo, layout: StateLayout, label: str, directory: str
+) -> list[ScanTask]:
+    tasks = []
+    for st in sorted(op.subtasks, key=lambda s: s.index):
+        handle = st.operator_handle
+        if handle is None:
+            continue
+        part = handle.partition(layout.name)
+        if part is None or not part.offsets:
+            continue
+        header = st.operator_header
+        tasks.append(
+            ScanTask(
+                operator=label,
+                operator_id=op.operator_id,
+                subtask=st.index,
+                metadata_dir=directory,
+                handle=handle,
+                states=(layout,),
+                wanted=(layout.name,),
+                max_parallelism=op.max_parallelism,
+                compressed=bool(header.compressed) if header is not None else False,
+            )
+        )
+        if layout.kind == "broadcast":
+            break  # every subtask holds a full copy: the first one is the state
+    return tasks
+
+
+# -- execution -----------------------------------------------------------------------------------
+
+
+def execute(
+    task: ScanTask,
+    io: FileIO | None = None,
+    *,
+    resolver: HandleResolver | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """Run one task: ``(state name, batch)`` pairs of at most ``batch_size`` rows, streamed (the
+    bytes are read as the batches are consumed). ``resolver`` (a savepoint's) or ``io`` (a
+    :class:`FileIO` of the executor) reads the bytes."""
+    if batch_size <= 0:
+        raise InvalidOptionError(f"batch_size must be positive, got {batch_size}")
+    if resolver is None:
+        resolver = HandleResolver(io or FileIO(), task.metadata_dir)
+    if task.keyed:
+        yield from _execute_keyed(task, resolver, batch_size)
+    else:
+        yield from _execute_operator(task, resolver, batch_size)
+
+
+def _execute_keyed(
+    task: ScanTask, resolver: HandleResolver, batch_size: int
+) -> Iterator[tuple[str, pa.RecordBatch]]:
+    from statequery.backends import KeyedContext, keyed_backend_from_model
+
+    backend = keyed_backend_from_model(
+        task.handle,
+        KeyedContext(resolver, task.max_parallelism, task.operator),
+        task.compressed,
+        task.key_serializer,
+        task.states,
+    )
+    builders = {}
+    requests = []
+    for name in task.wanted:
+        layout = task.layout(name)
+        builder = BatchBuilder(state_schema(layout, task.mode), layout)
+        builders[name] = builder
+        requests.append((layout, builder))
+    keys = task.keys
+    one_key = keys[0] if keys is not None and len(keys) == 1 else None
+    key_lists = {n: (b.column("key") if keys is not None else None) for n, b in builders.items()}
+    wanted = None if task.key_groups is None else set(task.key_groups)
+    for _kg in backend.scan_states(requests, task.mode, wanted, key=one_key):
+        for name, builder in builders.items():
+            if len(builder) >= batch_size:
+                yield from _flush(name, builder, key_lists[name], keys, batch_size)
+    for name, builder in builders.items():
+        yield from _flush(name, builder, key_lists[name], keys, batch_size)
+
+
+def _flush(
+    name: str,
+    builder: BatchBuilder,
+    key_list: list[Any] | None,
+    keys: tuple[Any, ...] | None,
+    batch_size: int,
+) -> Iterator[tuple[str, pa.RecordBatch]]:
+    mask = None
+    if key_list is not None and keys is not None:
+        mask = [k in keys for k in key_list]
+    batch = builder.flush()
+    if batch is None:
+        return
+    if mask is not None:
+        batch = batch.filter(pa.array(mask, type=pa.bool_()))
+        if batch.num_rows == 0:
+            return
+    for b in split_batch(batch, batch_size):
+        yield name, b
+
+
+def _execute_operator(
+    task: ScanTask, resolver: HandleResolver, batch_size: int
+) -> Iterator[tuple[str, pa.RecordBatch]]:
+    from statequery.backends import HandleStream
+    from statequery.backends.operator import read_broadcast_state, read_operator_list_state
+
+    handle: OperatorStreamHandle = task.handle
+    layout = task.states[0]
+    part = handle.partition(layout.name)
+    if part is None or not part.offsets:
+        return
+    stream = HandleStream(resolver, handle.delegate)
+    all_offsets = tuple(o for p in handle.partitions for o in p.offsets)
+    builder = BatchBuilder(state_schema(layout), layout)
+    if layout.kind == "broadcast":
+        if len(part.offsets) != 1:
+            raise CorruptStateError(
+                f"broadcast state {layout.name!r} has {len(part.offsets)} offsets (1 expected)",
+                stream.name,
+            )
+        read_broadcast_state(
+            stream, layout, part.offsets[0], all_offsets, task.compressed, builder
+        )
+    else:
+        read_operator_list_state(
+            stream, layout, part.offsets, all_offsets, task.compressed, task.subtask, builder
+        )
+    yield from _flush(layout.name, builder, None, None, batch_size)
+
+
+# -- the front ends' operations -----------------------------------------------------------------
+
+
+def read_batches(
+    savepoint: Savepoint,
+    state: StateInfo,
+    *,
+    keys: Sequence[Any] | None = None,
+    key_groups: Iterable[int] | None = None,
+    mode: str | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+) -> Iterator[pa.RecordBatch]:
+    """The rows of one state, task after task (planned now: bad options raise here; bytes are
+    read as the batches are consumed)."""
+    if batch_size <= 0:
+        raise InvalidOptionError(f"batch_size must be positive, got {batch_size}")
+    tasks = plan(savepoint, state, keys=keys, key_groups=key_groups, mode=mode)
+    return _run(savepoint, tasks, batch_size)
+
+
+def _run(
+    savepoint: Savepoint, tasks: list[ScanTask], batch_size: int
+) -> Iterator[pa.RecordBatch]:
+    for task in tasks:
+        for _name, batch in execute(task, resolver=savepoint.resolver, batch_size=batch_size):
+            yield batch
+
+
+def read_table(
+    savepoint: Savepoint,
+    state: StateInfo,
+    *,
+    keys: Sequence[Any] | None = None,
+    key_groups: Iterable[int] | None = None,
+    mode: str | None = None,
+) -> pa.Table:
+    """:func:`read_batches` collected into one Table."""
+    schema = state_schema(state.layout, mode)
+    batches = list(read_batches(savepoint, state, keys=keys, key_groups=key_groups, mode=mode))
+    return pa.Table.from_batches(batches, schema=schema)
+
+
+def lookup(
+    savepoint: Savepoint, key: Any, operator: str | None = None
+) -> dict[tuple[str, str], pa.Table]:
+    """Everything every keyed state holds for ``key``: ``{(operator, state): Table}``.
+
+    One task per operator: the key group that can hold the key (computed as Flink computes it)
+    of the subtask that owns it, all of the operator's keyed states in one pass. With
+    ``operator`` None every operator with keyed state is searched (operators whose key type does
+    not accept the key are skipped). States without rows for the key are left out.
+    """
+    ops = [savepoint.operator(operator)] if operator is not None else savepoint.keyed_operators()
+    out: dict[tuple[str, str], pa.Table] = {}
+    for op in ops:
+        refs = [s for s in op.states if s.layout.keyed]
+        if not refs:
+            continue
+        key_spec = next((r.layout.key for r in refs if not r.layout.is_timer), refs[0].layout.key)
+        try:
+            wanted_key = normalize_key(key, key_spec)
+            kg = key_group_for(key, key_spec, op.max_parallelism)
+        except (InvalidOptionError, UnsupportedFormatError, TypeError, ValueError, OverflowError):
+            if operator is not None:
+                raise
+            continue
+        tables: dict[str, list[pa.RecordBatch]] = {}
+        schemas = {r.name: state_schema(r.layout) for r in refs}
+        for st in sorted(op.subtasks, key=lambda s: s.index):
+            groups = _subtask_key_groups(st, None if kg is None else {kg})
+            header = st.keyed_header
+            if groups == () or header is None:
+                continue
+            names = tuple(r.name for r in refs if r.name in header.state_ids)
+            if not names:
+                continue
+            task = ScanTask(
+                operator=op.display_name,
+                operator_id=op.operator_id,
+                subtask=st.index,
+                metadata_dir=savepoint.resolver.metadata_dir,
+                handle=st.keyed_handle,
+                states=_header_order(op, header.state_ids),
+                wanted=names,
+                max_parallelism=op.max_parallelism,
+                compressed=header.compressed,
+                key_serializer=op.key_spec,
+                key_groups=groups,
+                keys=(wanted_key,),
+            )
+            try:
+                for name, batch in execute(task, resolver=savepoint.resolver, batch_size=1 << 62):
+                    tables.setdefault(name, []).append(batch)
+            except UnsupportedFormatError:
+                if operator is not None:
+                    raise
+                break
+        for r in refs:
+            if r.name in tables:
+                out[(op.display_name, r.name)] = pa.Table.from_batches(
+                    tables[r.name], schema=schemas[r.name]
+                )
+    return out
