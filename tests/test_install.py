@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "statequery"
-OPTIONAL = ("pyspark", "rocksdict", "sqlglot")
+OPTIONAL = ("pyspark", "rocksdict", "sqlglot", "duckdb")
 
 
 def _python(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -47,6 +47,7 @@ MISSING = [
         "statequery[rocksdb]",
     ),
     ("sqlglot", "statequery.sql('SELECT * FROM user_activity.state_meta')", "statequery[sql]"),
+    ("duckdb", "statequery.sql('SELECT * FROM user_activity.state_meta')", "statequery[sql]"),
 ]
 
 
