@@ -23,10 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from statequery.discovery import find_metadata
-from statequery.exceptions import (
-    NoSuchOperatorError,
-    NoSuchStateError,
-)
+from statequery.exceptions import NoSuchOperatorError, NoSuchStateError, NoSuchTableError
 from statequery.io import FileIO, join_location, location_parent
 from statequery.metadata.checkpoint import CheckpointMetadata, OperatorState, parse_metadata
 from statequery.metadata.handles import (
@@ -60,6 +57,7 @@ from statequery.metadata.statemeta import (
     assign_table_names,
     fingerprint,
     loads,
+    sql_identifier,
     type_string,
     write_snapshot,
 )
@@ -266,18 +264,10 @@ class Savepoint:
     def state(self, operator_or_table: str, name: str | None = None) -> StateInfo:
         """A state by ``(operator, state name)`` or by its ``table_name``."""
         if name is None:
-            for s in self.states:
-                if s.table_name == operator_or_table:
-                    return s
-            tables = [s.table_name for s in self.states]
-            hint = ""
-            close = difflib.get_close_matches(operator_or_table, tables, n=1)
-            if close:
-                hint = f"did you mean {close[0]!r}? "
-            raise NoSuchStateError(
-                f"no state table {operator_or_table!r} in {self.location} "
-                f"({hint}tables: {', '.join(tables) or 'none'})"
-            )
+            try:
+                return self.table(operator_or_table)
+            except NoSuchTableError as e:
+                raise NoSuchStateError(str(e)) from None
         op = self.operator(operator_or_table)
         found = op.state(name)
         if found is None:
@@ -286,6 +276,28 @@ class Savepoint:
                 f"operator {op.display_name!r} has no state {name!r} (has: {have})"
             )
         return found
+
+    def table(self, name: str) -> StateInfo:
+        """The state whose table is ``name`` (every front end resolves table names here): its
+        ``table_name`` (any case), else a spelling a user may type, ``<operator uid, name or
+        id>__<state>`` as a SQL identifier. Raises :class:`NoSuchTableError` listing the tables
+        (with the closest one)."""
+        wanted = name.lower()
+        for s in self.states:
+            if s.table_name.lower() == wanted:
+                return s
+        ident = sql_identifier(name)
+        for s in self.states:
+            for op in (s.operator_uid, s.operator_name, s.operator_id):
+                if op and sql_identifier(f"{op}__{s.name}") == ident:
+                    return s
+        tables = [s.table_name for s in self.states]
+        close = difflib.get_close_matches(name, tables, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        detail = f"{hint}tables: {', '.join(tables) or 'none'}"
+        error = NoSuchTableError(f"no state table {name!r} in {self.location} ({detail})")
+        error.detail = detail  # type: ignore[attr-defined]
+        raise error
 
     def state_meta(self) -> pa.Table:
         """One row per state (keyed, timers, operator list/union, broadcast): see the columns of

@@ -48,6 +48,7 @@ MISSING = [
     ),
     ("sqlglot", "statequery.sql('SELECT * FROM user_activity.state_meta')", "statequery[sql]"),
     ("duckdb", "statequery.sql('SELECT * FROM user_activity.state_meta')", "statequery[sql]"),
+    ("pyspark", "import pyspark_statequery", "statequery[spark]"),
 ]
 
 

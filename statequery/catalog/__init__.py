@@ -14,13 +14,13 @@ The folder may be local or any fsspec URI. A database is found as:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from statequery.discovery import default_catalog, find_metadata_dir, require_default_catalog
 from statequery.exceptions import NoSuchTableError, SavepointNotFoundError
 from statequery.io import FileIO, join_location
+from statequery.metadata.statemeta import sql_identifier
 
 if TYPE_CHECKING:
     from statequery.savepoint import Savepoint
@@ -30,16 +30,6 @@ __all__ = ["DEFAULT_CATALOG", "Catalog", "find_metadata_dir", "sql_identifier"]
 #: the default catalog when this module was imported ("" when there is none; see
 #: :func:`statequery.discovery.default_catalog`)
 DEFAULT_CATALOG = default_catalog() or ""
-
-
-def sql_identifier(text: str) -> str:
-    """A lower-case SQL-safe identifier: runs of other characters become one ``_``."""
-    ident = re.sub(r"[^0-9a-zA-Z]+", "_", text).strip("_").lower()
-    if not ident:
-        ident = "_"
-    if ident[0].isdigit():
-        ident = "_" + ident
-    return ident
 
 
 @dataclass
@@ -87,17 +77,17 @@ class Catalog:
         return ["state_meta", *meta.column("table_name").to_pylist()]
 
     def resolve(self, database: str, table: str) -> dict[str, Any]:
-        """The ``state_meta`` row of a table (operator and state), matched on candidate names."""
-        meta = self.savepoint(database).state_meta().to_pylist()
-        wanted = table.lower()
-        for row in meta:
-            if row["table_name"].lower() == wanted:
+        """The ``state_meta`` row of a table (operator and state); the name is resolved by
+        :meth:`Savepoint.table` (the one table resolution of every front end)."""
+        sp = self.savepoint(database)
+        try:
+            info = sp.table(table)
+        except NoSuchTableError as e:
+            detail = getattr(e, "detail", str(e))
+            raise NoSuchTableError(
+                f"no table {table!r} in database {database!r} ({detail})"
+            ) from None
+        for row in sp.state_meta().to_pylist():
+            if row["table_name"] == info.table_name:
                 return row  # type: ignore[no-any-return]
-        for row in meta:  # other spellings a user may type: uid/name/id with the state name
-            for op in (row.get("operator_uid"), row.get("operator_name"), row.get("operator_id")):
-                if op and sql_identifier(f"{op}__{row['state_name']}") == sql_identifier(table):
-                    return row  # type: ignore[no-any-return]
-        raise NoSuchTableError(
-            f"no table {table!r} in database {database!r} "
-            f"(tables: {', '.join(self.tables(database))})"
-        )
+        raise NoSuchTableError(f"no table {table!r} in database {database!r}")

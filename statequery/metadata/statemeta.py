@@ -70,6 +70,7 @@ __all__ = [
     "fingerprint",
     "loads",
     "read_snapshot",
+    "sql_identifier",
     "sql_name",
     "type_string",
     "write_snapshot",
@@ -328,6 +329,17 @@ def sql_name(text: str) -> str:
     """A lowercase SQL identifier: runs of other characters become one ``_``."""
     s = _SQL_UNSAFE.sub("_", text).strip("_").lower()
     return s or "unnamed"
+
+
+def sql_identifier(text: str) -> str:
+    """A lower-case SQL-safe identifier (database names, spellings of table names): runs of
+    other characters become one ``_``."""
+    ident = re.sub(r"[^0-9a-zA-Z]+", "_", text).strip("_").lower()
+    if not ident:
+        ident = "_"
+    if ident[0].isdigit():
+        ident = "_" + ident
+    return ident
 
 
 def assign_table_names(operators: Iterable[OperatorInfo]) -> tuple[OperatorInfo, ...]:

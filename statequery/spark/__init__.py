@@ -1,9 +1,11 @@
 """The PySpark data source ``statequery`` (Spark 4.1+ Python Data Source API).
 
 This is a thin facade over the Spark-free core: the schema comes from metadata only, partitions
-are small picklable key-group ranges, and ``read()`` streams Arrow record batches produced by
-:func:`statequery.reader.read_state`. Spark finds it statically through the top-level module
-``pyspark_statequery`` (``USING statequery`` / ``spark.read.format("statequery")``).
+are the scan planner's picklable tasks (:func:`statequery.scan.plan`: key-group ranges of one
+handle, or one operator-state stream), and ``read()`` streams the Arrow record batches of
+:func:`statequery.scan.execute` (one open per file per task). Spark finds it statically
+through the top-level module ``pyspark_statequery`` (``USING statequery`` /
+``spark.read.format("statequery")``).
 
 Options (case-insensitive):
 
@@ -34,15 +36,18 @@ prints one line on the planning worker's standard error, and plans one partition
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-from pyspark.sql.types import StructType
 
-from statequery.exceptions import InvalidOptionError
+from statequery.exceptions import InvalidOptionError, require_extra
+
+require_extra("pyspark", "spark", "the Spark data source")
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition  # noqa: E402
+from pyspark.sql.types import StructType  # noqa: E402
 
 if TYPE_CHECKING:
     from statequery.savepoint import Savepoint
@@ -176,16 +181,8 @@ def _open(opts: ReadOptions) -> tuple[Savepoint, str | None, str | None]:
 
 
 def _resolve_table(sp: Savepoint, table: str) -> dict[str, Any]:
-    from statequery.exceptions import NoSuchTableError
-
-    rows = sp.state_meta().to_pylist()
-    for row in rows:
-        if str(row["table_name"]).lower() == table.lower():
-            return row  # type: ignore[no-any-return]
-    raise NoSuchTableError(
-        f"no table {table!r} in {sp.location}; tables: state_meta, "
-        + ", ".join(str(r["table_name"]) for r in rows)
-    )
+    info = sp.table(table)  # the one table resolution (statequery.savepoint)
+    return {"operator_id": info.operator_id, "state_name": info.name}
 
 
 # -- Arrow types Spark accepts --------------------------------------------------------------------
@@ -241,11 +238,11 @@ def _cast(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
 
 
 @dataclass(frozen=True)
-class KeyGroupPartition(InputPartition):
-    """Key groups ``start..end`` (inclusive) of a keyed state; ``(-1, -1)`` for everything else."""
+class TaskPartition(InputPartition):
+    """One :class:`~statequery.scan.ScanTask` (None: the ``state_meta`` table, or nothing to
+    read when a pruned read plans no task)."""
 
-    start: int
-    end: int
+    task: Any = None
 
 
 class StatequeryDataSource(DataSource):
@@ -298,38 +295,36 @@ class StatequeryReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         if self.opts.is_state_meta:
-            return [KeyGroupPartition(-1, -1)]
+            return [TaskPartition(None)]
         sp, operator, state = _open(self.opts)
-        ranges = plan_key_groups(
-            sp, operator, state, keys=self.keys, key_groups=self.key_groups,
-            per_partition=self.opts.key_groups_per_partition,
+        assert operator is not None and state is not None
+        tasks = sp.plan(
+            operator, state, keys=self.keys, key_groups=self.key_groups, mode=self.opts.mode,
+            split=self.opts.key_groups_per_partition,
         )
-        if ranges is None:  # operator (non-keyed) state
-            return [KeyGroupPartition(-1, -1)]
         if self.keys is not None or self.key_groups is not None:
-            _report_pruning(sp, operator, state, self.opts, ranges)
-        return [KeyGroupPartition(a, b) for a, b in ranges] or [KeyGroupPartition(0, -1)]
+            _report_pruning(sp, operator, state, self.opts, tasks)
+        return [TaskPartition(t) for t in tasks] or [TaskPartition(None)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, KeyGroupPartition)  # what partitions() returns
-        sp, operator, state = _open(self.opts)
+        assert isinstance(partition, TaskPartition)  # what partitions() returns
         if self.opts.is_state_meta:
+            sp, _, _ = _open(self.opts)
             for batch in sp.state_meta().to_batches():
                 yield _cast(batch, self.arrow_schema)
             return
-        if partition.end < partition.start and partition.start >= 0:
+        if partition.task is None:
             return
-        from statequery.reader import read_state
+        from statequery.io import FileIO
+        from statequery.scan import execute
 
-        key_groups = None if partition.start < 0 else range(partition.start, partition.end + 1)
-        keys = self.keys
-        for key in keys if keys is not None else [None]:
-            for batch in read_state(
-                sp, operator, state, key=key, key_groups=key_groups, mode=self.opts.mode,
-                batch_size=self.opts.batch_size,
-            ):
+        io = FileIO()  # this task's own storage: its files opened once, closed at the end
+        try:
+            for _, batch in execute(partition.task, io, batch_size=self.opts.batch_size):
                 if batch.num_rows:
                     yield _cast(batch, self.arrow_schema)
+        finally:
+            io.close()
 
 
 def parse_key_group_list(text: str) -> set[int]:
@@ -352,16 +347,21 @@ def parse_key_group_list(text: str) -> set[int]:
 
 def _report_pruning(
     sp: Savepoint, operator: str | None, state: str | None, opts: ReadOptions,
-    ranges: list[tuple[int, int]],
+    tasks: Sequence[Any],
 ) -> None:
     """One line on the planning worker's stderr: what a pruned read plans to read."""
     assert operator is not None and state is not None
     info = sp.state(operator, state)
+    ranges = _ranges(
+        kg
+        for t in tasks
+        for kg in (t.key_groups if t.key_groups is not None else _handle_key_groups(t))
+    )
     groups = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges) or "none"
     why = f"key {opts.key!r}" if opts.key is not None else f"key_groups {opts.key_groups!r}"
     print(
         f"statequery: {info.table_name or info.operator_uid + '/' + info.name}: {why} -> "
-        f"key group(s) {groups} of {info.max_parallelism}, {len(ranges)} partition(s)",
+        f"key group(s) {groups} of {info.max_parallelism}, {len(tasks)} partition(s)",
         file=sys.stderr, flush=True,
     )
 
@@ -398,40 +398,17 @@ def register_views(
     return names
 
 
-def plan_key_groups(
-    sp: Savepoint,
-    operator: str | None,
-    state: str | None,
-    keys: list[Any] | None = None,
-    key_groups: set[int] | None = None,
-    per_partition: int | None = None,
-) -> list[tuple[int, int]] | None:
-    """Key-group ranges (inclusive) to read as Spark partitions; None for non-keyed state.
+def _handle_key_groups(task: Any) -> range:
+    r = task.handle.key_group_range
+    return range(r.start, r.end + 1)
 
-    By default one partition per subtask handle (its files are read by one task). With keys, only
-    the key groups that can hold them; with ``key_groups``, only those.
-    """
-    assert operator is not None and state is not None
-    info = sp.state(operator, state)
-    if info.kind in ("operator_list", "operator_union", "broadcast"):
-        return None
-    op = sp.operator(info.operator_id)
-    wanted: set[int] | None = None
-    if keys is not None:
-        wanted = {sp.key_group_of(info, k) for k in keys}
-    if key_groups is not None:
-        wanted = key_groups if wanted is None else wanted & key_groups
-    if wanted is not None:
-        return [(kg, kg) for kg in sorted(wanted) if 0 <= kg < info.max_parallelism]
-    ranges = sorted(
-        (st.key_groups.start, st.key_groups.end)
-        for st in op.subtasks
-        if st.key_groups is not None and st.keyed_handle is not None
-    )
-    if per_partition is None:
-        return ranges
-    out = []
-    for start, end in ranges:
-        for a in range(start, end + 1, per_partition):
-            out.append((a, min(end, a + per_partition - 1)))
+
+def _ranges(key_groups: Iterable[int]) -> list[tuple[int, int]]:
+    """Sorted key groups as inclusive ``(start, end)`` runs."""
+    out: list[tuple[int, int]] = []
+    for kg in sorted(set(key_groups)):
+        if out and out[-1][1] == kg - 1:
+            out[-1] = (out[-1][0], kg)
+        else:
+            out.append((kg, kg))
     return out
