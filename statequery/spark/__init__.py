@@ -30,7 +30,8 @@ query's filters: Spark 4.1-4.3 keep the reader planned for one query's pushed fi
 for later queries over the same relation (a DataFrame, a temporary view), which would return the
 filtered rows for an unfiltered query. So the data source implements no ``pushFilters``: a
 ``WHERE key = ...`` is evaluated by Spark over every key group, and is always right. A pruned read
-prints one line on the planning worker's standard error, and plans one partition per key group.
+prints one line on the planning worker's standard error, and plans one partition per subtask
+handle holding the wanted key groups.
 """
 
 from __future__ import annotations
