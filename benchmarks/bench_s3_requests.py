@@ -1,12 +1,13 @@
 """Requests a read makes against an S3-compatible server: moto in server mode on loopback.
 
 Uploads a canonical savepoint (default: the fixture ``datastream-hashmap-canonical``) to a bucket
-of a moto server started on 127.0.0.1 (a free port; stopped at the end, and by an alarm after
-``--timeout`` seconds whatever happens), reads it through ``s3://`` with statequery, and prints,
-per scenario, the HTTP requests the server received (counted by a WSGI middleware, by method)
-next to what ``FileIO.stats`` counted, the tasks of the plan and the key groups read.
+of a moto server started on 127.0.0.1 (``tests/s3server.py``: a free port; stopped at the end,
+and by an alarm after ``--timeout`` seconds whatever happens), reads it through ``s3://`` with
+statequery, and prints, per scenario, the HTTP requests the server received (counted by a WSGI
+middleware, by method) next to what ``FileIO.stats`` counted, the tasks of the plan and the key
+groups read.
 
-    pip install 'moto[server]>=5' s3fs
+    pip install 'moto[server]>=5' s3fs      # in the test extra
     python benchmarks/bench_s3_requests.py [SAVEPOINT_DIR] [--json]
 
 The figures are recorded in docs/performance.md ("Requests against S3").
@@ -19,75 +20,12 @@ import json
 import os
 import signal
 import sys
-import threading
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = ROOT / "tests" / "fixtures" / "datastream-hashmap-canonical"
-BUCKET = "savepoints"
-
-
-class _Counting:
-    """WSGI middleware: counts requests by method (and GETs with a Range header)."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-        self.lock = threading.Lock()
-        self.counts: Counter[str] = Counter()
-
-    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
-        method = environ.get("REQUEST_METHOD", "?")
-        if method == "GET" and environ.get("HTTP_RANGE"):
-            method = "GET (ranged)"
-        with self.lock:
-            self.counts[method] += 1
-        return self.app(environ, start_response)
-
-    def take(self) -> dict[str, int]:
-        with self.lock:
-            out = dict(self.counts)
-            self.counts.clear()
-        return out
-
-
-def _start_server() -> tuple[Any, _Counting, str]:
-    from moto.server import DomainDispatcherApplication, ThreadedMotoServer, create_backend_app
-    from werkzeug.serving import make_server
-
-    counting = _Counting(DomainDispatcherApplication(create_backend_app))
-
-    class Server(ThreadedMotoServer):
-        def _server_entry(self) -> None:
-            from moto.server import MotoRequestHandler
-
-            self._server = make_server(
-                self._ip_address, self._port, counting, True, request_handler=MotoRequestHandler
-            )
-            self._server_ready_event.set()
-            self._server.serve_forever()
-
-    server = Server(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    return server, counting, f"http://{host}:{port}"
-
-
-def _upload(endpoint: str, source: Path, prefix: str) -> int:
-    import boto3
-
-    s3 = boto3.client(
-        "s3", endpoint_url=endpoint, aws_access_key_id="x", aws_secret_access_key="x",
-        region_name="us-east-1",
-    )
-    s3.create_bucket(Bucket=BUCKET)
-    n = 0
-    for path in sorted(source.rglob("*")):
-        if path.is_file():
-            s3.upload_file(str(path), BUCKET, f"{prefix}/{path.relative_to(source).as_posix()}")
-            n += 1
-    return n
+sys.path.insert(0, str(ROOT / "tests"))  # the loopback moto server the tests use
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,8 +40,6 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGALRM, lambda *_: os._exit(3))  # bounded lifetime, whatever happens
     signal.alarm(args.timeout)
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "x")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "x")
 
     import logging
 
@@ -111,14 +47,14 @@ def main(argv: list[str] | None = None) -> int:
     from statequery.io import FileIO
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server, counting, endpoint = _start_server()
+    from s3server import moto_s3_server
+
     results = []
-    try:
-        files = _upload(endpoint, Path(args.savepoint), "sp")
-        counting.take()
-        options = {"endpoint_url": endpoint, "key": "x", "secret": "x",
-                   "client_kwargs": {"region_name": "us-east-1"}}
-        location = f"s3://{BUCKET}/sp"
+    with moto_s3_server() as server:
+        location = server.upload_tree(Path(args.savepoint), "sp")
+        files = sum(1 for p in Path(args.savepoint).rglob("*") if p.is_file())
+        counting = server.count_requests()
+        options = server.storage_options
 
         def scenario(name: str, run: Any) -> None:
             io = FileIO(options)
@@ -179,9 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         scenario("same, split into tasks of 8 key groups, one FileIO per task", full_read_split)
         scenario(f"every keyed state of {args.operator} (cold)", all_states)
         scenario(f"lookup {args.key!r} in every operator (cold)", lookup)
-    finally:
-        server.stop()
-        signal.alarm(0)
+    signal.alarm(0)
 
     if args.json:
         print(json.dumps({"files": files, "results": results}, indent=2))

@@ -14,17 +14,43 @@ that get no storage options, e.g. Spark's executors (``spark.executorEnv.*``).
 from __future__ import annotations
 
 import os
+import threading
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["S3Server", "moto_s3_server"]
+__all__ = ["RequestCounter", "S3Server", "moto_s3_server"]
 
 ACCESS_KEY = "statequery-test"
 SECRET_KEY = "statequery-test-secret"
 REGION = "us-east-1"
+
+
+class RequestCounter:
+    """WSGI middleware: counts requests by method (GETs with a Range header apart)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.lock = threading.Lock()
+        self.counts: Counter[str] = Counter()
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        method = environ.get("REQUEST_METHOD", "?")
+        if method == "GET" and environ.get("HTTP_RANGE"):
+            method = "GET (ranged)"
+        with self.lock:
+            self.counts[method] += 1
+        return self.app(environ, start_response)
+
+    def take(self) -> dict[str, int]:
+        """The counts since the last call (and reset them)."""
+        with self.lock:
+            out = dict(self.counts)
+            self.counts.clear()
+        return out
 
 
 @dataclass
@@ -54,6 +80,13 @@ class S3Server:
             "AWS_ENDPOINT_URL": self.endpoint_url,
             "AWS_DEFAULT_REGION": REGION,
         }
+
+    def count_requests(self) -> RequestCounter:
+        """Count the HTTP requests the server receives from now on (by method)."""
+        wsgi = self._server._server  # moto's ThreadedMotoServer -> werkzeug's server
+        if not isinstance(wsgi.app, RequestCounter):
+            wsgi.app = RequestCounter(wsgi.app)
+        return wsgi.app  # type: ignore[no-any-return]
 
     def client(self) -> Any:
         import boto3
