@@ -209,15 +209,23 @@ class Savepoint:
 
     def keyed_operators(self) -> list[OperatorInfo]:
         """The operators that have keyed state (their models)."""
-        out = []
+        indices = []
         for i, op in enumerate(self._identities()):
             if isinstance(op, OperatorInfo):
                 keyed = any(st.keyed_handle is not None for st in op.subtasks)
             else:
                 keyed = any(st.managed_keyed is not None for st in op.subtasks)
             if keyed:
-                out.append(self._operator_at(i))
-        return out
+                indices.append(i)
+        with self._lock:
+            if self._meta is None:  # their headers in one parallel pass
+                have = {k[0] for k in self._headers}
+                missing = [i for i in indices if i not in have]
+                if missing:
+                    self._headers.update(
+                        read_headers(self.metadata, self.resolver, missing, self.max_workers)
+                    )
+        return [self._operator_at(i) for i in indices]
 
     def _operator_index(self, identifier: Any) -> int:
         ops = list(self._identities())
