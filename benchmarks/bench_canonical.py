@@ -70,7 +70,7 @@ def child_all(path: str, operator: str) -> dict[str, Any]:
     t = time.perf_counter()
     rows = 0
     for ref in refs:
-        for batch in read_state(sp, operator, ref.state):
+        for batch in read_state(sp, operator, ref.name):
             rows += batch.num_rows
     dt = time.perf_counter() - t
     return {
@@ -217,9 +217,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{'MB/s':>7s} {'peak RSS':>9s}"
     )
     keys_total = args.keys
-    runs = [(r.state, None) for r in refs]
-    runs += [(r.state, "flat") for r in refs if r.layout.kind == "list"]
-    runs += [(r.state, "nested") for r in refs if r.layout.kind == "map"]
+    runs = [(r.name, None) for r in refs]
+    runs += [(r.name, "flat") for r in refs if r.layout.kind == "list"]
+    runs += [(r.name, "nested") for r in refs if r.layout.kind == "map"]
     for state, mode in runs:
         res = _run_child(
             ["scan", args.savepoint, args.operator, state, mode or "", str(args.batch_size)]
