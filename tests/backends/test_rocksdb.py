@@ -558,3 +558,25 @@ def test_inline_and_segment_files(tmp_path: Path, cache: FileCache) -> None:
     assert _read_all(other, snap, cache, names) == want
     assert isinstance(snap.metadata.operators[0].subtasks, tuple)
     assert any(isinstance(h, IncrementalHandle) for _, hs in snap.keyed_operators() for h in hs)
+
+
+def test_with_the_snapshot_a_lookup_reads_no_header_byte(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The StateMeta snapshot holds what the meta-data stream (the keyed header) says: a lookup
+    restores the owning subtask's DB without reading that stream again."""
+    import statequery
+
+    monkeypatch.setattr(rocks, "_DEFAULT_CACHE", FileCache(tmp_path / "cache"))
+    first = statequery.open(str(fixture_dir(NATIVE)), use_snapshot=False)
+    snapshot = first.write_snapshot(str(tmp_path / "meta.msgpack"))
+    io = FileIO()
+    sp = statequery.open(str(fixture_dir(NATIVE)), io=io, snapshot=snapshot)
+    assert sp.from_snapshot
+    headers = {sp.resolver.location(st.keyed_handle.meta)
+               for op in sp.keyed_operators() for st in op.subtasks
+               if st.keyed_handle is not None}
+    io.stats.reset()
+    tables = sp.lookup("user-7", "user-state")
+    assert tables[("user-state", "count")].column("key").to_pylist() == ["user-7"]
+    touched = set(io.stats.bytes_read) | set(io.stats.opens)
+    assert touched and not touched & headers
