@@ -39,14 +39,17 @@ def child_scan(
     list_states(sp, operator)  # headers
     sp.io.stats.reset()
     t = time.perf_counter()
+    cpu = time.process_time()
     rows = 0
     arrow_bytes = 0
     for batch in read_state(sp, operator, state, mode=mode, batch_size=batch_size):
         rows += batch.num_rows
         arrow_bytes += batch.nbytes
     dt = time.perf_counter() - t
+    cpu = time.process_time() - cpu
     return {
         "state": state,
+        "cpu_s": cpu,
         "mode": mode or "rows",
         "rows": rows,
         "seconds": dt,

@@ -50,6 +50,32 @@ def _spark_conf(master: str, extra: dict[str, str]) -> dict[str, str]:
     return conf
 
 
+def _tree_cpu(roots: list[int]) -> dict[str, float]:
+    """CPU seconds (user + system, with reaped children's) so far of the descendants of
+    ``roots`` (Linux ``/proc``): JVMs (driver, executors) and Python workers, by kind."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    procs: dict[int, tuple[int, str, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                head, tail = f.read().rsplit(")", 1)
+        except OSError:
+            continue
+        fields = tail.split()
+        cpu = sum(int(x) for x in fields[11:15]) / ticks  # utime stime cutime cstime
+        procs[int(entry)] = (int(fields[1]), head.split("(", 1)[1], cpu)
+    out = {"jvm": 0.0, "python": 0.0}
+    for pid, (_, comm, cpu) in procs.items():
+        node = pid
+        while node and node not in roots:
+            node = procs.get(node, (0, "", 0.0))[0]
+        if node and pid not in roots:
+            out["jvm" if comm == "java" else "python"] += cpu
+    return out
+
+
 def child_spark(
     conf: dict[str, str], path: str, operator: str, state: str, repeat: int, lookups: int,
     seed: int, keys_total: int,
@@ -74,11 +100,18 @@ def child_spark(
     partitions = df.rdd.getNumPartitions()
     rows = df.count()  # warm-up: page cache, Python workers, the savepoint's headers
     warmup_s = time.perf_counter() - t
-    scans = []
+    # the processes doing the work: this driver's JVM and Python workers (local mode), or the
+    # cluster's workers with their executors (STATEQUERY_BENCH_CPU_ROOTS)
+    roots = [int(p) for p in os.environ.get("STATEQUERY_BENCH_CPU_ROOTS", "").split(",") if p]
+    roots = roots or [os.getpid()]
+    scans, cpu = [], []
     for _ in range(repeat):
+        before = _tree_cpu(roots)
         t = time.perf_counter()
         frame().write.format("noop").mode("overwrite").save()
         scans.append(time.perf_counter() - t)
+        after = _tree_cpu(roots)
+        cpu.append({k: after[k] - before[k] for k in after})
 
     rnd = random.Random(seed)
     keys = [f"user-{rnd.randrange(keys_total):07d}" for _ in range(lookups + 1)]
@@ -100,6 +133,7 @@ def child_spark(
         "warmup_scan_s": warmup_s,
         "scan_s": scans,
         "rows_per_s": rows / best,
+        "scan_cpu_s": cpu[scans.index(best)],
         "lookup_ms_median": 1000 * statistics.median(latencies),
         "lookup_ms_min": 1000 * min(latencies),
         "lookup_ms_max": 1000 * max(latencies),
@@ -109,12 +143,19 @@ def child_spark(
 
 def python_scan(path: str, operator: str, state: str) -> dict[str, Any]:
     """The single-core Python API scan, measured as bench_canonical.py measures it."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(
         [sys.executable, str(HERE / "bench_canonical.py"), "--child", "scan", path, operator,
          state, "", "65536"],
         check=True, capture_output=True, text=True,
     )
-    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    res: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    # the whole child process: imports, open and headers included
+    res["process_cpu_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return res
 
 
 def _run_child(args: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -189,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         out["python"] = python_scan(args.savepoint, args.operator, args.state)
         py = out["python"]
         print(f"python, 1 core : {py['rows']:,} rows in {py['seconds']:.2f} s = "
-              f"{py['rows_per_s']:,.0f} rows/s", flush=True)
+              f"{py['rows_per_s']:,.0f} rows/s (scan CPU {py['cpu_s']:.2f} s)",
+              flush=True)
     if "local" not in skip:
         conf = _spark_conf("local[2]", {})
         out["local"] = res = _run_child([json.dumps(conf), *common])
@@ -202,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         with StandaloneCluster(workers=2, cores=1, worker_memory="1g", lifetime=900) as c:
             start_s = time.perf_counter() - t
             conf = _spark_conf(c.master_url, c.spark_conf(executor_memory="768m"))
-            out["cluster"] = res = _run_child([json.dumps(conf), *common], env=c.env)
+            env = dict(c.env, STATEQUERY_BENCH_CPU_ROOTS=",".join(str(p.pid) for p in c.procs))
+            out["cluster"] = res = _run_child([json.dumps(conf), *common], env=env)
             res["cluster_start_s"] = start_s
         _print_spark("spark cluster 2x1", res)
         print(f"  (cluster start-up {start_s:.1f} s)")
@@ -228,6 +271,9 @@ def _print_spark(label: str, res: dict[str, Any]) -> None:
         f"{res['lookups']} keys); session start {res['session_s']:.1f} s",
         flush=True,
     )
+    cpu = res["scan_cpu_s"]
+    print(f"  best scan CPU: Python workers {cpu['python']:.2f} s, JVMs {cpu['jvm']:.2f} s "
+          f"(local: the driver; cluster: the executors and worker daemons)")
 
 
 if __name__ == "__main__":
