@@ -56,6 +56,7 @@ def open(  # noqa: A001
     use_snapshot: bool = True,
     snapshot: str | None = None,
     max_workers: int | None = None,
+    plan: str | None = None,
 ) -> Savepoint:
     """Open a savepoint or checkpoint: its directory, its ``_metadata`` file, or any fsspec URI.
 
@@ -71,4 +72,5 @@ def open(  # noqa: A001
         use_snapshot=use_snapshot,
         snapshot=snapshot,
         max_workers=DEFAULT_WORKERS if max_workers is None else max_workers,
+        plan=plan,
     )

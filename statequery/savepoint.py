@@ -19,7 +19,7 @@ import re
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from statequery.discovery import find_metadata
@@ -38,6 +38,15 @@ from statequery.metadata.handles import (
     StreamHandle,
 )
 from statequery.metadata.kinds import layout_or_unknown
+from statequery.metadata.plan import (
+    CompiledPlan,
+    PlanNode,
+    apply_plan,
+    match_operators,
+    name_operator,
+    parse_plan,
+    table_stem,
+)
 from statequery.metadata.proxy import (
     KeyedBackendProxy,
     OperatorBackendProxy,
@@ -88,6 +97,7 @@ class Savepoint:
         metadata_bytes: bytes,
         state_meta: StateMeta | None = None,
         max_workers: int = DEFAULT_WORKERS,
+        plan: CompiledPlan | None = None,
     ) -> None:
         self.io = io
         self.metadata_location = metadata_location
@@ -95,7 +105,13 @@ class Savepoint:
         self._metadata_bytes = metadata_bytes
         self._metadata: CheckpointMetadata | None = None
         self._meta = state_meta
+        self._named_meta: StateMeta | None = None
         self.from_snapshot = state_meta is not None
+        if plan is None and state_meta is not None and state_meta.plan:
+            plan = parse_plan(state_meta.plan, "the StateMeta snapshot's plan")
+        #: the Flink SQL compiled plan naming the job's columns (``open(plan=...)`` or the snapshot)
+        self.sql_plan = plan
+        self._plan_nodes: dict[str, PlanNode] | None = None
         self.max_workers = max_workers
         self.resolver = HandleResolver(io, self.location)
         # headers read so far and operators modelled one at a time (before the whole model)
@@ -113,11 +129,15 @@ class Savepoint:
         use_snapshot: bool = True,
         snapshot: str | None = None,
         max_workers: int = DEFAULT_WORKERS,
+        plan: str | None = None,
     ) -> Savepoint:
         """Open the savepoint/checkpoint at ``location`` (directory, ``_metadata`` or URI).
 
         ``snapshot`` names a StateMeta snapshot file (default: ``_statequery_meta.msgpack`` next
         to ``_metadata``); it is used only if ``use_snapshot`` and it matches ``_metadata``.
+        ``plan`` is the location of a Flink SQL compiled plan (JSON) of the job that took the
+        savepoint: its column names replace ``f0, f1, ...`` (docs/decoding.md); a snapshot
+        written with a plan brings its own.
         """
         io = io or FileIO(storage_options)
         metadata_location = find_metadata(io, location)
@@ -135,7 +155,11 @@ class Savepoint:
                     candidate = None
                 if candidate is not None and candidate.matches(data):
                     meta = candidate
-        return cls(io, metadata_location, data, meta, max_workers)
+        compiled = None
+        if plan is not None:
+            f = io.new_input(plan)
+            compiled = parse_plan(f.read(), f.location)
+        return cls(io, metadata_location, data, meta, max_workers, compiled)
 
     def __repr__(self) -> str:
         return f"Savepoint({self.location!r})"
@@ -151,7 +175,8 @@ class Savepoint:
 
     @property
     def meta(self) -> StateMeta:
-        """The StateMeta model (from the snapshot, or derived once and cached)."""
+        """The StateMeta model (from the snapshot, or derived once and cached), with the column
+        names of the attached SQL plan (:attr:`sql_plan`)."""
         with self._lock:
             if self._meta is None:
                 self._meta = derive_state_meta(
@@ -162,7 +187,20 @@ class Savepoint:
                     headers=self._headers,
                 )
                 self._lazy_operators.clear()
-        return self._meta
+            if self.sql_plan is None:
+                return self._meta
+            if self._named_meta is None:
+                self._named_meta = apply_plan(self._meta, self.sql_plan)
+            return self._named_meta
+
+    @property
+    def plan_nodes(self) -> dict[str, PlanNode]:
+        """operator id -> its node of the attached SQL plan (operators matched unambiguously)."""
+        if self.sql_plan is None:
+            return {}
+        if self._plan_nodes is None:
+            self._plan_nodes = match_operators(self.sql_plan, self._identities())
+        return self._plan_nodes
 
     @property
     def checkpoint_id(self) -> int:
@@ -256,16 +294,21 @@ class Savepoint:
 
     def _operator_at(self, i: int) -> OperatorInfo:
         if self._meta is not None:
-            return self._meta.operators[i]
+            return self.meta.operators[i]
         with self._lock:
             found = self._lazy_operators.get(i)
             if found is None:
                 md = self.metadata
                 if not any(k[0] == i for k in self._headers):
                     self._headers.update(read_headers(md, self.resolver, [i], self.max_workers))
-                found = assign_table_names(
-                    [derive_operator(md, i, self._headers, _facts(md).format)]
-                )[0]
+                found = derive_operator(md, i, self._headers, _facts(md).format)
+                node = self.plan_nodes.get(found.operator_id)
+                if node is not None and self.sql_plan is not None:
+                    stem = table_stem(node, found.name)
+                    found = assign_table_names([name_operator(self.sql_plan, node, found)],
+                                               {found.operator_id: stem})[0]
+                else:
+                    found = assign_table_names([found])[0]
                 self._lazy_operators[i] = found
         return found
 
@@ -319,8 +362,14 @@ class Savepoint:
         return join_location(self.location, SNAPSHOT_FILE_NAME)
 
     def write_snapshot(self, location: str | None = None) -> str:
-        """Write the StateMeta snapshot (next to ``_metadata`` by default); returns where."""
-        return write_snapshot(self.io, location or self.default_snapshot_location, self.meta)
+        """Write the StateMeta snapshot (next to ``_metadata`` by default); returns where. The
+        attached plan, if any, is kept in it."""
+        self.meta  # noqa: B018  (derive)
+        assert self._meta is not None
+        base = self._meta
+        if self.sql_plan is not None:
+            base = replace(base, plan=self.sql_plan.text)
+        return write_snapshot(self.io, location or self.default_snapshot_location, base)
 
     # -- data (planned and executed by the scan layer, statequery.scan) --------------------------
 

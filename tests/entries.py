@@ -28,6 +28,7 @@ __all__ = [
 ]
 
 _MS_COLUMNS = ("timestamp", "last_access", "namespace")
+_EPOCH_MS = pa.timestamp("ms", tz="UTC")
 
 
 def canonical(entry: Any) -> str:
@@ -57,8 +58,13 @@ def jsonify_column(array: pa.Array | pa.ChunkedArray, epoch_ms: bool = False) ->
     if pa.types.is_dictionary(t):
         return jsonify_column(array.cast(t.value_type), epoch_ms)
     if pa.types.is_struct(t):
+        # a TimeWindow ({start, end} as event-time instants) stays in epoch ms anywhere
+        window = [t.field(i).name for i in range(t.num_fields)] == ["start", "end"] and all(
+            t.field(i).type == _EPOCH_MS for i in range(2)
+        )
         children = {
-            t.field(i).name: jsonify_column(array.field(i), epoch_ms) for i in range(t.num_fields)
+            t.field(i).name: jsonify_column(array.field(i), epoch_ms or window)
+            for i in range(t.num_fields)
         }
         valid = array.is_valid().to_pylist()
         return [

@@ -70,11 +70,18 @@ def _diff(mine: list[str], theirs: list[str]) -> str:
 
 
 def _assert_equals_expected(name: str, mine_no_kg: list[str]) -> None:
-    """``"$any"`` in the expected file (TTL ``last_access``) matches any integer."""
+    """``"$any"`` in the expected file (TTL ``last_access``) matches any integer. Fixtures whose
+    manifest says ``"expected": "subset"`` (the SQL operator fixtures) model only some states:
+    every expected entry must then be among ours."""
     want = expected_entries(name)
     got = sorted(canonical(e) for e in mask_any([json.loads(x) for x in mine_no_kg], want))
     expected = sorted(canonical(e) for e in want)
-    assert got == expected, _diff(got, expected)
+    if fixture_record(name).get("expected") == "subset":
+        assert expected, f"{name}: empty expected subset"
+        missing = Counter(expected) - Counter(got)
+        assert not missing, f"expected entries statequery did not read: {list(missing)[:8]}"
+    else:
+        assert got == expected, _diff(got, expected)
 
 
 @pytest.mark.parametrize("name", DECODED)
@@ -91,9 +98,12 @@ def test_every_state_equals_flink_dump_and_expected(name: str) -> None:
 def test_native_rocksdb_operator_state_and_typed_keyed_error(name: str) -> None:
     sp = _open(name)
     mine = _entries_of(sp, key_group=True, only_operator_state=True)
-    dump = sorted(canonical(e) for e in dump_entries(name) if "key" not in e)
-    assert mine == dump, _diff(mine, dump)
     keyed = [op for op in sp.metadata.operators if any(st.managed_keyed for st in op.subtasks)]
+    keyed_ids = {op.operator_id for op in keyed}
+    # operators with keyed state (and their operator state, e.g. SQL windows' watermark) below
+    dump = sorted(canonical(e) for e in dump_entries(name)
+                  if "key" not in e and e["operator_id"] not in keyed_ids)
+    assert mine == dump, _diff(mine, dump)
     assert keyed
     registered = False
     for op in keyed:
@@ -153,6 +163,12 @@ def _allowed_bytes(sp: Any, kg: int) -> dict[str, int]:
                     end = later[0] if later else sp.resolver.stream_size(h.delegate)
                     extent = end - start
             allowed[loc] = allowed.get(loc, 0) + header + extent
+            # listing an operator's states reads its operator-state header too (SQL window
+            # operators keep their watermark there); that file holds no keyed state
+            op_handle = getattr(st, "managed_operator", None)
+            op_loc = sp.resolver.location(op_handle.delegate) if op_handle is not None else None
+            if op_loc is not None:
+                allowed[op_loc] = sp.resolver.stream_size(op_handle.delegate)
     return allowed
 
 

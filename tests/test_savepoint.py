@@ -13,7 +13,7 @@ import statequery
 from statequery.exceptions import NoSuchOperatorError, NoSuchStateError, SavepointNotFoundError
 from statequery.io import FileIO
 from statequery.savepoint import STATE_META_COLUMNS, Savepoint
-from tests.conftest import fixture_dir, fixture_record, fixture_records
+from tests.conftest import dump_entries, fixture_dir, fixture_record, fixture_records
 
 
 def _strip_notes(t: str) -> str:
@@ -66,8 +66,15 @@ def test_every_generated_state_is_listed_with_kind_and_types(record: dict[str, A
     # the SQL job's KeyedProcessOperator registers (empty) timer queues the manifest leaves out:
     # they are real states of the header, listed like any other
     extra = set(got) - set(want)
-    assert all(got[k]["kind"] in ("event_timer", "processing_timer") for k in extra)
-    assert not extra or record["job"] == "sql"
+    if record.get("expected") == "subset":
+        # SQL operator fixtures declare the states Flink's restore holds entries for; states that
+        # are registered but empty (CEP's shared buffer before any match, unused timer queues)
+        # are listed too
+        dumped = {(e["operator_id"], e["state"]) for e in dump_entries(record["name"])}
+        assert not (extra & dumped)
+    else:
+        assert all(got[k]["kind"] in ("event_timer", "processing_timer") for k in extra)
+        assert not extra or record["job"] == "sql"
     for key, (op, s) in want.items():
         r = got[key]
         assert r["kind"] == s["kind"]

@@ -126,9 +126,17 @@ def _length_suffix(buf: bytes, pos: int, expected: int, what: str) -> int:
     return pos + n
 
 
+def _missing_serializer(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
+    raise UnsupportedFormatError(
+        "state has no serializer for this part (its header could not be read past an unknown "
+        "serializer)"
+    )
+
+
 def _slot_reader(spec: SerializerSpec | None) -> Reader:
     if spec is None:
-        raise UnsupportedFormatError("state has no serializer for this part")
+        # an empty state reads fine; the first entry raises (typed)
+        return Reader(None, _missing_serializer)
     if not spec.decodable:
         return raw_reader()
     return reader_for(spec)

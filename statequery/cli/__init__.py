@@ -1,7 +1,10 @@
 """The ``statequery`` console script.
 
     statequery inspect PATH [--json]        operators and states of a savepoint/checkpoint
-    statequery snapshot PATH [--out FILE]   write the StateMeta snapshot (next to _metadata)
+    statequery snapshot PATH [--out FILE] [--plan PLAN.json]
+                                           write the StateMeta snapshot (next to _metadata);
+                                           with a Flink SQL compiled plan, SQL state gets the
+                                           query's column names
     statequery read PATH TABLE | --operator OP --state NAME [--key K] [--mode M]
                     [--limit N] [--json | --out FILE.parquet|.csv|.arrow]
                                             the rows of one state
@@ -49,6 +52,11 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("snapshot", help="write the StateMeta snapshot")
     s.add_argument("path", help="savepoint/checkpoint directory, its _metadata, or a URI")
     s.add_argument("--out", help="where to write it (default: next to _metadata)")
+    s.add_argument(
+        "--plan",
+        help="the job's Flink SQL compiled plan (COMPILE PLAN / EXPLAIN PLAN ... JSON): kept in "
+        "the snapshot, it names SQL state tables and their RowData columns",
+    )
 
     r = sub.add_parser("read", help="the rows of one state")
     r.add_argument("path", help="savepoint/checkpoint directory, its _metadata, or a URI")
@@ -479,9 +487,10 @@ def _main(argv: Sequence[str] | None) -> int:
                 _print_rows(table, "sql")
             return 0
         if args.command == "snapshot":
-            sp = Savepoint.open(args.path, use_snapshot=False)
+            sp = Savepoint.open(args.path, use_snapshot=False, plan=args.plan)
             where = sp.write_snapshot(args.out)
-            print(f"wrote StateMeta snapshot {where} ({len(sp.states)} states)")
+            named = f", {len(sp.plan_nodes)} operators named by the plan" if args.plan else ""
+            print(f"wrote StateMeta snapshot {where} ({len(sp.states)} states{named})")
             return 0
     except StatequeryError as e:
         print(f"statequery: {e}", file=sys.stderr)

@@ -223,6 +223,10 @@ class StateMeta:
     metadata_sha256: str
     operators: tuple[OperatorInfo, ...] = ()
     statequery_version: str = ""
+    #: A Flink SQL compiled plan (JSON text) attached with ``statequery snapshot --plan``: it names
+    #: the RowData columns of the job's state (statequery.metadata.plan). The specs above stay as
+    #: the headers say (``f0, f1, ...``); names are applied when the savepoint is opened.
+    plan: str | None = None
 
     @property
     def states(self) -> tuple[StateInfo, ...]:
@@ -342,13 +346,16 @@ def sql_identifier(text: str) -> str:
     return ident
 
 
-def assign_table_names(operators: Iterable[OperatorInfo]) -> tuple[OperatorInfo, ...]:
-    """Give each state a unique ``<operator uid|name|id>__<state>`` table name."""
+def assign_table_names(
+    operators: Iterable[OperatorInfo], stems: dict[str, str] | None = None
+) -> tuple[OperatorInfo, ...]:
+    """Give each state a unique ``<operator uid|name|id>__<state>`` table name (``stems`` by
+    operator id replace the operator part, e.g. ``10_group_aggregate`` from a compiled plan)."""
     ops = list(operators)
     taken: set[str] = set()
     out = []
     for op in ops:
-        base = sql_name(op.uid or op.name or op.operator_id)
+        base = sql_name((stems or {}).get(op.operator_id) or op.uid or op.name or op.operator_id)
         states = []
         for s in op.states:
             name = f"{base}__{sql_name(s.name)}"
@@ -525,6 +532,7 @@ def dumps(meta: StateMeta) -> bytes:
         "format": meta.format,
         "backend": meta.backend,
         "operators": [_operator_to(op) for op in meta.operators],
+        "plan": meta.plan,
     }
     return msgpack.packb(doc, use_bin_type=True)  # type: ignore[no-any-return]
 
@@ -560,6 +568,7 @@ def loads(data: bytes, source: str = "StateMeta snapshot") -> StateMeta:
             metadata_sha256=doc["metadata"]["sha256"],
             operators=tuple(_operator_from(op) for op in doc["operators"]),
             statequery_version=doc.get("statequery_version", ""),
+            plan=doc.get("plan"),
         )
     except CorruptStateError:
         raise

@@ -15,6 +15,7 @@ type and fields such as ``length``, ``precision``, ``scale`` and ``isNullable`` 
 from __future__ import annotations
 
 import io
+import logging
 from typing import Any
 
 from statequery.decoder import Decoder
@@ -75,6 +76,13 @@ _CLASS_ROOTS = {
     "DescriptorType": "DESCRIPTOR",
     "BitmapType": "BITMAP",
 }
+
+
+# javaobj logs a state dump at ERROR level before it raises; its failures become typed errors here
+# (or a state listed as not decodable), so its own log output would only be noise on stderr.
+_javaobj_log = logging.getLogger("javaobj")
+_javaobj_log.addHandler(logging.NullHandler())
+_javaobj_log.propagate = False
 
 
 def read_java_object(decoder: Decoder, what: str = "Java-serialized object") -> Any:

@@ -238,3 +238,29 @@ def test_key_groups_outside_the_range_read_nothing(spark) -> None:  # type: igno
         .option("key_groups", "100000").load(str(fixture_dir(CANONICAL)))
     )
     assert df.count() == 0
+
+
+def test_sql_state_with_the_query_names(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A savepoint whose StateMeta snapshot carries the job's compiled plan: the Spark table of
+    the Top-N state shows the query's columns (issue: names from the query)."""
+    import shutil
+
+    import statequery
+    from statequery.cli import main
+    from tests.conftest import FIXTURES
+
+    src = fixture_dir("sql-ops-hashmap-native")
+    copy = tmp_path / src.name
+    shutil.copytree(src, copy)
+    assert main(["snapshot", str(copy), "--plan", str(FIXTURES / "plans" / "sql-ops.json")]) == 0
+    rank = next(o for o in statequery.open(str(copy)).operators if o.name.startswith("Rank["))
+    df = (
+        spark.read.format("statequery").option("operator", rank.operator_id)
+        .option("state", "data-state-with-append").load(str(copy))
+    )
+    assert df.schema["key"].dataType.fieldNames() == ["category"]
+    assert df.schema["user_key"].dataType.fieldNames() == ["amount"]
+    assert df.schema["value"].dataType.elementType.fieldNames() == ["id", "amount", "category"]
+    rows = df.where("key.category = 'books'").collect()
+    assert max(r["user_key"]["amount"] for r in rows) == 100
+    assert all(v["category"] == "books" for r in rows for v in r["value"])

@@ -1,0 +1,444 @@
+"""Flink SQL compiled plans: the column names of a SQL job's state.
+
+The state of a Flink SQL job is ``RowData`` without field names (``f0, f1, ...``) in operators
+whose uids are generated. The compiled plan (``COMPILE PLAN``, ``EXPLAIN PLAN ... JSON``,
+``StatementSet.compilePlan``) describes every node: its id, kind, the states it declares and its
+input/output row types with the column names the query used. This module
+
+* parses a plan (:func:`parse_plan`),
+* matches plan nodes to a savepoint's operators (:func:`match_operators`): a job run from a
+  compiled plan has uids ``<node id>_<transformation>``; otherwise Flink names operators
+  ``GroupAggregate[7]`` with the node id in brackets. A match must agree on the node id *and* the
+  operator kind; an operator that matches nothing, or two operators claiming one node, are left
+  unnamed (never guessed),
+* names the RowData columns of each state of a matched operator (:func:`name_state`): keys by the
+  node's grouping/partition/join keys, stored input rows by the input's columns, accumulators by
+  the aggregate calls, each only when the arity agrees with what the plan says.
+
+Without a plan nothing changes. Names are applied to the serializer specs (so ``state_meta`` types
+and the Arrow schemas of reads both show them); the bytes are read exactly as before.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from statequery.exceptions import InvalidOptionError
+from statequery.serializers.spec import (
+    ListSpec,
+    MapSpec,
+    NullableSpec,
+    RowDataSpec,
+    SerializerSpec,
+    SqlField,
+    TimerSpec,
+    TtlSpec,
+    TupleSpec,
+)
+
+__all__ = [
+    "CompiledPlan",
+    "accumulator_layouts",
+    "apply_plan",
+    "name_operator",
+    "choosers",
+    "rename_layout",
+    "PlanNode",
+    "match_operators",
+    "operator_kind",
+    "parse_plan",
+    "table_stem",
+]
+
+
+@dataclass(frozen=True)
+class PlanNode:
+    id: int
+    type: str  # e.g. "stream-exec-group-aggregate_1"
+    raw: dict[str, Any]
+    output: tuple[str, ...]  # output column names
+    inputs: tuple[int, ...] = ()  # input node ids, in input order
+
+    @property
+    def kind(self) -> str:
+        """``group-aggregate`` of ``stream-exec-group-aggregate_1``."""
+        t = re.sub(r"_\d+$", "", self.type)
+        for prefix in ("stream-exec-", "batch-exec-"):
+            if t.startswith(prefix):
+                return t[len(prefix):]
+        return t
+
+
+@dataclass(frozen=True)
+class CompiledPlan:
+    nodes: dict[int, PlanNode]
+    flink_version: str = ""
+    text: str = field(default="", repr=False)
+
+    def input_columns(self, node: PlanNode, index: int = 0) -> tuple[str, ...] | None:
+        if index >= len(node.inputs):
+            return None
+        src = self.nodes.get(node.inputs[index])
+        return src.output if src is not None else None
+
+
+def _split_top(s: str) -> list[str]:
+    """Split ``s`` at commas outside <>, () and backticks."""
+    out: list[str] = []
+    cur: list[str] = []
+    depth, tick = 0, False
+    for ch in s:
+        if ch == "`":
+            tick = not tick
+        elif not tick and ch in "<(":
+            depth += 1
+        elif not tick and ch in ">)":
+            depth -= 1
+        if ch == "," and depth == 0 and not tick:
+            out.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    if cur:
+        out.append("".join(cur))
+    return out
+
+
+def row_field_names(row_type: Any) -> tuple[str, ...]:
+    """Column names of a plan's row type: ``ROW<`a` INT, `b` STRING>`` or ``{"type": "ROW",
+    "fields": [{"name": ...}]}``."""
+    if isinstance(row_type, dict):
+        return tuple(str(f.get("name", "")) for f in row_type.get("fields", []))
+    if not isinstance(row_type, str):
+        return ()
+    s = row_type.strip()
+    if s.endswith("NOT NULL"):
+        s = s[: -len("NOT NULL")].strip()
+    if not (s.startswith("ROW<") and s.endswith(">")):
+        return ()
+    names = []
+    for part in _split_top(s[4:-1]):
+        part = part.strip()
+        if part.startswith("`"):
+            end = part.find("`", 1)
+            while end + 1 < len(part) and part[end + 1] == "`":  # `` escapes a backtick
+                end = part.find("`", end + 2)
+            names.append(part[1:end].replace("``", "`"))
+        else:
+            names.append(part.split(" ", 1)[0])
+    return tuple(names)
+
+
+def parse_plan(text: str | bytes, source: str = "compiled plan") -> CompiledPlan:
+    """Parse a compiled plan's JSON; :class:`InvalidOptionError` naming ``source`` if it is not
+    one."""
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise InvalidOptionError(f"{source}: not JSON: {e}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list):
+        raise InvalidOptionError(f"{source}: not a Flink compiled plan (no \"nodes\" list)")
+    inputs: dict[int, list[int]] = {}
+    for edge in doc.get("edges") or []:
+        if isinstance(edge, dict) and isinstance(edge.get("target"), int):
+            inputs.setdefault(edge["target"], []).append(int(edge["source"]))
+    nodes = {}
+    for n in doc["nodes"]:
+        if not isinstance(n, dict) or not isinstance(n.get("id"), int):
+            raise InvalidOptionError(f"{source}: a node without an integer id")
+        nodes[n["id"]] = PlanNode(
+            n["id"], str(n.get("type", "")), n, row_field_names(n.get("outputType")),
+            tuple(inputs.get(n["id"], ())),
+        )
+    raw = text.decode("utf-8") if isinstance(text, bytes) else text
+    return CompiledPlan(nodes, str(doc.get("flinkVersion", "")), raw)
+
+
+# -- matching ------------------------------------------------------------------------------------
+
+_UID = re.compile(r"^(\d+)_([a-z0-9-]+)$")
+_NAME = re.compile(r"^([A-Za-z]+)\[(\d+)\]")
+
+
+def operator_kind(name: str) -> str:
+    """``group-aggregate`` of an operator name ``GroupAggregate[7]``."""
+    m = _NAME.match(name)
+    base = m.group(1) if m else name
+    return re.sub(r"(?<!^)(?=[A-Z])", "-", base).lower()
+
+
+# operator name kinds that differ from their node kind
+_NAME_KIND = {"sink-materializer": "sink", "constraint-enforcer": "sink"}
+
+
+def _node_of(plan: CompiledPlan, uid: str, name: str) -> int | None:
+    m = _UID.match(uid or "")
+    by_uid = int(m.group(1)) if m else None
+    n = _NAME.match(name or "")
+    by_name = int(n.group(2)) if n else None
+    if by_uid is not None and by_name is not None and by_uid != by_name:
+        return None  # contradicting: refuse
+    node_id = by_uid if by_uid is not None else by_name
+    if node_id is None or node_id not in plan.nodes:
+        return None
+    if n is not None:
+        kind = operator_kind(name)
+        node_kind = plan.nodes[node_id].kind
+        if _NAME_KIND.get(kind, kind) != node_kind:
+            return None  # the name's kind is not the node's: a different plan
+    return node_id
+
+
+def match_operators(plan: CompiledPlan, operators: Iterable[Any]) -> dict[str, PlanNode]:
+    """operator id -> its plan node, for the operators that match one node unambiguously.
+
+    ``operators`` have ``operator_id``, ``uid`` and ``name``. Several operators of one node
+    (a sink's writer, constraint enforcer and materializer) share it only when their kinds differ;
+    two operators of the same kind claiming one node match nothing.
+    """
+    claims: dict[tuple[int, str], list[str]] = {}
+    for op in operators:
+        node_id = _node_of(plan, getattr(op, "uid", "") or "", getattr(op, "name", "") or "")
+        if node_id is not None:
+            claims.setdefault((node_id, operator_kind(op.name or "")), []).append(op.operator_id)
+    out = {}
+    for (node_id, _), ids in claims.items():
+        if len(ids) == 1:
+            out[ids[0]] = plan.nodes[node_id]
+    return out
+
+
+def table_stem(node: PlanNode, operator_name: str) -> str:
+    """``<node>_<operator kind>``, e.g. ``10_group_aggregate`` or ``140_sink_materializer``."""
+    return f"{node.id}_{operator_kind(operator_name).replace('-', '_')}"
+
+
+# -- naming ---------------------------------------------------------------------------------------
+
+
+def _pick(names: tuple[str, ...] | None, indices: Any) -> tuple[str, ...] | None:
+    if names is None or not isinstance(indices, list):
+        return None
+    try:
+        return tuple(names[i] for i in indices)
+    except (IndexError, TypeError):
+        return None
+
+
+def _fields(spec: Any, *path: str) -> Any:
+    for p in path:
+        if not isinstance(spec, dict):
+            return None
+        spec = spec.get(p)
+    return spec
+
+
+def key_columns(plan: CompiledPlan, node: PlanNode) -> tuple[str, ...] | None:
+    """The names of the key columns of a keyed SQL operator, from its node."""
+    raw = node.raw
+    inp = plan.input_columns(node, 0)
+    k = node.kind
+    if k in ("group-aggregate", "global-group-aggregate", "local-window-aggregate",
+             "global-window-aggregate", "window-aggregate"):
+        if k == "global-group-aggregate":
+            # grouping indices refer to the local aggregation's input row
+            local_in = row_field_names(raw.get("localAggInputRowType"))
+            return _pick(local_in or inp, raw.get("grouping"))
+        if k == "global-window-aggregate":
+            local_in = row_field_names(raw.get("localAggInputRowType"))
+            return _pick(local_in or inp, raw.get("grouping"))
+        return _pick(inp, raw.get("grouping"))
+    if k == "incremental-group-aggregate":
+        # keyed by the partial grouping (group key + distinct hash bucket) over its input
+        return _pick(inp, raw.get("partialAggGrouping"))
+    if k == "rank":
+        return _pick(inp, _fields(raw, "partition", "fields"))
+    if k == "window-rank":
+        return _pick(inp, _fields(raw, "partitionSpec", "fields"))
+    if k == "window-deduplicate":
+        return _pick(inp, raw.get("partitionKeys"))
+    if k in ("deduplicate", "changelog-normalize"):
+        return _pick(inp, raw.get("uniqueKeys"))
+    if k in ("join", "temporal-join"):
+        return _pick(inp, _fields(raw, "joinSpec", "leftKeys"))
+    if k == "interval-join":
+        return _pick(inp, _fields(raw, "intervalJoinSpec", "joinSpec", "leftKeys"))
+    if k == "over-aggregate":
+        return _pick(inp, _fields(raw, "overSpec", "partition", "fields"))
+    if k == "match":
+        return _pick(inp, _fields(raw, "matchSpec", "partition", "fields"))
+    if k == "sink":  # the upsert materializer is keyed by the sink's primary key
+        return _sink_pk(node)
+    return None
+
+
+def _sink_schema(node: PlanNode) -> Any:
+    return _fields(node.raw, "dynamicTableSink", "table", "resolvedTable", "schema")
+
+
+def _sink_pk(node: PlanNode) -> tuple[str, ...] | None:
+    pk = _fields(_sink_schema(node), "primaryKey", "columns")
+    return tuple(str(c) for c in pk) if isinstance(pk, list) and pk else None
+
+
+def _sink_columns(node: PlanNode) -> tuple[str, ...] | None:
+    cols = _fields(_sink_schema(node), "columns")
+    if not isinstance(cols, list):
+        return None
+    return tuple(str(c.get("name", "")) for c in cols if isinstance(c, dict))
+
+
+def accumulator_layouts(node: PlanNode) -> list[tuple[str, ...]]:
+    """Accumulator field names of an aggregation, as Flink's generated aggregate handler lays
+    them out: one field per aggregate call (named after its output column), then ``count1`` (the
+    input row count Flink adds when the node handles retractions), then one placeholder per
+    distinct view (``<call>_distinct_view``). Used only when the accumulator has that arity."""
+    calls = node.raw.get("aggCalls")
+    if not isinstance(calls, list):
+        return []
+    # an aggregate's name, else its output column (aggregates follow the grouping columns)
+    grouping = node.raw.get("grouping")
+    first = len(grouping) if isinstance(grouping, list) else 0
+    out = node.output
+
+    def name(i: int, call: Any) -> str:
+        if isinstance(call, dict) and call.get("name"):
+            return str(call["name"])
+        return out[first + i] if first + i < len(out) else f"agg{i}"
+
+    names = tuple(name(i, c) for i, c in enumerate(calls))
+    views = tuple(f"{n}_distinct_view" for n, c in zip(names, calls, strict=True)
+                  if c.get("distinct"))
+    count1 = ("count1",) if node.raw.get("needRetraction") else ()
+    return [names + count1 + views]
+
+
+def _rename_rows(spec: SerializerSpec | None,
+                 choose: Callable[[int], tuple[str, ...] | None]) -> SerializerSpec | None:
+    """``spec`` with each RowData (at any nesting of list/map/tuple/TTL) renamed by
+    ``choose(arity)`` when that gives names of the same arity."""
+    return None if spec is None else _rename(spec, choose)
+
+
+def _rename(spec: SerializerSpec, choose: Callable[[int], tuple[str, ...] | None]
+            ) -> SerializerSpec:
+    if isinstance(spec, RowDataSpec):
+        fields = spec.type.fields
+        names = choose(len(fields))
+        if names is None or len(names) != len(fields) or len(set(names)) != len(names):
+            return spec
+        new = tuple(SqlField(n, f.type, f.description) for n, f in zip(names, fields, strict=True))
+        return replace(spec, type=replace(spec.type, fields=new))
+    if isinstance(spec, ListSpec):
+        return replace(spec, element=_rename(spec.element, choose))
+    if isinstance(spec, MapSpec):
+        return replace(spec, key=_rename(spec.key, choose),
+                       value=_rename_rows(spec.value, choose))
+    if isinstance(spec, (TtlSpec, NullableSpec)):
+        return replace(spec, inner=_rename(spec.inner, choose))
+    if isinstance(spec, TupleSpec):
+        return replace(spec, fields=tuple(_rename(f, choose) for f in spec.fields))
+    return spec
+
+
+def _by_arity(*candidates: tuple[str, ...] | None) -> Callable[[int], tuple[str, ...] | None]:
+    def choose(arity: int) -> tuple[str, ...] | None:
+        fitting = [c for c in candidates if c is not None and len(c) == arity]
+        # two different candidates of one arity: ambiguous, leave f0..fn
+        return fitting[0] if fitting and all(c == fitting[0] for c in fitting) else None
+
+    return choose
+
+
+Chooser = Callable[[int], "tuple[str, ...] | None"]
+
+
+def choosers(plan: CompiledPlan, node: PlanNode, state: str) -> tuple[Chooser, Chooser, Chooser]:
+    """Name choosers (arity -> names) for the key, user key and value RowData of one state of
+    ``node``'s operator."""
+    inp = plan.input_columns(node, 0)
+    k = node.kind
+    key = _by_arity(key_columns(plan, node))
+    rows: tuple[str, ...] | None = inp
+    if k in ("join", "interval-join", "temporal-join"):
+        right = plan.input_columns(node, 1)
+        if "right" in state.lower():
+            rows = right
+            spec = node.raw.get("joinSpec") or _fields(node.raw, "intervalJoinSpec", "joinSpec")
+            key = _by_arity(_pick(right, _fields(spec, "rightKeys")))
+    if k == "sink":  # the materializer keeps the rows written to the sink table
+        rows = _sink_columns(node) or inp
+    value = _by_arity(rows)
+    user_key = value
+    if state in ("accState", "window-aggs"):
+        layouts = accumulator_layouts(node)
+
+        def value(n: int) -> tuple[str, ...] | None:
+            return next((c for c in layouts if len(c) == n), None)
+
+    elif k in ("rank", "window-rank"):
+        order = _fields(node.raw, "orderBy", "fields") or _fields(node.raw, "sortSpec", "fields")
+        if isinstance(order, list):
+            user_key = _by_arity(_pick(inp, [f.get("index") for f in order]))
+    return key, user_key, value
+
+
+def _rename_value(spec: SerializerSpec | None, kc: Chooser, uc: Chooser,
+                  vc: Chooser) -> SerializerSpec | None:
+    if isinstance(spec, MapSpec):
+        return replace(spec, key=_rename(spec.key, uc), value=_rename_rows(spec.value, vc))
+    if isinstance(spec, TimerSpec):
+        return replace(spec, key=_rename(spec.key, kc))
+    return _rename_rows(spec, vc)
+
+
+def rename_layout(plan: CompiledPlan, node: PlanNode, layout: Any) -> Any:
+    """A :class:`~statequery.arrow.schemas.StateLayout` with the query's column names."""
+    kc, uc, vc = choosers(plan, node, layout.name)
+    return replace(layout, key=_rename_rows(layout.key, kc),
+                   user_key=_rename_rows(layout.user_key, uc),
+                   value=_rename_value(layout.value, kc, uc, vc),
+                   state_value=_rename_value(layout.state_value, kc, uc, vc))
+
+
+def name_operator(plan: CompiledPlan, node: PlanNode, op: Any) -> Any:
+    """An :class:`~statequery.metadata.statemeta.OperatorInfo` whose states' specs (and the
+    serializers their layouts come from) carry the query's column names."""
+    states = []
+    for s in op.states:
+        kc, uc, vc = choosers(plan, node, s.name)
+        sers = dict(s.serializers)
+        for k, v in sers.items():
+            if k == "VALUE_SERIALIZER":
+                sers[k] = _rename_value(v, kc, uc, vc)
+            elif k in ("KEY_SERIALIZER", "USER_KEY_SERIALIZER") and s.kind in ("map",
+                                                                              "broadcast"):
+                sers[k] = _rename_rows(v, uc)
+        states.append(replace(
+            s, key_spec=_rename_rows(s.key_spec, kc),
+            user_key_spec=_rename_rows(s.user_key_spec, uc),
+            value_spec=_rename_value(s.value_spec, kc, uc, vc), serializers=sers))
+    key_spec = _rename_rows(op.key_spec, _by_arity(key_columns(plan, node)))
+    return replace(op, key_spec=key_spec, states=tuple(states))
+
+
+def apply_plan(meta: Any, plan: CompiledPlan) -> Any:
+    """A :class:`~statequery.metadata.statemeta.StateMeta` whose matched operators' states carry
+    the query's column names and ``<node>_<operator kind>__<state>`` table names."""
+    from statequery.metadata.statemeta import assign_table_names
+
+    nodes = match_operators(plan, meta.operators)
+    ops = []
+    stems = {}
+    for op in meta.operators:
+        node = nodes.get(op.operator_id)
+        if node is None:
+            ops.append(op)
+            continue
+        stems[op.operator_id] = table_stem(node, op.name)
+        ops.append(name_operator(plan, node, op))
+    return replace(meta, operators=assign_table_names(ops, stems), plan=plan.text)

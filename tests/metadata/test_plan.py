@@ -1,0 +1,217 @@
+"""Flink SQL compiled plans name SQL state (statequery.metadata.plan, docs/decoding.md).
+
+The plan is the one Flink compiled for the fixture job (tests/fixtures/plans/sql-ops.json, written
+by examples/flink-jobs/sql_operators_job.py, which then executed exactly that plan)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import statequery
+from statequery.exceptions import InvalidOptionError
+from statequery.metadata.plan import (
+    accumulator_layouts,
+    match_operators,
+    operator_kind,
+    parse_plan,
+    row_field_names,
+)
+from tests.conftest import FIXTURES, fixture_dir
+
+OPS = "sql-ops-hashmap-native"
+PLAN = FIXTURES / "plans" / "sql-ops.json"
+
+
+def _open(name: str = OPS, plan: Path | None = PLAN) -> Any:
+    return statequery.open(str(fixture_dir(name)), use_snapshot=False,
+                           plan=None if plan is None else str(plan))
+
+
+def _op(sp: Any, kind: str, index: int = 0) -> Any:
+    ops = sorted((o for o in sp.operators if o.name.split("[")[0] == kind),
+                 key=lambda o: int(o.name.split("[")[1].split("]")[0]))
+    return ops[index]
+
+
+def _types(sp: Any, op: Any, state: str) -> dict[str, str]:
+    row = next(r for r in sp.state_meta().to_pylist()
+               if r["operator_id"] == op.operator_id and r["state_name"] == state)
+    return {k: row[k] for k in ("key_type", "user_key_type", "value_type", "table_name")}
+
+
+# -- parsing and matching -------------------------------------------------------------------------
+
+
+def test_row_types_and_bad_plans(tmp_path: Path) -> None:
+    assert row_field_names("ROW<`a` INT, `b,c` ROW<`x` DECIMAL(10, 2)>, `d` MAP<STRING, INT>> "
+                           "NOT NULL") == ("a", "b,c", "d")
+    assert row_field_names({"type": "ROW", "fields": [{"name": "k", "fieldType": "INT"}]}) == (
+        "k",)
+    with pytest.raises(InvalidOptionError, match="plan.json: not JSON"):
+        parse_plan("{", "plan.json")
+    with pytest.raises(InvalidOptionError, match="not a Flink compiled plan"):
+        parse_plan(json.dumps({"flinkVersion": "2.3"}), "x")
+    bad = tmp_path / "plan.json"
+    bad.write_text("[]")
+    with pytest.raises(InvalidOptionError, match=str(bad)):
+        statequery.open(str(fixture_dir(OPS)), plan=str(bad))
+
+
+def test_matching_refuses_to_guess() -> None:
+    plan = parse_plan(json.dumps({"nodes": [
+        {"id": 7, "type": "stream-exec-group-aggregate_1", "outputType": "ROW<`k` INT>"},
+        {"id": 9, "type": "stream-exec-join_1", "outputType": "ROW<`k` INT>"},
+        {"id": 12, "type": "stream-exec-sink_2", "outputType": "ROW<`k` INT>"},
+    ]}))
+    op = SimpleNamespace
+    got = match_operators(plan, [
+        op(operator_id="a", uid="", name="GroupAggregate[7]"),  # by name
+        op(operator_id="b", uid="9_join", name="Join[9]"),  # by uid (and name)
+        op(operator_id="c", uid="", name="Rank[9]"),  # node 9 is no rank: no match
+        op(operator_id="d", uid="7_group-aggregate", name="Join[9]"),  # contradicting
+        op(operator_id="e", uid="", name="SinkMaterializer[12]"),
+        op(operator_id="f", uid="", name="ConstraintEnforcer[12]"),
+        op(operator_id="g", uid="", name="Calc[99]"),  # not in the plan
+    ])
+    assert {k: v.id for k, v in got.items()} == {"a": 7, "b": 9, "e": 12, "f": 12}
+    # two operators of one kind claiming one node: neither is named
+    twice = match_operators(plan, [op(operator_id="x", uid="", name="GroupAggregate[7]"),
+                                   op(operator_id="y", uid="", name="GroupAggregate[7]")])
+    assert twice == {}
+    assert operator_kind("GlobalWindowAggregate[17]") == "global-window-aggregate"
+
+
+def test_every_stateful_operator_of_the_fixture_matches_its_node() -> None:
+    sp = _open()
+    nodes = sp.plan_nodes
+    keyed = [o for o in sp.operators if any(s.keyed for s in o.states)]
+    assert keyed and all(o.operator_id in nodes for o in keyed)
+    for o in keyed:
+        assert o.uid.startswith(f"{nodes[o.operator_id].id}_")
+
+
+# -- names in state_meta, reads and lookups ------------------------------------------------------
+
+
+def test_group_aggregation_names() -> None:
+    sp = _open()
+    op = next(o for o in sp.operators if any(s.name == "distinctAcc_0" for s in o.states))
+    t = _types(sp, op, "accState")
+    node = sp.plan_nodes[op.operator_id].id
+    assert t["table_name"] == f"{node}_group_aggregate__accstate"
+    assert t["key_type"] == "ROW<category STRING>"
+    assert t["value_type"].startswith("ROW<users BIGINT, user_list ROW<list RAW(")
+    row = sp.read(t["table_name"], key={"category": "books"}).to_pylist()
+    assert len(row) == 1 and row[0]["key"] == {"category": "books"}
+    acc = row[0]["value"]
+    # one field per aggregate, then the retraction row count and the distinct view placeholder
+    assert list(acc) == ["users", "user_list", "min_total", "max_total", "first_user",
+                         "last_user", "count1", "users_distinct_view"]
+    assert acc["users"] == 6 and acc["count1"] == 6 and acc["users_distinct_view"] is None
+    assert acc["max_total"]["max"] == 334 and acc["first_user"]["firstValue"] == "user-4"
+    # user_totals: a plain aggregation without retraction
+    plain = next(o for o in sp.operators if o.name.startswith("GroupAggregate")
+                 and _types(sp, o, "accState")["key_type"] == "ROW<category STRING, user STRING>"
+                 and "cnt" in _types(sp, o, "accState")["value_type"])
+    names = sp.read(plain.operator_id, "accState").schema.field("value").type
+    assert [names.field(i).name for i in range(names.num_fields)] == [
+        "cnt", "total", "first_amount", "last_amount", "max_amount"]
+
+
+def test_join_names_and_counts() -> None:
+    sp = _open()
+    inner = _op(sp, "Join", 0)  # join_inner: no unique key on either side
+    t = _types(sp, inner, "left-records")
+    assert (t["key_type"], t["user_key_type"], t["value_type"]) == (
+        "ROW<user STRING>", "ROW<user STRING, id BIGINT>", "INT")
+    rows = sp.read(inner.operator_id, "left-records", key={"user": "user-0"}).to_pylist()
+    # the even ids of user-0 (0, 6, 12, ...), each seen once
+    assert sorted(r["user_key"]["id"] for r in rows) == list(range(0, 60, 6))
+    assert all(r["value"] == 1 and r["user_key"]["user"] == "user-0" for r in rows)
+    unique = _op(sp, "Join", 2)  # join_unique: both sides keyed by user
+    right = sp.read(unique.operator_id, "right-records").to_pylist()
+    assert {r["value"]["user"]: r["value"]["total"] for r in right}["user-2"] == sum(
+        (i * 37) % 101 for i in range(2, 60, 6))
+
+
+def test_top_n_and_window_names() -> None:
+    sp = _open()
+    rank = _op(sp, "Rank")
+    t = _types(sp, rank, "data-state-with-append")
+    assert (t["key_type"], t["user_key_type"]) == ("ROW<category STRING>", "ROW<amount INTEGER>")
+    assert t["value_type"] == "ARRAY<ROW<id BIGINT, amount INTEGER, category STRING>>"
+    tumble = _op(sp, "GlobalWindowAggregate")
+    rows = sp.read(tumble.operator_id, "window-aggs").to_pylist()
+    assert rows and set(rows[0]["key"]) == {"category"}
+    assert set(rows[0]["value"]) == {"cnt", "total"}
+    assert sum(r["value"]["cnt"] for r in rows) == 60  # every event in one tumbling slice
+    wrank = _op(sp, "WindowRank")
+    assert _types(sp, wrank, "window_rank")["user_key_type"] == "ROW<amount INTEGER>"
+    mat = _op(sp, "SinkMaterializer")
+    t = _types(sp, mat, "values")
+    assert t["key_type"] == "ROW<category STRING NOT NULL>"
+    assert t["value_type"] == "ARRAY<ROW<category STRING NOT NULL, user STRING, total INTEGER>>"
+
+
+def test_lookup_with_the_query_names_equals_a_filtered_read() -> None:
+    sp = _open()
+    result = sp.lookup({"category": "books"})
+    rank = _op(sp, "Rank")
+    label = next(k for k in result if k[1] == "data-state-with-append")
+    whole = sp.read(rank.operator_id, "data-state-with-append").to_pylist()
+    assert result[label].to_pylist() == [r for r in whole if r["key"] == {"category": "books"}]
+    # two-field keys are not mixed up with one-field ones
+    assert all(set(t.column("key")[0].as_py()) == {"category"} for t in result.values())
+
+
+def test_without_a_plan_nothing_changes() -> None:
+    sp = _open(plan=None)
+    rank = _op(sp, "Rank")
+    t = _types(sp, rank, "data-state-with-append")
+    assert t["key_type"] == "ROW<f0 STRING>"
+    assert t["table_name"].endswith("__data_state_with_append")
+    rows = sp.read(rank.operator_id, "data-state-with-append").to_pylist()
+    assert rows[0]["key"].keys() == {"f0"}
+
+
+def test_snapshot_keeps_the_plan(tmp_path: Path) -> None:
+    from statequery.cli import main
+
+    src = fixture_dir(OPS)
+    copy = tmp_path / src.name
+    shutil.copytree(src, copy)
+    assert main(["snapshot", str(copy), "--plan", str(PLAN)]) == 0
+    sp = statequery.open(str(copy))  # no plan argument: the snapshot brings it
+    assert sp.from_snapshot and sp.sql_plan is not None
+    rank = _op(sp, "Rank")
+    assert _types(sp, rank, "data-state-with-append")["key_type"] == "ROW<category STRING>"
+    assert main(["snapshot", str(copy), "--plan", str(tmp_path / "missing.json")]) == 1
+
+
+def test_accumulator_layouts() -> None:
+    calls = [{"name": "n", "distinct": True}, {"name": "s"}]
+    plan = parse_plan(json.dumps({"nodes": [
+        {"id": 1, "type": "stream-exec-group-aggregate_1", "aggCalls": calls},
+        {"id": 2, "type": "stream-exec-group-aggregate_1", "aggCalls": calls,
+         "needRetraction": True}]}))
+    assert accumulator_layouts(plan.nodes[1]) == [("n", "s", "n_distinct_view")]
+    assert accumulator_layouts(plan.nodes[2]) == [("n", "s", "count1", "n_distinct_view")]
+
+
+def test_two_phase_and_split_distinct_names() -> None:
+    sp = _open("sql-minibatch-hashmap-native", FIXTURES / "plans" / "sql-minibatch.json")
+    totals = _op(sp, "GlobalGroupAggregate", 0)
+    assert _types(sp, totals, "accState")["value_type"] == (
+        "ROW<cnt BIGINT, total INTEGER, max_amount INTEGER>")
+    rows = sp.read(totals.operator_id, "accState", key={"category": "games"}).to_pylist()
+    assert rows[0]["value"]["cnt"] == 20
+    # the split distinct aggregation is keyed by the group key and the hash bucket ($f3)
+    incremental = _op(sp, "IncrementalGroupAggregate")
+    assert _types(sp, incremental, "distinctAcc_0")["key_type"] == (
+        "ROW<category STRING, $f3 INTEGER>")
