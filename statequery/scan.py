@@ -112,6 +112,11 @@ def normalize_key(key: Any, spec: SerializerSpec | None) -> Any:
 
 def _as_fields(key: Any, names: list[str]) -> Any:
     if isinstance(key, dict):
+        if set(key) != set(names):
+            # a key of another row type (a lookup over every operator skips this one)
+            raise InvalidOptionError(
+                f"key {key!r} has the fields {sorted(key)}, the key type {names}"
+            )
         return key
     if isinstance(key, (tuple, list)):
         if len(key) != len(names):
