@@ -111,3 +111,7 @@ def require_extra(module: str, extra: str, feature: str) -> None:
         importlib.import_module(module)
     except ImportError:
         raise MissingExtraError(feature, module, extra) from None
+
+
+class SavepointChangedError(StatequeryError):
+    """A table was set up over one savepoint, and the files at its location are now another."""

@@ -203,6 +203,11 @@ class Savepoint:
         return self._plan_nodes
 
     @property
+    def fingerprint(self) -> str:
+        """The SHA-256 (hex) of this savepoint's ``_metadata``: which savepoint this is."""
+        return fingerprint(self._metadata_bytes)[1]
+
+    @property
     def checkpoint_id(self) -> int:
         return self.meta.checkpoint_id
 

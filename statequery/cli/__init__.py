@@ -12,8 +12,13 @@
                                             everything every state holds for one key
     statequery spark-views [--catalog DIR] [DATABASE ...]
                                             CREATE TEMPORARY VIEW statements for spark-sql
-    statequery sql "SELECT ..." [--catalog DIR] [--json]
-                                            a SELECT over <database>.<table> (no Spark)
+    statequery sql "SELECT ..." [--catalog DIR] [--json] [--spark]
+                                            a SELECT over <database>.<table> (no Spark, or
+                                            in a local Spark with --spark)
+    statequery attach [PATH] [--database NAME] [--replace] [--print]
+                                            savepoints as persistent databases in Spark
+    statequery detach DATABASE ...          drop them again (savepoints untouched)
+    statequery shell [-- SPARK-SQL ARGS]    spark-sql with the catalog attached
 
 Errors print ``statequery: <message>`` on stderr and exit with status 1.
 """
@@ -84,6 +89,12 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("query", help="e.g. \"SELECT key, value FROM user_activity.user_state__count\"")
     q.add_argument("--catalog", help="the catalog folder (default: the shipped catalog/)")
     q.add_argument("--json", action="store_true", help="print JSON lines")
+    q.add_argument("--spark", action="store_true",
+                   help="run it in a local Spark (the catalog attached as databases)")
+    from statequery.cli.spark import _spark_args, add_parsers
+
+    _spark_args(q)
+    add_parsers(sub)
     return p
 
 
@@ -475,6 +486,11 @@ def _main(argv: Sequence[str] | None) -> int:
 
             print("\n".join(view_statements(args.catalog, args.databases)))
             return 0
+        from statequery.cli.spark import run as run_spark
+
+        spark_status = run_spark(args)
+        if spark_status is not None:
+            return spark_status
         if args.command == "sql":
             from statequery.sql import sql
 

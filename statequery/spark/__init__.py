@@ -23,6 +23,8 @@ Options (case-insensitive):
 ``key_groups_per_partition``    key groups in one Spark partition (default: one subtask's range)
 ``batch_size``                  rows per Arrow batch (default 65536)
 ``pushdown``                    ``auto``/``false`` (accepted, no effect); ``true`` is refused
+``fingerprint``                 the SHA-256 of the ``_metadata`` the read must find (set by
+                                ``attach`` and by ``CREATE TABLE ... USING statequery``)
 ==============================  ===================================================================
 
 Key pruning comes only from the options of a read (``key``, ``key_groups``), never from the
@@ -36,6 +38,7 @@ handle holding the wanted key groups.
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, fields, replace
@@ -43,12 +46,12 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from statequery.exceptions import InvalidOptionError, require_extra
+from statequery.exceptions import InvalidOptionError, SavepointChangedError, require_extra
 
 require_extra("pyspark", "spark", "the Spark data source")
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition  # noqa: E402
-from pyspark.sql.types import StructType  # noqa: E402
+from pyspark.sql.types import StructField, StructType  # noqa: E402
 
 if TYPE_CHECKING:
     from statequery.savepoint import Savepoint
@@ -84,15 +87,17 @@ class ReadOptions:
     key_groups_per_partition: int | None = None
     batch_size: int = 65536
     pushdown: str = "auto"
+    fingerprint: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
         if not options:
             raise InvalidOptionError(
-                "statequery got no options. Spark (4.x) gives Python data sources no options "
-                "when a persistent table (CREATE TABLE ... USING statequery) is queried: use "
-                "CREATE TEMPORARY VIEW name USING statequery OPTIONS (path '...', table '...') "
-                "instead (`statequery spark-views` prints them for a whole catalog)"
+                "statequery got no options: give 'path' (or 'database') and 'table'. Spark (4.x) "
+                "gives a Python data source no options when it reads a persistent table, so "
+                "statequery keeps them in the table's schema: create tables with "
+                "CREATE TABLE name USING statequery OPTIONS (path '...', table '...') or "
+                "`statequery attach`, never with a column list of your own"
             )
         valid = {f.name for f in fields(cls)}
         aliases = {"operator.uid": "operator", "operator.uid.hash": "operator",
@@ -148,6 +153,14 @@ class ReadOptions:
             raise InvalidOptionError("options 'operator' and 'state' go together")
         return opts
 
+    def to_json(self) -> str:
+        """The options that differ from the defaults, as JSON (what a table stores)."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        default = ReadOptions()
+        return json.dumps(
+            {k: v for k, v in values.items() if v != getattr(default, k)}, sort_keys=True
+        )
+
     @property
     def is_state_meta(self) -> bool:
         if self.table is not None:
@@ -155,26 +168,37 @@ class ReadOptions:
         return self.state is None
 
 
-_OPEN: dict[tuple[str, ...], Savepoint] = {}
+_OPEN: dict[tuple[str | None, ...], Savepoint] = {}
 
 
-def _open(opts: ReadOptions) -> tuple[Savepoint, str | None, str | None]:
-    """The savepoint and the (operator, state) the options name (cached per worker process)."""
+def _open(opts: ReadOptions, fresh: bool = False) -> tuple[Savepoint, str | None, str | None]:
+    """The savepoint and the (operator, state) the options name.
+
+    Savepoints are cached per process by location and expected fingerprint; ``fresh`` opens the
+    location again (planning does, so a query sees the files as they are now, and a checkpoint
+    folder its newest ``chk-N``). Readers get options resolved by :func:`_resolve`: an exact
+    ``_metadata`` location and its fingerprint, which every worker checks.
+    """
     import statequery
     from statequery.catalog import Catalog
 
     operator, state = opts.operator, opts.state
-    if opts.path is not None:
-        cache_key: tuple[str, ...] = ("path", opts.path)
-        if cache_key not in _OPEN:
-            _OPEN[cache_key] = statequery.open(opts.path)
-        sp = _OPEN[cache_key]
-    else:
-        assert opts.catalog is not None and opts.database is not None
-        cache_key = ("catalog", opts.catalog, opts.database)
-        if cache_key not in _OPEN:
-            _OPEN[cache_key] = Catalog(opts.catalog).savepoint(opts.database)
-        sp = _OPEN[cache_key]
+    cache_key = (opts.path, opts.catalog, opts.database, opts.fingerprint)
+    if fresh or cache_key not in _OPEN:
+        _OPEN.pop(cache_key, None)
+        if opts.path is not None:
+            sp = statequery.open(opts.path)
+        else:
+            assert opts.catalog is not None and opts.database is not None
+            sp = Catalog(opts.catalog).savepoint(opts.database)
+        if opts.fingerprint is not None and sp.fingerprint != opts.fingerprint:
+            raise SavepointChangedError(
+                f"{sp.metadata_location} is not the savepoint this table was set up over: its "
+                f"_metadata has SHA-256 {sp.fingerprint}, the table expects {opts.fingerprint}. "
+                "Re-attach it (statequery attach --replace) or drop the table"
+            )
+        _OPEN[cache_key] = sp
+    sp = _OPEN[cache_key]
     if opts.table is not None and not opts.is_state_meta:
         row = _resolve_table(sp, opts.table)
         operator, state = row["operator_id"], row["state_name"]
@@ -246,8 +270,19 @@ class TaskPartition(InputPartition):
     task: Any = None
 
 
+#: the key of the field metadata that carries a table's options through Spark's metastore
+OPTIONS_METADATA_KEY = "statequery.options"
+
+
 class StatequeryDataSource(DataSource):
-    """``spark.read.format("statequery")``: state_meta or one state of a savepoint as a table."""
+    """``spark.read.format("statequery")``: state_meta or one state of a savepoint as a table.
+
+    The schema it reports carries the read's options, resolved to the savepoint's own location
+    and ``_metadata`` fingerprint, in the metadata of its first field. Spark stores that schema
+    with a persistent table (``CREATE TABLE ... USING statequery``, :func:`attach`) but gives a
+    Python data source no options when such a table is read (Spark 4.x): :meth:`reader` takes
+    them back from the schema, so a table reads the savepoint it was created over, or fails.
+    """
 
     @classmethod
     def name(cls) -> str:
@@ -255,22 +290,107 @@ class StatequeryDataSource(DataSource):
 
     def __init__(self, options: MutableMapping[str, str]) -> None:
         super().__init__(options)
-        self.opts = ReadOptions.parse(dict(options))
+        given = {k: v for k, v in options.items() if k.lower() not in _TABLE_PROPERTIES}
+        self.opts: ReadOptions | None = ReadOptions.parse(dict(options)) if given else None
 
-    def _arrow_schema(self) -> pa.Schema:
-        sp, operator, state = _open(self.opts)
-        if self.opts.is_state_meta:
-            return spark_arrow_schema(sp.state_meta().schema)
-        from statequery.reader import schema_of
-
-        assert operator is not None and state is not None  # ReadOptions.parse ensures both
-        return spark_arrow_schema(schema_of(sp, operator, state, self.opts.mode))
+    def _given(self) -> ReadOptions:
+        if self.opts is None:
+            ReadOptions.parse({})  # raises, saying why
+        assert self.opts is not None
+        return self.opts
 
     def schema(self) -> StructType:
-        return _to_spark_struct(self._arrow_schema())
+        stored = _resolve(self._given())
+        sp, _, _ = _open(stored)
+        comments = _column_comments(sp, stored)
+        return _with_options(_to_spark_struct(_arrow_schema(stored)), stored, comments)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return StatequeryReader(self.opts, self._arrow_schema())
+        stored = options_from_schema(schema)
+        if self.opts is None:
+            if stored is None:
+                self._given()  # raises: a table made without statequery's schema
+            assert stored is not None
+            opts = stored
+        else:
+            opts = self.opts
+            if stored is not None and opts.fingerprint is None and (
+                _open(opts, fresh=True)[0].location == stored.path
+            ):
+                # a DataFrame planned over one savepoint must not read another one
+                opts = replace(opts, fingerprint=stored.fingerprint)
+        opts = _resolve(opts)
+        return StatequeryReader(opts, _arrow_schema(opts))
+
+
+def _resolve(opts: ReadOptions) -> ReadOptions:
+    """``opts`` naming the savepoint as it is now: its exact location and fingerprint."""
+    sp, _, _ = _open(opts, fresh=True)
+    return replace(opts, path=sp.location, catalog=None, database=None,
+                   fingerprint=sp.fingerprint)
+
+
+def _arrow_schema(opts: ReadOptions) -> pa.Schema:
+    sp, operator, state = _open(opts)
+    if opts.is_state_meta:
+        return spark_arrow_schema(sp.state_meta().schema)
+    from statequery.reader import schema_of
+
+    assert operator is not None and state is not None  # ReadOptions.parse ensures both
+    return spark_arrow_schema(schema_of(sp, operator, state, opts.mode))
+
+
+def _with_options(
+    schema: StructType, opts: ReadOptions, comments: Mapping[str, str]
+) -> StructType:
+    out = []
+    for i, f in enumerate(schema.fields):
+        metadata = dict(f.metadata or {})
+        if f.name in comments:
+            metadata["comment"] = comments[f.name]
+        if i == 0:
+            metadata[OPTIONS_METADATA_KEY] = opts.to_json()
+        out.append(StructField(f.name, f.dataType, f.nullable, metadata))
+    return StructType(out)
+
+
+def _column_comments(sp: Savepoint, opts: ReadOptions) -> dict[str, str]:
+    """What ``DESCRIBE`` shows for each column: the state, its Flink types, the savepoint."""
+    if opts.is_state_meta:
+        return {"operator_id": f"operators and states of {sp.location}"}
+    from statequery.spark.catalog import state_comment
+
+    _, operator, state = _open(opts)
+    assert operator is not None and state is not None
+    info = sp.state(operator, state)
+    row = next(
+        r for r in sp.state_meta().to_pylist()
+        if r["operator_id"] == info.operator_id and r["state_name"] == info.name
+    )
+    return {
+        "key_group": f"{state_comment(row)}; in {sp.location}",
+        "key": f"{row['key_type']} ({row['key_serializer']})",
+        "namespace": f"{row['namespace_type']} ({row['namespace_serializer']})",
+        "user_key": f"{row['user_key_type']} ({row['user_key_serializer']})",
+        "value": f"{row['value_type']} ({row['value_serializer']})",
+    }
+
+
+def options_from_schema(schema: StructType) -> ReadOptions | None:
+    """The options a statequery schema carries (see :class:`StatequeryDataSource`), or None."""
+    for f in schema.fields:
+        text = (f.metadata or {}).get(OPTIONS_METADATA_KEY)
+        if text is not None:
+            try:
+                values = json.loads(text)
+            except ValueError:
+                raise InvalidOptionError(
+                    f"the schema's {OPTIONS_METADATA_KEY} metadata is not JSON: {text[:200]!r}"
+                ) from None
+            if not isinstance(values, dict) or not values:
+                raise InvalidOptionError(f"bad {OPTIONS_METADATA_KEY} metadata: {text[:200]!r}")
+            return ReadOptions.parse({str(k): str(v) for k, v in values.items()})
+    return None
 
 
 class StatequeryReader(DataSourceReader):
@@ -372,19 +492,25 @@ def view_statements(catalog: str | None = None, databases: Sequence[str] = ()) -
 
     Each table of each database becomes the view ``<database>__<table>`` (Spark's temporary views
     cannot live in a database). Run them with ``spark-sql -i views.sql`` or ``spark.sql(...)``.
+    Persistent databases are better: see :func:`statequery.spark.catalog.attach`.
     """
+    return [statement + ";" for _, statement in _views(catalog, databases)]
+
+
+def _views(catalog: str | None, databases: Sequence[str]) -> list[tuple[str, str]]:
     from statequery.catalog import DEFAULT_CATALOG, Catalog, sql_identifier
+    from statequery.spark.catalog import quote_identifier, quote_string
 
     cat = Catalog(catalog or DEFAULT_CATALOG)
     out = []
     for db in databases or cat.databases():
-        location = cat.location(db).replace("'", "\\'")
+        location = quote_string(cat.location(db))
         for table in cat.tables(db):
             view = f"{sql_identifier(db)}__{table}"
-            out.append(
-                f"CREATE OR REPLACE TEMPORARY VIEW {view} USING statequery "
-                f"OPTIONS (path '{location}', table '{table}');"
-            )
+            out.append((view, (
+                f"CREATE OR REPLACE TEMPORARY VIEW {quote_identifier(view)} USING statequery "
+                f"OPTIONS (path {location}, table {quote_string(table)})"
+            )))
     return out
 
 
@@ -393,9 +519,9 @@ def register_views(
 ) -> list[str]:
     """Run :func:`view_statements` in ``spark``; returns the view names."""
     names = []
-    for statement in view_statements(catalog, databases):
-        spark.sql(statement.rstrip(";"))
-        names.append(statement.split()[5])
+    for name, statement in _views(catalog, databases):
+        spark.sql(statement)
+        names.append(name)
     return names
 
 

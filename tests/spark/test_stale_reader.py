@@ -176,3 +176,40 @@ def test_reader_has_no_push_filters() -> None:
 
     # Spark offers pushdown to a reader only when it overrides DataSourceReader.pushFilters
     assert StatequeryReader.pushFilters is DataSourceReader.pushFilters
+
+
+@pytest.fixture(scope="module")
+def attached(spark) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    from statequery.spark.catalog import attach, detach
+
+    (name,) = attach(spark, str(DB), database="stale_db", replace=True)
+    spark.sql(
+        f"CREATE OR REPLACE VIEW stale_db.amounts_view AS "
+        f"SELECT key, user_key, value, key_group FROM stale_db.{TABLE}"
+    )
+    yield name
+    detach(spark, [name])
+
+
+def test_persistent_table(session, attached) -> None:  # type: ignore[no-untyped-def]
+    def query(where):  # type: ignore[no-untyped-def]
+        return session.sql(
+            f"SELECT key, user_key, value FROM {attached}.{TABLE}"
+            + (f" WHERE {where}" if where else "")
+        )
+
+    _check_sequences(query)
+    table = session.table(f"{attached}.{TABLE}")  # one DataFrame over the table, reused
+    _check_sequences(lambda where: table.where(where) if where else table)
+
+
+def test_persistent_view(session, attached) -> None:  # type: ignore[no-untyped-def]
+    def query(where):  # type: ignore[no-untyped-def]
+        return session.sql(
+            f"SELECT key, user_key, value FROM {attached}.amounts_view"
+            + (f" WHERE {where}" if where else "")
+        )
+
+    _check_sequences(query)
+    view = session.table(f"{attached}.amounts_view")
+    _check_sequences(lambda where: view.where(where) if where else view)
