@@ -213,7 +213,7 @@ def test_option_parsing() -> None:
                               "owner": "me", "provider": "statequery"})
     assert (opts.path, opts.table) == ("/x", "t")
     assert ReadOptions.parse({"path": "/x", "operator.uid": "u", "state": "s"}).operator == "u"
-    with pytest.raises(InvalidOptionError, match="CREATE TEMPORARY VIEW"):
+    with pytest.raises(InvalidOptionError, match="statequery attach"):
         ReadOptions.parse({})
     with pytest.raises(InvalidOptionError, match="go together"):
         ReadOptions.parse({"path": "/x", "operator": "u"})
