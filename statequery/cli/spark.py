@@ -67,11 +67,11 @@ def run(args: argparse.Namespace) -> int | None:
         args.command == "sql" and getattr(args, "spark", False)
     ):
         return None
-    from pyspark.errors import PySparkException
-
     try:
         return _run(args)
-    except PySparkException as e:
+    except Exception as e:  # Spark's errors (pyspark.errors), without importing pyspark here
+        if not type(e).__module__.startswith(("pyspark", "py4j")):
+            raise
         print(f"statequery: {spark_error_message(e)}", file=sys.stderr)
         return 1
 
