@@ -459,6 +459,26 @@ class Savepoint:
 
         return lookup(self, key, operator)
 
+    def diff(
+        self,
+        other: Savepoint | str,
+        operator: str | None = None,
+        state: str | None = None,
+        key: Any = None,
+    ) -> pa.Table:
+        """What changed from this savepoint to ``other`` (a Savepoint or a path): one row per
+        added, removed or changed entry, see :mod:`statequery.diff` for the columns.
+
+        Operators are paired by uid/id and states by name; ``operator``, ``state`` (name or
+        table name) and ``key`` restrict the comparison. Keyed state is compared key-group range
+        by key-group range (memory bounded by one range). For large states use
+        :func:`statequery.diff.diff_batches`.
+        """
+        from statequery.diff import diff_table
+
+        new = other if isinstance(other, Savepoint) else Savepoint.open(other, io=self.io)
+        return diff_table(self, new, operator=operator, state=state, key=key)
+
     def key_group_of(self, state: StateInfo | str, key: Any, name: str | None = None) -> int:
         """The key group Flink assigned to ``key`` in this state's operator."""
         from statequery.hashing import key_group_of

@@ -81,6 +81,15 @@ MATRIX = [
 SQL_OPERATOR_JOBS = {"sql-ops": "ops", "sql-minibatch": "minibatch"}
 BY_NAME = {f["name"]: f for f in MATRIX}
 
+# Series: one job run, several snapshots (consecutive retained checkpoints chk-1..3 and a
+# canonical savepoint after them), each recorded as its own fixture "<series>-chk-N" /
+# "<series>-savepoint" with "series" and "series_index" in the manifest.
+SERIES = [
+    {"name": "sequence-rocksdb-incremental", "job": "sequence", "backend": "rocksdb",
+     "incremental": True},
+]
+SERIES_BY_NAME = {s["name"]: s for s in SERIES}
+
 
 # --------------------------------------------------------------------------------------------
 # Operator ids: Flink hashes a uid with Guava's murmur3_128 (seed 0); OperatorID.toString() is the
@@ -577,6 +586,83 @@ def sql_minibatch_expected(ids: dict[str, str]) -> list[dict]:
 _classpath: str | None = None
 
 
+# --------------------------------------------------------------------------------------------
+# The sequence job, modelled (SequenceJob.java): DataGeneratorSource 0..999 gated to 100
+# records per checkpoint; snapshot n (1..3 checkpoints, 4 the savepoint) holds records 0..100n-1.
+# --------------------------------------------------------------------------------------------
+
+SEQ_COUNT = 1000
+SEQ_PER_CHECKPOINT = 100
+SEQ_UIDS = {
+    "sequence-source": "Source: Sequence Source",
+    "sequence-state": "Sequence State",
+    "sequence-sink": "Sequence Sink: Writer",
+}
+SEQ_STATES = {
+    "sequence-source": [_st("SourceReaderState", "operator_list",
+                            "BYTES (SimpleVersionedSerialization of NumberSequenceSplit)")],
+    "sequence-state": [
+        _st("count", "value", "BIGINT", "STRING", "VOID"),
+        _st("flag", "value", "BIGINT", "STRING", "VOID"),
+        _st("buckets", "map", "BIGINT", "STRING", "VOID", user_key_type="STRING"),
+        _st("recent", "list", "BIGINT", "STRING", "VOID"),
+        _st("_timer_state/processing_user-timers", "processing_timer", None, "STRING", "VOID"),
+    ],
+}
+
+
+def sequence_key(i: int) -> str:
+    return f"user-{i % 10 + 3 * (i // SEQ_PER_CHECKPOINT)}"
+
+
+def number_sequence_split(split_id: str, start: int, end: int) -> bytes:
+    """NumberSequenceSource.NumberSequenceSplit in SimpleVersionedSerialization (version 1):
+    writeUTF(splitId), writeLong(from), writeLong(to)."""
+    payload = java_utf(split_id) + struct.pack(">qq", start, end)
+    return struct.pack(">ii", 1, len(payload)) + payload
+
+
+def sequence_expected(records: int) -> list[dict]:
+    """The state after the first ``records`` records (SequenceJob.SequenceStateFunction)."""
+    entries: list[dict] = []
+    ids = {uid: operator_id_for_uid(uid) for uid in SEQ_UIDS}
+
+    def add(uid, state, kind, **fields):
+        entries.append({"operator_uid": uid, "operator_id": ids[uid], "state": state,
+                        "kind": kind, **fields})
+
+    add("sequence-source", "SourceReaderState", "operator_list", subtask=0, index=0,
+        value=b64(number_sequence_split("1", records, SEQ_COUNT - 1)))
+    per_key: dict[str, dict] = {}
+    for i in range(records):
+        c = i // SEQ_PER_CHECKPOINT
+        st = per_key.setdefault(sequence_key(i), {"count": 0, "flag": None, "buckets": {},
+                                                  "recent": [], "timers": set()})
+        st["count"] += 1
+        st["flag"] = i if c % 2 == 0 else None
+        if c % 2 == 1 and i % 3 == 0:
+            st["buckets"].pop("b0", None)
+        else:
+            b = f"b{i % 3}"
+            st["buckets"][b] = st["buckets"].get(b, 0) + i
+        st["recent"] = (st["recent"] + [i])[-3:]
+        st["timers"].add(TIMER_BASE + c)
+        if c > 0:
+            st["timers"].discard(TIMER_BASE + c - 1)
+    for key, st in per_key.items():
+        ks = {"key": key, "namespace": None}
+        add("sequence-state", "count", "value", value=st["count"], **ks)
+        if st["flag"] is not None:
+            add("sequence-state", "flag", "value", value=st["flag"], **ks)
+        for b, v in st["buckets"].items():
+            add("sequence-state", "buckets", "map", user_key=b, value=v, **ks)
+        add("sequence-state", "recent", "list", value=st["recent"], **ks)
+        for t in sorted(st["timers"]):
+            add("sequence-state", "_timer_state/processing_user-timers", "processing_timer",
+                timestamp=t, **ks)
+    return entries
+
+
 def build() -> str:
     """Compile the Java programs; if the oracle does not compile yet, compile the rest alone."""
     global _classpath
@@ -810,6 +896,61 @@ def save_plan(job: str, plan: Path, out: Path) -> None:
     dest.write_text(text)
 
 
+def generate_series(series: dict, scratch_root: Path) -> list[dict]:
+    """One run of the series' job: its retained checkpoints chk-1..3 and the savepoint after them,
+    copied with the job's whole output tree (incremental checkpoints share ``shared/``)."""
+    name = series["name"]
+    dest = FIXTURES / name
+    shutil.rmtree(dest, ignore_errors=True)
+    scratch = scratch_root / name
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    out = scratch / "out"
+    cmd = ["java", "-cp", build(), "statequery.fixtures.SequenceJob", series["backend"],
+           str(series["incremental"]).lower(), str(out)]
+    t0 = time.time()
+    with open(scratch / "job.log", "w") as log:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(f"SequenceJob failed ({proc.returncode}), see {scratch / 'job.log'}")
+    lines = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+    snaps = [(f"chk-{n}", Path(lines[f"CHECKPOINT_{n}"])) for n in (1, 2, 3)]
+    snaps.append(("savepoint", Path(lines["SNAPSHOT_PATH"])))
+    print(f"  {name}: job {lines.get('JOB_ID')} took {time.time() - t0:.1f}s")
+    shutil.copytree(out, dest)
+    records = []
+    for index, (suffix, snap) in enumerate(snaps, 1):
+        fx_name = f"{name}-{suffix}"
+        rel = f"{name}/{snap.relative_to(out)}"
+        exp_path = FIXTURES / "expected" / f"{fx_name}.jsonl"
+        dump_path = FIXTURES / "dump" / f"{fx_name}.jsonl"
+        write_jsonl(exp_path, sequence_expected(index * SEQ_PER_CHECKPOINT))
+        problems = []
+        if dump_available():
+            if run_dump(FIXTURES / rel, dump_path, scratch / f"dump-{suffix}.log"):
+                problems = compare(exp_path, dump_path)
+            else:
+                problems = [f"SavepointDump failed, see {scratch / f'dump-{suffix}.log'}"]
+        if problems:
+            print(f"  WARNING {fx_name}: dump differs from expected ({len(problems)} lines):\n    "
+                  + "\n    ".join(problems[:20]), file=sys.stderr)
+        savepoint = suffix == "savepoint"
+        fx = {"name": fx_name, "job": series["job"], "backend": series["backend"],
+              "snapshot": "savepoint" if savepoint else "checkpoint",
+              "format": "canonical" if savepoint else "native",
+              "incremental": series["incremental"] and not savepoint, "max_parallelism": 128,
+              "compression": False, "inline": False}
+        rec = manifest_record(fx, rel, snapshot_info(FIXTURES / rel))
+        rec["series"] = name
+        rec["series_index"] = index
+        records.append(rec)
+    size = du(dest)
+    if size > MAX_FIXTURE_BYTES:
+        raise RuntimeError(f"{name} is {size} bytes, over the {MAX_FIXTURE_BYTES} byte budget")
+    print(f"  {name}: {size} bytes, {len(records)} snapshots")
+    return records
+
+
 def manifest_record(fx: dict, rel: str, infos: list[dict]) -> dict:
     dump_states = _states_in_dump(fx["name"]) if fx["job"] in SQL_OPERATOR_JOBS else {}
     operators = []
@@ -820,6 +961,8 @@ def manifest_record(fx: dict, rel: str, infos: list[dict]) -> dict:
             states = TK_STATES.get(info["uid"], [])
         elif fx["job"] in SQL_OPERATOR_JOBS:
             states = dump_states.get(info["operator_id"], [])
+        elif fx["job"] == "sequence":
+            states = SEQ_STATES.get(info["uid"], [])
         else:
             states = SQL_STATES if info["name"].startswith("GroupAggregate") else []
         op = {"uid": info["uid"], "name": info["name"], "operator_id": info["operator_id"],
@@ -841,24 +984,31 @@ def manifest_record(fx: dict, rel: str, infos: list[dict]) -> dict:
 
 
 def write_manifest(records: dict[str, dict]) -> None:
+    """``fixtures``: one snapshot per fixture (the matrix); ``series``: the snapshots of the series
+    runs (several snapshots of one job, in order)."""
     path = FIXTURES / "manifest.json"
     old = {}
     if path.exists():
-        old = {r["name"]: r for r in json.loads(path.read_text()).get("fixtures", [])}
+        data = json.loads(path.read_text())
+        old = {r["name"]: r for r in data.get("fixtures", []) + data.get("series", [])}
     old.update(records)
     ordered = [old[f["name"]] for f in MATRIX if f["name"] in old]
-    path.write_text(json.dumps({"flink_version": FLINK_VERSION, "fixtures": ordered}, indent=1)
-                    + "\n")
+    series = sorted((r for r in old.values() if "series" in r),
+                    key=lambda r: (r["series"], r["series_index"]))
+    path.write_text(json.dumps({"flink_version": FLINK_VERSION, "fixtures": ordered,
+                                "series": series}, indent=1) + "\n")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--only", action="append", choices=sorted(BY_NAME), metavar="NAME",
+    ap.add_argument("--only", action="append", choices=sorted([*BY_NAME, *SERIES_BY_NAME]),
+                    metavar="NAME",
                     help="regenerate only this fixture (repeatable)")
     ap.add_argument("--keep-scratch", action="store_true", help="keep the scratch directory")
     args = ap.parse_args()
 
-    selected = [BY_NAME[n] for n in args.only] if args.only else MATRIX
+    selected = [BY_NAME[n] for n in args.only if n in BY_NAME] if args.only else MATRIX
+    series = [SERIES_BY_NAME[n] for n in args.only if n in SERIES_BY_NAME] if args.only else SERIES
     t0 = time.time()
     build()
     scratch_root = Path(tempfile.mkdtemp(prefix="statequery-fixtures-"))
@@ -867,12 +1017,16 @@ def main() -> None:
         for fx in selected:
             records[fx["name"]] = generate(fx, scratch_root)
             write_manifest(records)
+        for ser in series:
+            for rec in generate_series(ser, scratch_root):
+                records[rec["name"]] = rec
+            write_manifest(records)
     finally:
         if args.keep_scratch:
             print(f"scratch kept in {scratch_root}")
         else:
             shutil.rmtree(scratch_root, ignore_errors=True)
-    print(f"done: {len(selected)} fixture(s) in {time.time() - t0:.0f}s")
+    print(f"done: {len(selected) + len(series)} fixture(s) in {time.time() - t0:.0f}s")
 
 
 if __name__ == "__main__":

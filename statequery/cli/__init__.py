@@ -19,6 +19,8 @@
                                             savepoints as persistent databases in Spark
     statequery detach DATABASE ...          drop them again (savepoints untouched)
     statequery shell [-- SPARK-SQL ARGS]    spark-sql with the catalog attached
+    statequery diff OLD NEW [--operator OP] [--state NAME] [--key K] [--json]
+                                            what changed between two snapshots
 
 Errors print ``statequery: <message>`` on stderr and exit with status 1.
 """
@@ -94,6 +96,9 @@ def _parser() -> argparse.ArgumentParser:
     from statequery.cli.spark import _spark_args, add_parsers
 
     _spark_args(q)
+    from statequery.cli.extra import add_parsers as add_extra_parsers
+
+    add_extra_parsers(sub)
     add_parsers(sub)
     return p
 
@@ -502,6 +507,10 @@ def _main(argv: Sequence[str] | None) -> int:
             else:
                 _print_rows(table, "sql")
             return 0
+        from statequery.cli.extra import COMMANDS
+
+        if args.command in COMMANDS:
+            return COMMANDS[args.command](args)
         if args.command == "snapshot":
             sp = Savepoint.open(args.path, use_snapshot=False, plan=args.plan)
             where = sp.write_snapshot(args.out)

@@ -1,0 +1,82 @@
+"""Subcommands beyond reading: ``statequery diff`` (and ``statequery stats``).
+
+    statequery diff OLD NEW [--operator OP] [--state NAME] [--key K] [--limit N] [--json]
+                    [--out FILE]            what changed between two savepoints/checkpoints
+
+Registered by :mod:`statequery.cli` through :func:`add_parsers` and :data:`COMMANDS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["COMMANDS", "add_parsers"]
+
+
+def add_parsers(sub: Any) -> None:
+    d = sub.add_parser("diff", help="what changed between two savepoints/checkpoints")
+    d.add_argument("old", help="the earlier savepoint/checkpoint (directory, _metadata or URI)")
+    d.add_argument("new", help="the later savepoint/checkpoint")
+    d.add_argument("--operator", help="only this operator (uid, name or id)")
+    d.add_argument("--state", help="only this state (name, or a table name)")
+    d.add_argument("--key", help="only this key (JSON array/object for composite keys)")
+    d.add_argument("--limit", type=int, default=None,
+                   help="at most this many rows (default: 100 shown as a table, all otherwise)")
+    d.add_argument("--json", action="store_true", help="print JSON lines")
+    d.add_argument("--out", help="write all rows to a .parquet, .csv or .arrow file")
+
+
+def _diff(args: argparse.Namespace) -> int:
+    import pyarrow as pa
+
+    from statequery.cli import _print_rows, _write_out
+    from statequery.cli.progress import progress_bar
+    from statequery.diff import DIFF_SCHEMA, diff_batches, diff_work, state_pairs
+    from statequery.exceptions import InvalidOptionError
+    from statequery.keys import parse_key_text
+    from statequery.savepoint import Savepoint
+
+    old = Savepoint.open(args.old)
+    new = Savepoint.open(args.new)
+    key = None
+    if args.key is not None:
+        spec = None
+        for sp in (new, old):
+            op = sp.operator(args.operator) if args.operator else None
+            ops = [op] if op is not None else list(sp.operators)
+            spec = next((o.key_spec for o in ops if o.key_spec is not None), None)
+            if spec is not None:
+                break
+        if spec is None:
+            raise InvalidOptionError("--key: no keyed state to compare")
+        key = parse_key_text(args.key, spec)
+    pairs = state_pairs(old, new, args.operator, args.state)
+    batches = []
+    with progress_bar("diff", diff_work(old, new, pairs)) as advance:
+        for batch in diff_batches(old, new, args.operator, args.state, key, progress=advance):
+            batches.append(batch)
+    table = pa.Table.from_batches(batches, schema=DIFF_SCHEMA)
+    total = table.num_rows
+    summary = ", ".join(f"{n} {c}" for c, n in sorted(Counter(table["change"].to_pylist()).items()))
+    if args.out:
+        _write_out(table, args.out)
+        print(f"wrote {total} rows to {args.out} ({summary or 'no differences'})")
+        return 0
+    limit = args.limit if args.limit is not None else (None if args.json else 100)
+    shown = table.slice(0, limit) if limit is not None else table
+    if args.json:
+        for row in shown.to_pylist():
+            sys.stdout.write(json.dumps(row, ensure_ascii=False) + "\n")
+        return 0
+    columns = [c for c in DIFF_SCHEMA.names if shown[c].null_count < shown.num_rows]
+    _print_rows(shown.select(columns), f"{old.location} -> {new.location}", total)
+    print(f"{total} differences" + (f": {summary}" if summary else ""))
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"diff": _diff}
