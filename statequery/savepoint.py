@@ -81,6 +81,8 @@ from statequery.serializers.spec import (
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from statequery.stats import StateStats
+
 __all__ = ["Savepoint", "derive_state_meta", "find_metadata"]
 
 DEFAULT_WORKERS = 16
@@ -478,6 +480,23 @@ class Savepoint:
 
         new = other if isinstance(other, Savepoint) else Savepoint.open(other, io=self.io)
         return diff_table(self, new, operator=operator, state=state, key=key)
+
+    def stats(
+        self, operator: str | None = None, state: str | None = None, top: int = 10
+    ) -> StateStats:
+        """Entries, distinct keys and serialized bytes per state and key group (``.table``, the
+        ``state_stats`` table), the ``top`` heaviest keys per state (``.heaviest_keys``) and
+        ``.skew(parallelism)``: see :mod:`statequery.stats`. One pass per key-group range."""
+        from statequery.stats import state_stats
+
+        return state_stats(self, operator=operator, state=state, top=top)
+
+    def source_splits(self, operator: str, source: str | None = None) -> pa.Table:
+        """The splits of a FLIP-27 source operator as typed rows (where the job resumes
+        reading): see :mod:`statequery.sources`."""
+        from statequery.sources import source_splits
+
+        return source_splits(self, operator, source)
 
     def key_group_of(self, state: StateInfo | str, key: Any, name: str | None = None) -> int:
         """The key group Flink assigned to ``key`` in this state's operator."""

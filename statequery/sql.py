@@ -182,6 +182,8 @@ def _read(cat: Catalog, src: _Source) -> pa.Table:
     sp = cat.savepoint(src.database)
     if src.table.lower() == "state_meta":
         return sp.state_meta()
+    if src.table.lower() == "state_stats":
+        return sp.stats().table
     row = cat.resolve(src.database, src.table)
     info = sp.state(row["table_name"])
     if info.key_spec is not None:

@@ -185,6 +185,19 @@ class CompositeEntryDecoder:
                     inner(buf, kpos, kend, vpos, vend, kg)
 
             on_entry = on_matching_entry
+        sized = getattr(builder, "on_entry_bytes", None)
+        if sized is not None:
+            # state statistics (statequery.stats): each entry's serialized composite key and
+            # value sizes, reported after it was decoded into its row
+            decode = on_entry
+
+            def on_sized_entry(
+                buf: bytes, kpos: int, kend: int, vpos: int, vend: int, kg: int
+            ) -> None:
+                decode(buf, kpos, kend, vpos, vend, kg)
+                sized(kend - kpos, vend - vpos)
+
+            on_entry = on_sized_entry
         self.on_entry = on_entry
 
     # -- key parsing ---------------------------------------------------------------------------

@@ -21,6 +21,8 @@
     statequery shell [-- SPARK-SQL ARGS]    spark-sql with the catalog attached
     statequery diff OLD NEW [--operator OP] [--state NAME] [--key K] [--json]
                                             what changed between two snapshots
+    statequery stats PATH [--parallelism N] [--json]   state sizes per key group, skew
+    statequery splits PATH OPERATOR [--json]           a FLIP-27 source's splits
 
 Errors print ``statequery: <message>`` on stderr and exit with status 1.
 """

@@ -2,6 +2,10 @@
 
     statequery diff OLD NEW [--operator OP] [--state NAME] [--key K] [--limit N] [--json]
                     [--out FILE]            what changed between two savepoints/checkpoints
+    statequery stats PATH [--operator OP] [--state NAME] [--parallelism N] [--top N]
+                    [--key-groups] [--json] where state is big or skewed
+    statequery splits PATH OPERATOR [--source KIND] [--json]
+                                            a FLIP-27 source's splits (where it resumes)
 
 Registered by :mod:`statequery.cli` through :func:`add_parsers` and :data:`COMMANDS`.
 """
@@ -29,6 +33,22 @@ def add_parsers(sub: Any) -> None:
                    help="at most this many rows (default: 100 shown as a table, all otherwise)")
     d.add_argument("--json", action="store_true", help="print JSON lines")
     d.add_argument("--out", help="write all rows to a .parquet, .csv or .arrow file")
+
+    st = sub.add_parser("stats", help="entries, keys and bytes per state and key group; skew")
+    st.add_argument("path", help="savepoint/checkpoint directory, its _metadata, or a URI")
+    st.add_argument("--operator", help="only this operator (uid, name or id)")
+    st.add_argument("--state", help="only this state (name, or a table name)")
+    st.add_argument("--parallelism", type=int, help="also spread the key groups over N subtasks")
+    st.add_argument("--top", type=int, default=5, help="heaviest keys per state (default 5)")
+    st.add_argument("--key-groups", action="store_true",
+                    help="print the per-key-group table (the state_stats table)")
+    st.add_argument("--json", action="store_true", help="print JSON")
+
+    sr = sub.add_parser("splits", help="the splits of a FLIP-27 source (where it resumes)")
+    sr.add_argument("path", help="savepoint/checkpoint directory, its _metadata, or a URI")
+    sr.add_argument("operator", help="the source operator (uid, name or id)")
+    sr.add_argument("--source", help="number_sequence, file or kafka (default: recognised)")
+    sr.add_argument("--json", action="store_true", help="print JSON lines")
 
 
 def _diff(args: argparse.Namespace) -> int:
@@ -79,4 +99,58 @@ def _diff(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"diff": _diff}
+def _stats(args: argparse.Namespace) -> int:
+    from statequery.cli import _print_rows
+    from statequery.cli.progress import progress_bar
+    from statequery.exceptions import InvalidOptionError
+    from statequery.savepoint import Savepoint
+    from statequery.stats import skew_summary, state_stats, stats_work
+
+    if args.parallelism is not None and args.parallelism <= 0:
+        raise InvalidOptionError(f"--parallelism must be positive, got {args.parallelism}")
+    sp = Savepoint.open(args.path)
+    with progress_bar("stats", stats_work(sp, args.operator, args.state)) as advance:
+        stats = state_stats(sp, args.operator, args.state, top=args.top, progress=advance)
+    skew = skew_summary(stats, args.parallelism)
+    if args.json:
+        doc = {"location": sp.location, "skew": skew.to_pylist(),
+               "heaviest_keys": stats.heaviest_keys.to_pylist()}
+        if args.key_groups:
+            doc["key_groups"] = stats.table.to_pylist()
+        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    if args.key_groups:
+        _print_rows(stats.table, "state_stats", None)
+    shown = [c for c in skew.column_names if c not in ("operator_id", "at_parallelism")]
+    if args.parallelism is None:
+        shown = [c for c in shown if not c.endswith("_at")]
+    _print_rows(skew.select(shown), f"{sp.location}: size and skew per keyed state")
+    _print_rows(stats.heaviest_keys.drop_columns(["operator_id"]), "heaviest keys")
+    ops = stats.table.filter(stats.table["key_group"].is_null())
+    if ops.num_rows:
+        _print_rows(ops.select(["operator", "state", "kind", "subtask", "entries", "bytes"]),
+                    "operator state")
+    return 0
+
+
+def _splits(args: argparse.Namespace) -> int:
+    from statequery.cli import _print_rows
+    from statequery.savepoint import Savepoint
+    from statequery.sources import source_splits
+
+    sp = Savepoint.open(args.path)
+    table = source_splits(sp, args.operator, args.source)
+    if args.json:
+        for row in table.to_pylist():
+            sys.stdout.write(json.dumps(row, ensure_ascii=False) + "\n")
+    else:
+        _print_rows(table, f"{args.operator}: source splits")
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "diff": _diff,
+    "stats": _stats,
+    "splits": _splits,
+}

@@ -40,3 +40,45 @@ def test_diff_errors_are_one_line(capsys: pytest.CaptureFixture[str], tmp_path) 
     assert err.startswith("statequery: no savepoint or checkpoint at") and "Traceback" not in err
     assert main(["diff", old, old, "--state", "nope"]) == 1
     assert "no state 'nope'" in capsys.readouterr().err
+
+
+def test_stats_json(capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(series_dir("savepoint"))
+    assert main(["stats", path, "--state", "count", "--parallelism", "4", "--json",
+                 "--key-groups"]) == 0
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    (skew,) = doc["skew"]
+    # the savepoint holds records 0..399: keys user-0 .. user-18, one count each
+    assert skew["state"] == "count" and skew["entries"] == 19 == skew["distinct_keys"]
+    assert len(skew["per_subtask_at"]) == 4 and sum(skew["per_subtask_at"]) == skew["bytes"]
+    assert sum(r["entries"] for r in doc["key_groups"]) == 19
+    assert captured.err == ""
+
+
+def test_stats_table_and_splits(capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(series_dir("chk-2"))
+    assert main(["stats", path]) == 0
+    out = capsys.readouterr().out
+    assert "heaviest keys" in out and "SourceReaderState" in out
+    assert main(["splits", path, "sequence-source", "--json"]) == 0
+    (split,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert (split["source"], split["from"], split["to"]) == ("number_sequence", 200, 999)
+    assert main(["splits", path, "sequence-state"]) == 1
+    assert "not a FLIP-27 source" in capsys.readouterr().err
+
+
+def test_progress_bar_only_on_terminals() -> None:
+    import io
+
+    from statequery.cli.progress import progress_bar
+
+    quiet = io.StringIO()
+    with progress_bar("diff", 10, stream=quiet) as advance:
+        advance(10)
+    assert quiet.getvalue() == ""
+    shown = io.StringIO()
+    with progress_bar("diff", 10, stream=shown, force=True) as advance:
+        advance(5)
+        advance(5)
+    assert "diff" in shown.getvalue()

@@ -1,0 +1,388 @@
+"""Where state is big or skewed: :func:`state_stats` (the ``state_stats`` table) and
+:func:`skew_summary`.
+
+One pass per key-group range (as a read): every keyed state of an operator is decoded once per
+range, and per state and key group the pass counts
+
+* ``entries``: rows as :meth:`Savepoint.read` returns them (one per value, list, map entry or
+  timer), ``distinct_keys``,
+* ``key_bytes`` / ``value_bytes``: the serialized composite key (key, namespace and, for map
+  state, user key; for timers the timestamp too) and the serialized value, exactly as the
+  snapshot stores them, without the key-group prefix and the length framing. Canonical savepoints
+  and RocksDB snapshots store entries in this form; the heap layout of hashmap checkpoints and
+  native savepoints does not, and its byte columns are null (``state_meta.size_bytes`` still
+  gives the state's share of the files),
+* ``largest_entry_bytes``.
+
+The heaviest keys (by bytes, else entries) are kept in a bounded heap across ranges: a key lives
+in one key group, so its figures are complete when its range is done. Operator state has one row
+per subtask (``key_group`` null) with its entries and the bytes of its partition of the stream.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from statequery.arrow.batches import BatchBuilder
+from statequery.arrow.jsonify import canonical_json, jsonify_column
+from statequery.metadata.statemeta import OperatorInfo, StateInfo
+
+if TYPE_CHECKING:
+    from statequery.savepoint import Savepoint
+
+__all__ = [
+    "HEAVIEST_KEYS_SCHEMA",
+    "STATE_STATS_SCHEMA",
+    "StateStats",
+    "skew_summary",
+    "state_stats",
+    "subtask_of",
+]
+
+STATE_STATS_SCHEMA = pa.schema(
+    [
+        ("operator_id", pa.string()),
+        ("operator", pa.string()),
+        ("state", pa.string()),
+        ("kind", pa.string()),
+        ("subtask", pa.int32()),
+        ("key_group", pa.int32()),
+        ("entries", pa.int64()),
+        ("distinct_keys", pa.int64()),
+        ("key_bytes", pa.int64()),
+        ("value_bytes", pa.int64()),
+        ("bytes", pa.int64()),
+        ("largest_entry_bytes", pa.int64()),
+    ]
+)
+
+HEAVIEST_KEYS_SCHEMA = pa.schema(
+    [
+        ("operator_id", pa.string()),
+        ("operator", pa.string()),
+        ("state", pa.string()),
+        ("key", pa.string()),
+        ("key_group", pa.int32()),
+        ("subtask", pa.int32()),
+        ("entries", pa.int64()),
+        ("bytes", pa.int64()),
+    ]
+)
+
+DEFAULT_RANGE_SIZE = 32
+DEFAULT_TOP = 10
+
+Progress = Callable[[int], None]
+
+
+def subtask_of(key_group: int, max_parallelism: int, parallelism: int) -> int:
+    """The subtask that owns ``key_group`` (Flink's
+    ``KeyGroupRangeAssignment.computeOperatorIndexForKeyGroup``)."""
+    return key_group * parallelism // max_parallelism
+
+
+class _SizedBuilder(BatchBuilder):
+    """A BatchBuilder that also receives each entry's serialized sizes (from
+    :class:`~statequery.backends.keygroups.CompositeEntryDecoder`), one per row."""
+
+    def __init__(self, schema: pa.Schema, layout: Any) -> None:
+        super().__init__(schema, layout)
+        self.sizes: list[tuple[int, int]] = []
+
+    def on_entry_bytes(self, key_bytes: int, value_bytes: int) -> None:
+        self.sizes.append((key_bytes, value_bytes))
+
+
+@dataclass
+class StateStats:
+    """The result of :func:`state_stats`."""
+
+    table: pa.Table
+    heaviest_keys: pa.Table
+    #: per (operator id, state name)
+    max_parallelism: dict[tuple[str, str], int] = field(default_factory=dict)
+    parallelism: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def skew(self, parallelism: int | None = None) -> pa.Table:
+        return skew_summary(self, parallelism)
+
+
+class _Acc:
+    """Per state: rows of the stats table and the heaviest keys."""
+
+    def __init__(self, top: int) -> None:
+        self.cols: dict[str, list[Any]] = {n: [] for n in STATE_STATS_SCHEMA.names}
+        self.keys: list[tuple[int, int, int, dict[str, Any]]] = []
+        self.top = top
+        self.seq = 0
+
+    def row(self, **values: Any) -> None:
+        for n in STATE_STATS_SCHEMA.names:
+            self.cols[n].append(values.get(n))
+
+    def key(self, weight: int, doc: dict[str, Any]) -> None:
+        if self.top <= 0:
+            return
+        self.seq += 1
+        item = (weight, -self.seq, self.seq, doc)
+        if len(self.keys) < self.top:
+            heapq.heappush(self.keys, item)
+        elif item > self.keys[0]:
+            heapq.heapreplace(self.keys, item)
+
+
+def _label(op: OperatorInfo) -> str:
+    return op.uid or op.name or op.operator_id
+
+
+def _ranges(op: OperatorInfo, range_size: int) -> list[tuple[int, list[int]]]:
+    out = []
+    for sub in op.subtasks:
+        kgr = sub.key_groups
+        if kgr is None:
+            continue
+        for start in range(kgr.start, kgr.end + 1, range_size):
+            out.append((sub.index, list(range(start, min(kgr.end + 1, start + range_size)))))
+    return out
+
+
+def _scan_range(
+    sp: Savepoint, infos: list[StateInfo], key_groups: list[int]
+) -> dict[str, tuple[pa.Table, list[tuple[int, int]] | None]]:
+    from statequery.arrow.schemas import state_schema
+    from statequery.reader import _flush, _keyed_backends, _operator, _state_layout
+
+    op = _operator(sp, infos[0])
+    layouts = {s.name: _state_layout(sp, op, s.name) for s in infos}
+    builders = {n: _SizedBuilder(state_schema(lay), lay) for n, lay in layouts.items()}
+    wanted = set(key_groups)
+    for _, backend in _keyed_backends(sp, op):
+        requests = [(lay, builders[n]) for n, lay in layouts.items() if n in backend.layouts]
+        if requests:
+            for _kg in backend.scan_states(requests, None, wanted):
+                pass
+    out: dict[str, tuple[pa.Table, list[tuple[int, int]] | None]] = {}
+    for name, builder in builders.items():
+        n_rows = len(builder)
+        sizes = builder.sizes if len(builder.sizes) == n_rows else None
+        batches = list(_flush(builder, None, None, 1 << 62))
+        out[name] = (pa.Table.from_batches(batches, schema=builder.schema), sizes)
+    return out
+
+
+def _keyed_stats(
+    sp: Savepoint,
+    op: OperatorInfo,
+    infos: list[StateInfo],
+    accs: dict[str, _Acc],
+    range_size: int,
+    progress: Progress | None,
+) -> None:
+    label = _label(op)
+    for subtask, kgs in _ranges(op, range_size):
+        results = _scan_range(sp, infos, kgs)
+        for info in infos:
+            table, sizes = results[info.name]
+            acc = accs[info.name]
+            kg_col = table.column("key_group").to_pylist()
+            keys = [canonical_json(k) for k in jsonify_column(table.column("key"))]
+            per_kg: dict[int, list[int]] = {}
+            distinct: dict[int, set[str]] = {}
+            per_key: dict[str, list[int]] = {}
+            for i, kg in enumerate(kg_col):
+                kb, vb = sizes[i] if sizes is not None else (0, 0)
+                agg = per_kg.setdefault(kg, [0, 0, 0, 0])
+                agg[0] += 1
+                agg[1] += kb
+                agg[2] += vb
+                agg[3] = max(agg[3], kb + vb)
+                distinct.setdefault(kg, set()).add(keys[i])
+                k = per_key.setdefault(keys[i], [kg, 0, 0])
+                k[1] += 1
+                k[2] += kb + vb
+            for kg in sorted(per_kg):
+                entries, kb, vb, largest = per_kg[kg]
+                have = sizes is not None
+                acc.row(
+                    operator_id=op.operator_id, operator=label, state=info.name, kind=info.kind,
+                    subtask=subtask, key_group=kg, entries=entries,
+                    distinct_keys=len(distinct[kg]),
+                    key_bytes=kb if have else None, value_bytes=vb if have else None,
+                    bytes=kb + vb if have else None, largest_entry_bytes=largest if have else None,
+                )
+            for key, (kg, entries, nbytes) in per_key.items():
+                acc.key(
+                    nbytes if sizes is not None else entries,
+                    {"operator_id": op.operator_id, "operator": label, "state": info.name,
+                     "key": key, "key_group": kg, "subtask": subtask, "entries": entries,
+                     "bytes": nbytes if sizes is not None else None},
+                )
+        if progress is not None:
+            progress(len(kgs))
+
+
+def _operator_stats(sp: Savepoint, op: OperatorInfo, info: StateInfo, acc: _Acc) -> None:
+    from statequery.savepoint import _partition_bytes
+
+    table = sp.read(info)
+    subtasks = table.column("subtask").to_pylist() if "subtask" in table.column_names else []
+    counts: dict[int, int] = {}
+    for s in subtasks:
+        counts[s] = counts.get(s, 0) + 1
+    if info.kind == "broadcast":
+        counts = {0: table.num_rows}
+    for sub in op.subtasks:
+        h = sub.operator_handle
+        if h is None or sub.index not in counts:
+            continue
+        nbytes = _partition_bytes(h, info.name)
+        acc.row(
+            operator_id=op.operator_id, operator=_label(op), state=info.name, kind=info.kind,
+            subtask=sub.index, key_group=None, entries=counts[sub.index], distinct_keys=None,
+            key_bytes=None, value_bytes=None, bytes=nbytes, largest_entry_bytes=None,
+        )
+
+
+def state_stats(
+    sp: Savepoint,
+    operator: str | None = None,
+    state: str | None = None,
+    range_size: int = DEFAULT_RANGE_SIZE,
+    top: int = DEFAULT_TOP,
+    progress: Progress | None = None,
+) -> StateStats:
+    """Entries, distinct keys and bytes per state and key group (see the module docs), and the
+    ``top`` heaviest keys per state. ``operator`` (uid, name or id) and ``state`` (name or table
+    name) restrict it; states that cannot be decoded are left out."""
+    ops = [sp.operator(operator)] if operator is not None else list(sp.operators)
+    accs: dict[tuple[str, str], _Acc] = {}
+    maxp: dict[tuple[str, str], int] = {}
+    par: dict[tuple[str, str], int] = {}
+    for op in ops:
+        infos = [
+            s for s in op.states
+            if s.decodable and (state is None or state in (s.name, s.table_name))
+        ]
+        if not infos:
+            continue
+        op_accs = {s.name: _Acc(top) for s in infos}
+        keyed = [s for s in infos if s.keyed]
+        if keyed:
+            _keyed_stats(sp, op, keyed, op_accs, range_size, progress)
+        for s in infos:
+            if not s.keyed:
+                _operator_stats(sp, op, s, op_accs[s.name])
+                if progress is not None:
+                    progress(1)
+            accs[(op.operator_id, s.name)] = op_accs[s.name]
+            maxp[(op.operator_id, s.name)] = s.max_parallelism
+            par[(op.operator_id, s.name)] = s.parallelism
+    cols: dict[str, list[Any]] = {n: [] for n in STATE_STATS_SCHEMA.names}
+    key_rows: list[dict[str, Any]] = []
+    for acc in accs.values():
+        for n in STATE_STATS_SCHEMA.names:
+            cols[n].extend(acc.cols[n])
+        key_rows.extend(doc for *_, doc in sorted(acc.keys, reverse=True))
+    return StateStats(
+        pa.Table.from_pydict(cols, schema=STATE_STATS_SCHEMA),
+        pa.Table.from_pylist(key_rows, schema=HEAVIEST_KEYS_SCHEMA),
+        maxp,
+        par,
+    )
+
+
+def stats_work(sp: Savepoint, operator: str | None = None, state: str | None = None) -> int:
+    """Units of work :func:`state_stats` reports to ``progress``."""
+    ops = [sp.operator(operator)] if operator is not None else list(sp.operators)
+    total = 0
+    for op in ops:
+        infos = [s for s in op.states if s.decodable and (state is None or state in
+                                                          (s.name, s.table_name))]
+        if any(s.keyed for s in infos):
+            total += op.max_parallelism
+        total += sum(1 for s in infos if not s.keyed)
+    return total
+
+
+def skew_summary(stats: StateStats, parallelism: int | None = None) -> pa.Table:
+    """Per keyed state: totals, the heaviest key group and key, and how the key groups' bytes
+    (entries where bytes are unknown) spread over the subtasks at the snapshot's parallelism and
+    at ``parallelism`` (``max_over_mean``: 1.0 is perfectly even)."""
+    t = stats.table
+    rows: list[dict[str, Any]] = []
+    by_state: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in t.to_pylist():
+        if r["key_group"] is not None:
+            by_state.setdefault((r["operator_id"], r["state"]), []).append(r)
+    heavy: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in stats.heaviest_keys.to_pylist():
+        heavy.setdefault((r["operator_id"], r["state"]), r)
+
+    def spread(weights: dict[int, int], maxp: int, par: int) -> tuple[list[int], float | None]:
+        per = [0] * par
+        for kg, w in weights.items():
+            per[subtask_of(kg, maxp, par)] += w
+        mean = sum(per) / par if par else 0
+        return per, (max(per) / mean if mean else None)
+
+    for (op_id, name), rs in by_state.items():
+        maxp = stats.max_parallelism[(op_id, name)]
+        par = stats.parallelism[(op_id, name)]
+        use_bytes = all(r["bytes"] is not None for r in rs)
+        weights = {r["key_group"]: (r["bytes"] if use_bytes else r["entries"]) for r in rs}
+        top_kg = max(weights, key=lambda k: (weights[k], -k))
+        total_w = sum(weights.values())
+        per_now, ratio_now = spread(weights, maxp, par)
+        doc: dict[str, Any] = {
+            "operator_id": op_id,
+            "operator": rs[0]["operator"],
+            "state": name,
+            "weight": "bytes" if use_bytes else "entries",
+            "entries": sum(r["entries"] for r in rs),
+            "distinct_keys": sum(r["distinct_keys"] for r in rs),
+            "bytes": sum(r["bytes"] for r in rs) if use_bytes else None,
+            "key_groups_with_data": len(rs),
+            "heaviest_key_group": top_kg,
+            "heaviest_key_group_share": weights[top_kg] / total_w if total_w else None,
+            "heaviest_key": (heavy.get((op_id, name)) or {}).get("key"),
+            "parallelism": par,
+            "per_subtask": per_now,
+            "max_over_mean": ratio_now,
+            "at_parallelism": parallelism,
+            "per_subtask_at": None,
+            "max_over_mean_at": None,
+        }
+        if parallelism is not None:
+            per_at, ratio_at = spread(weights, maxp, parallelism)
+            doc["per_subtask_at"] = per_at
+            doc["max_over_mean_at"] = ratio_at
+        rows.append(doc)
+    return pa.Table.from_pylist(rows, schema=SKEW_SCHEMA)
+
+
+SKEW_SCHEMA = pa.schema(
+    [
+        ("operator_id", pa.string()),
+        ("operator", pa.string()),
+        ("state", pa.string()),
+        ("weight", pa.string()),
+        ("entries", pa.int64()),
+        ("distinct_keys", pa.int64()),
+        ("bytes", pa.int64()),
+        ("key_groups_with_data", pa.int32()),
+        ("heaviest_key_group", pa.int32()),
+        ("heaviest_key_group_share", pa.float64()),
+        ("heaviest_key", pa.string()),
+        ("parallelism", pa.int32()),
+        ("per_subtask", pa.list_(pa.int64())),
+        ("max_over_mean", pa.float64()),
+        ("at_parallelism", pa.int32()),
+        ("per_subtask_at", pa.list_(pa.int64())),
+        ("max_over_mean_at", pa.float64()),
+    ]
+)

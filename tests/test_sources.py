@@ -1,0 +1,70 @@
+"""FLIP-27 source splits decoded into typed rows, checked against the job that wrote them.
+
+The series fixture's source is a DataGeneratorSource over 0..999 (one NumberSequenceSplit "1",
+parallelism 1) gated to 100 records per checkpoint: snapshot n holds records 0..100n-1, so the
+split's position (``from``, the next number to emit) is 100n and ``to`` is 999."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from series import RECORDS, series_dir
+
+import statequery
+from statequery.exceptions import CorruptStateError, InvalidOptionError, NoSuchStateError
+from statequery.sources import decode_split, source_splits
+from tests.conftest import fixture_dir
+
+
+@pytest.mark.parametrize("snapshot", list(RECORDS))
+def test_number_sequence_split_position_is_what_the_job_emitted(snapshot: str) -> None:
+    sp = statequery.open(str(series_dir(snapshot)))
+    splits = source_splits(sp, "sequence-source")
+    assert splits.to_pylist() == [
+        {"subtask": 0, "index": 0, "source": "number_sequence", "serializer_version": 1,
+         "split_id": "1", "from": RECORDS[snapshot], "to": 999}
+    ]
+    # named explicitly, the same
+    assert source_splits(sp, "sequence-source", source="number_sequence").equals(splits)
+
+
+def test_unknown_layouts_are_refused_not_guessed() -> None:
+    # the DataStream fixture's own source (FixtureSplitSerializer: writeUTF(id), writeLong(next))
+    sp = statequery.open(str(fixture_dir("datastream-hashmap-canonical")))
+    with pytest.raises(InvalidOptionError, match="no known layout fits"):
+        source_splits(sp, "fixture-source")
+    with pytest.raises(CorruptStateError, match="kafka split serializer version 1"):
+        source_splits(sp, "fixture-source", source="kafka")
+    # named wrongly: the bytes end before a number sequence split would, and the error says where
+    with pytest.raises(CorruptStateError, match=r"fixture-source/SourceReaderState \(subtask 0"):
+        source_splits(sp, "fixture-source", source="number_sequence")
+    with pytest.raises(NoSuchStateError, match="not a FLIP-27 source"):
+        source_splits(sp, "user-state")
+    with pytest.raises(InvalidOptionError, match="unknown source kind"):
+        source_splits(sp, "fixture-source", source="pulsar")
+
+
+def _utf(s: str) -> bytes:
+    return struct.pack(">H", len(s)) + s.encode()
+
+
+def _string_value(s: str) -> bytes:
+    return bytes([len(s) + 1]) + s.encode()
+
+
+def test_file_split_layout() -> None:
+    # FileSourceSplitSerializer v1 as Flink 2.3 writes it (read with javap from
+    # flink-connector-files-2.3.0.jar); no file-source fixture yet
+    path = (b"\x01" + b"\x01" + _string_value("file") + b"\x00" + b"\x00" + struct.pack(">i", -1)
+            + b"\x01" + _string_value("/data/in/part-0.txt") + b"\x00" + b"\x00")
+    payload = (_utf("0000000001") + path + struct.pack(">qqqq", 0, 4096, 1700000000000, 4096)
+               + struct.pack(">i", 1) + _utf("localhost") + b"\x01" + struct.pack(">qq", 1024, 3))
+    data = struct.pack(">ii", 1, len(payload)) + payload
+    assert decode_split(data, "file") == (1, {
+        "split_id": "0000000001", "path": "file:/data/in/part-0.txt", "offset": 0,
+        "length": 4096, "file_modification_time": 1700000000000, "file_size": 4096,
+        "hostnames": ["localhost"], "reader_offset": 1024, "records_after_offset": 3,
+    })
+    with pytest.raises(CorruptStateError):
+        decode_split(data[:-1], "file")
