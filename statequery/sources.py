@@ -16,7 +16,7 @@ Kinds (Flink 2.3 split serializers):
   scheme / user info / host, ``int port``, nullable path / query / fragment), ``long offset``,
   ``long length``, ``long fileModificationTime``, ``long fileSize``, hostnames (``int n`` +
   ``writeUTF``), ``bool`` + reader position (``long offset``, ``long recordsAfterOffset``).
-  Layout read from the class file (javap).
+  Verified on bytes written by the serializer itself (tests/fixtures/splits/golden.jsonl).
 * ``kafka``: ``KafkaPartitionSplitSerializer`` v0 (flink-connector-kafka, not in the Flink
   runtime): ``writeUTF(topic)``, ``int partition``, ``long startingOffset``, ``long
   stoppingOffset``. Documented layout only.

@@ -7,6 +7,7 @@ split's position (``from``, the next number to emit) is 100n and ``to`` is 999."
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 
 import pytest
 from series import RECORDS, series_dir
@@ -68,3 +69,22 @@ def test_file_split_layout() -> None:
     })
     with pytest.raises(CorruptStateError):
         decode_split(data[:-1], "file")
+
+
+def test_golden_split_bytes_written_by_flink_serializers() -> None:
+    # tests/fixtures/splits/golden.jsonl: written by FileSourceSplitSerializer and
+    # NumberSequenceSource.SplitSerializer themselves (examples/flink-jobs/.../SplitGolden.java)
+    import base64
+    import json
+
+    path = Path(__file__).parent / "fixtures" / "splits" / "golden.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    assert {d["source"] for d in lines} == {"file", "number_sequence"} and len(lines) == 3
+    for d in lines:
+        data = base64.b64decode(d["bytes"])
+        assert decode_split(data, d["source"]) == (1, d["fields"])
+        # and no other layout reads these bytes
+        others = [k for k in ("file", "number_sequence", "kafka") if k != d["source"]]
+        for other in others:
+            with pytest.raises(CorruptStateError):
+                decode_split(data, other)
