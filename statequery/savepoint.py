@@ -166,6 +166,12 @@ class Savepoint:
     def __repr__(self) -> str:
         return f"Savepoint({self.location!r})"
 
+    def _repr_html_(self) -> str:
+        """Jupyter: the savepoint, its operators, and its states with kinds, types and sizes."""
+        from statequery.display import savepoint_html
+
+        return savepoint_html(self)
+
     # -- metadata --------------------------------------------------------------------------------
 
     @property
@@ -457,9 +463,12 @@ class Savepoint:
         Reads only the key group that can hold the key, computed as Flink computes it. ``operator``
         (uid, name or id) limits the search to one operator.
         """
+        from statequery.display import LookupResult
         from statequery.scan import lookup
 
-        return lookup(self, key, operator)
+        result = LookupResult(lookup(self, key, operator))
+        result.key = key
+        return result
 
     def diff(
         self,

@@ -22,7 +22,7 @@ per subtask (``key_group`` null) with its entries and the bytes of its partition
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -140,15 +140,37 @@ def _label(op: OperatorInfo) -> str:
     return op.uid or op.name or op.operator_id
 
 
-def _ranges(op: OperatorInfo, range_size: int) -> list[tuple[int, list[int]]]:
+def _ranges(
+    op: OperatorInfo, range_size: int, only: set[int] | None = None
+) -> list[tuple[int, list[int]]]:
     out = []
     for sub in op.subtasks:
         kgr = sub.key_groups
         if kgr is None:
             continue
         for start in range(kgr.start, kgr.end + 1, range_size):
-            out.append((sub.index, list(range(start, min(kgr.end + 1, start + range_size)))))
+            groups = [
+                g for g in range(start, min(kgr.end + 1, start + range_size))
+                if only is None or g in only
+            ]
+            if groups:
+                out.append((sub.index, groups))
     return out
+
+
+def key_group_tasks(
+    sp: Savepoint, operator: str | None = None, state: str | None = None,
+    range_size: int = DEFAULT_RANGE_SIZE,
+) -> list[tuple[str, list[int]]]:
+    """``(operator id, key groups)`` of every range :func:`state_stats` walks: the tasks of a
+    distributed computation."""
+    ops = [sp.operator(operator)] if operator is not None else list(sp.operators)
+    tasks: list[tuple[str, list[int]]] = []
+    for op in ops:
+        if any(s.keyed and s.decodable and (state is None or state in (s.name, s.table_name))
+               for s in op.states):
+            tasks.extend((op.operator_id, kgs) for _, kgs in _ranges(op, range_size))
+    return tasks
 
 
 def _scan_range(
@@ -182,9 +204,10 @@ def _keyed_stats(
     accs: dict[str, _Acc],
     range_size: int,
     progress: Progress | None,
+    only: set[int] | None = None,
 ) -> None:
     label = _label(op)
-    for subtask, kgs in _ranges(op, range_size):
+    for subtask, kgs in _ranges(op, range_size, only):
         results = _scan_range(sp, infos, kgs)
         for info in infos:
             table, sizes = results[info.name]
@@ -255,10 +278,15 @@ def state_stats(
     range_size: int = DEFAULT_RANGE_SIZE,
     top: int = DEFAULT_TOP,
     progress: Progress | None = None,
+    key_groups: Iterable[int] | None = None,
+    operator_state: bool = True,
 ) -> StateStats:
     """Entries, distinct keys and bytes per state and key group (see the module docs), and the
     ``top`` heaviest keys per state. ``operator`` (uid, name or id) and ``state`` (name or table
-    name) restrict it; states that cannot be decoded are left out."""
+    name) restrict it; states that cannot be decoded are left out. ``key_groups`` restricts keyed
+    state to those key groups, ``operator_state=False`` leaves operator state out (how Spark
+    splits the work)."""
+    only = None if key_groups is None else {int(k) for k in key_groups}
     ops = [sp.operator(operator)] if operator is not None else list(sp.operators)
     accs: dict[tuple[str, str], _Acc] = {}
     maxp: dict[tuple[str, str], int] = {}
@@ -273,9 +301,9 @@ def state_stats(
         op_accs = {s.name: _Acc(top) for s in infos}
         keyed = [s for s in infos if s.keyed]
         if keyed:
-            _keyed_stats(sp, op, keyed, op_accs, range_size, progress)
+            _keyed_stats(sp, op, keyed, op_accs, range_size, progress, only)
         for s in infos:
-            if not s.keyed:
+            if not s.keyed and operator_state:
                 _operator_stats(sp, op, s, op_accs[s.name])
                 if progress is not None:
                     progress(1)

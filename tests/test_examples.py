@@ -22,9 +22,10 @@ def test_quickstart_prints_the_key() -> None:
     assert "'key': 'user-3', 'namespace': None, 'value': 10}" in out
 
 
-def test_notebook_cells_run(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_notebook_cells_run(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
     nb = json.loads((EXAMPLES / "notebook.ipynb").read_text(encoding="utf-8"))
     monkeypatch.chdir(EXAMPLES)
+    monkeypatch.setenv("STATEQUERY_PLOT_DIR", str(tmp_path))  # the notebook saves a PNG there
     scope: dict[str, object] = {}
     for cell in nb["cells"]:
         if cell["cell_type"] == "code":

@@ -133,3 +133,54 @@ def test_state_stats_is_a_sql_table_of_every_database() -> None:
     # 20 users: one count, profile, list and timer each; 80 map entries (20 users x 4 categories)
     assert got["count"] == 20 and got["recent-categories"] == 20
     assert got["amount-by-category"] == 80
+
+
+@pytest.mark.spark
+def test_spark_state_stats_equal_the_python_ones() -> None:
+    from pyspark.sql import SparkSession
+
+    from statequery.spark.stats import stats_dataframe
+    from statequery.stats import STATE_STATS_SCHEMA, key_group_tasks
+
+    path = str(series_dir("chk-3"))
+    sp = statequery.open(path)
+    assert len(key_group_tasks(sp, range_size=16)) == 8  # 2 subtasks x 64 key groups / 16
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("statequery-stats-test")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    df = stats_dataframe(spark, path, range_size=16)
+    assert df.rdd.getNumPartitions() == 9  # 8 key-group ranges + operator state
+    got = sorted(
+        (tuple(r.asDict()[c] for c in STATE_STATS_SCHEMA.names) for r in df.collect()),
+        key=str,
+    )
+    want = sorted(
+        (tuple(r[c] for c in STATE_STATS_SCHEMA.names) for r in sp.stats().table.to_pylist()),
+        key=str,
+    )
+    assert got == want and len(got) > 50
+
+
+def test_plot_key_groups_draws_every_state() -> None:
+    pytest.importorskip("matplotlib")
+    from statequery.exceptions import InvalidOptionError
+    from statequery.plot import plot_key_groups
+
+    stats = statequery.open(str(series_dir("chk-1"))).stats()
+    fig = plot_key_groups(stats, parallelism=4)
+    assert len(fig.axes) == 2 * 5  # five keyed states: histogram + per-subtask bars each
+    bars = fig.axes[0].patches
+    count = [r for r in stats.table.to_pylist() if r["state"] == "count"]
+    title = fig.axes[0].get_title()
+    assert title.startswith("sequence-state / ")
+    state = title.split(" / ")[1].split(":")[0]
+    mine = [r for r in stats.table.to_pylist() if r["state"] == state]
+    assert len(bars) == len(mine) and count
+    assert sorted(b.get_height() for b in bars) == sorted(r["bytes"] for r in mine)
+    assert len(fig.axes[1].patches) == 4
+    with pytest.raises(InvalidOptionError):
+        plot_key_groups(stats, state="no-such-state")
