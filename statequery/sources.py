@@ -38,7 +38,14 @@ from statequery.exceptions import CorruptStateError, InvalidOptionError, NoSuchS
 if TYPE_CHECKING:
     from statequery.savepoint import Savepoint
 
-__all__ = ["SOURCE_KINDS", "SPLIT_STATE", "decode_split", "source_splits"]
+__all__ = [
+    "SOURCE_KINDS",
+    "SPLIT_STATE",
+    "decode_enumerator",
+    "decode_split",
+    "source_enumerator",
+    "source_splits",
+]
 
 SPLIT_STATE = "SourceReaderState"
 
@@ -214,3 +221,38 @@ def source_splits(sp: Savepoint, operator: str, source: str | None = None) -> pa
          ("serializer_version", pa.int32()), *sk.fields]
     )
     return pa.Table.from_pydict(cols, schema=schema)
+
+
+def decode_enumerator(data: bytes, source: str = "coordinator state") -> list[dict[str, Any]]:
+    """The unassigned splits of a ``NumberSequenceSource`` (and ``DataGeneratorSource``)
+    enumerator from its operator coordinator state: ``SourceCoordinator``'s ``int32`` serde
+    version (1), ``int32`` serializer version (1), ``int32`` length, then
+    ``NumberSequenceSource.CheckpointSerializer``: ``int32`` count and that many splits."""
+    d = Decoder(data, source=source)
+    serde = d.read_int()
+    if serde != 1:
+        raise d.error(f"source coordinator serde version {serde} (supported: 1)", 0)
+    version = d.read_int()
+    if version != 1:
+        raise d.error(f"number sequence enumerator serializer version {version} (supported: 1)", 4)
+    length = d.read_int()
+    if length != d.remaining:
+        raise d.error(f"enumerator state length {length}, {d.remaining} bytes follow", 8)
+    n = d.check_length(d.read_int(), "splits", 18)
+    splits = [_number_sequence(d) for _ in range(n)]
+    if not d.at_end():
+        raise d.error(f"{d.remaining} bytes after the enumerator state", d.pos)
+    return splits
+
+
+def source_enumerator(sp: Savepoint, operator: str) -> pa.Table:
+    """The splits a number sequence / data generator source's enumerator has not assigned yet
+    (from the operator coordinator state in ``_metadata``): ``split_id``, ``from``, ``to``."""
+    op = sp.operator(operator)
+    handle = op.coordinator_state
+    schema = pa.schema([("split_id", pa.string()), ("from", pa.int64()), ("to", pa.int64())])
+    if handle is None:
+        raise NoSuchStateError(f"operator {op.display_name!r} has no coordinator state")
+    data = bytes(sp.resolver.read(handle, 0, None))
+    splits = decode_enumerator(data, f"{sp.location}: {op.display_name} coordinator state")
+    return pa.Table.from_pylist(splits, schema=schema)

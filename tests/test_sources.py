@@ -14,7 +14,12 @@ from series import RECORDS, series_dir
 
 import statequery
 from statequery.exceptions import CorruptStateError, InvalidOptionError, NoSuchStateError
-from statequery.sources import decode_split, source_splits
+from statequery.sources import (
+    decode_enumerator,
+    decode_split,
+    source_enumerator,
+    source_splits,
+)
 from tests.conftest import fixture_dir
 
 
@@ -79,7 +84,12 @@ def test_golden_split_bytes_written_by_flink_serializers() -> None:
 
     path = Path(__file__).parent / "fixtures" / "splits" / "golden.jsonl"
     lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    assert {d["source"] for d in lines} == {"file", "number_sequence"} and len(lines) == 3
+    assert {d["source"] for d in lines} == {"file", "number_sequence",
+                                            "number_sequence_enumerator"}
+    (enumerator,) = [d for d in lines if d["source"] == "number_sequence_enumerator"]
+    assert decode_enumerator(base64.b64decode(enumerator["bytes"])) == enumerator["fields"]
+    lines = [d for d in lines if d is not enumerator]
+    assert len(lines) == 3
     for d in lines:
         data = base64.b64decode(d["bytes"])
         assert decode_split(data, d["source"]) == (1, d["fields"])
@@ -88,3 +98,13 @@ def test_golden_split_bytes_written_by_flink_serializers() -> None:
         for other in others:
             with pytest.raises(CorruptStateError):
                 decode_split(data, other)
+
+
+@pytest.mark.parametrize("snapshot", list(RECORDS))
+def test_enumerator_has_assigned_its_only_split(snapshot: str) -> None:
+    # parallelism 1: the enumerator made one split and assigned it at start; the coordinator
+    # state (in _metadata) holds an empty collection
+    sp = statequery.open(str(series_dir(snapshot)))
+    assert source_enumerator(sp, "sequence-source").num_rows == 0
+    with pytest.raises(NoSuchStateError, match="no coordinator state"):
+        source_enumerator(sp, "sequence-state")
