@@ -329,44 +329,9 @@ def diff_batches(
 def _read_states(
     sp: Savepoint, infos: list[StateInfo], key_groups: list[int] | None, key: Any
 ) -> dict[str, pa.Table]:
-    """The rows of several keyed states of one operator in the given key groups, with one pass
-    over each subtask's backend (one RocksDB restore for all of them)."""
-    from statequery.arrow.batches import BatchBuilder
-    from statequery.arrow.schemas import state_schema
-    from statequery.reader import (
-        _flush,
-        _keyed_backends,
-        _normalize_key,
-        _operator,
-        _state_layout,
-    )
+    from statequery.ranges import read_states
 
-    if not infos:
-        return {}
-    op = _operator(sp, infos[0])
-    layouts = {s.name: _state_layout(sp, op, s.name) for s in infos}
-    builders = {name: BatchBuilder(state_schema(lay), lay) for name, lay in layouts.items()}
-    wanted = None if key_groups is None else set(key_groups)
-    wanted_key = None
-    if key is not None:
-        wanted_key = _normalize_key(key, next(iter(layouts.values())).key)
-    for _, backend in _keyed_backends(sp, op):
-        requests = [(lay, builders[n]) for n, lay in layouts.items() if n in backend.layouts]
-        if not requests:
-            continue
-        if hasattr(backend, "scan_states"):
-            for _kg in backend.scan_states(requests, None, wanted, key=wanted_key):
-                pass
-        else:  # pragma: no cover - every backend has multi-state scans today
-            for lay, builder in requests:
-                for _kg in backend.scan(lay, None, builder, wanted):
-                    pass
-    out = {}
-    for name, builder in builders.items():
-        keys = builder.column("key") if key is not None else None
-        batches = list(_flush(builder, keys, wanted_key, 1 << 62))
-        out[name] = pa.Table.from_batches(batches, schema=builder.schema)
-    return out
+    return read_states(sp, infos, key_groups, key)
 
 
 def _ranges_of(

@@ -176,24 +176,18 @@ def key_group_tasks(
 def _scan_range(
     sp: Savepoint, infos: list[StateInfo], key_groups: list[int]
 ) -> dict[str, tuple[pa.Table, list[tuple[int, int]] | None]]:
-    from statequery.arrow.schemas import state_schema
-    from statequery.reader import _flush, _keyed_backends, _operator, _state_layout
+    from statequery.ranges import scan_states
 
-    op = _operator(sp, infos[0])
-    layouts = {s.name: _state_layout(sp, op, s.name) for s in infos}
-    builders = {n: _SizedBuilder(state_schema(lay), lay) for n, lay in layouts.items()}
-    wanted = set(key_groups)
-    for _, backend in _keyed_backends(sp, op):
-        requests = [(lay, builders[n]) for n, lay in layouts.items() if n in backend.layouts]
-        if requests:
-            for _kg in backend.scan_states(requests, None, wanted):
-                pass
+    builders = scan_states(sp, infos, key_groups, _SizedBuilder)
     out: dict[str, tuple[pa.Table, list[tuple[int, int]] | None]] = {}
     for name, builder in builders.items():
+        assert isinstance(builder, _SizedBuilder)
         n_rows = len(builder)
         sizes = builder.sizes if len(builder.sizes) == n_rows else None
-        batches = list(_flush(builder, None, None, 1 << 62))
-        out[name] = (pa.Table.from_batches(batches, schema=builder.schema), sizes)
+        batch = builder.flush()
+        schema = builder.schema
+        out[name] = (pa.Table.from_batches([batch] if batch is not None else [], schema=schema),
+                     sizes)
     return out
 
 

@@ -1,0 +1,81 @@
+"""Several keyed states of one operator, read together one key-group range at a time: what
+``diff`` and ``stats`` walk. Built on the scan planner (:mod:`statequery.scan`): the range's tasks
+are planned for one state and widened to all the requested states, so each subtask handle is
+walked once per range (one RocksDB restore for all of them)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from statequery.arrow.batches import BatchBuilder
+from statequery.arrow.schemas import state_schema
+
+if TYPE_CHECKING:
+    from statequery.metadata.statemeta import StateInfo
+    from statequery.savepoint import Savepoint
+    from statequery.scan import ScanTask
+
+__all__ = ["read_states", "scan_states"]
+
+
+def _tasks(
+    sp: Savepoint, infos: list[StateInfo], key_groups: Iterable[int] | None, key: Any
+) -> list[ScanTask]:
+    from statequery.scan import plan
+
+    names = [s.name for s in infos]
+    tasks = plan(sp, infos[0], keys=None if key is None else [key], key_groups=key_groups)
+    out = []
+    for t in tasks:
+        have = {lay.name for lay in t.states}
+        out.append(replace(t, wanted=tuple(n for n in names if n in have)))
+    return out
+
+
+def read_states(
+    sp: Savepoint, infos: list[StateInfo], key_groups: Iterable[int] | None, key: Any = None
+) -> dict[str, pa.Table]:
+    """The rows of keyed states ``infos`` (one operator) in ``key_groups`` (None: all), only
+    ``key``'s if given, as one Table per state name."""
+    from statequery.scan import execute
+
+    if not infos:
+        return {}
+    batches: dict[str, list[pa.RecordBatch]] = {s.name: [] for s in infos}
+    for task in _tasks(sp, infos, key_groups, key):
+        for name, batch in execute(task, resolver=sp.resolver):
+            batches[name].append(batch)
+    return {
+        s.name: pa.Table.from_batches(batches[s.name], schema=state_schema(s.layout))
+        for s in infos
+    }
+
+
+def scan_states(
+    sp: Savepoint,
+    infos: list[StateInfo],
+    key_groups: Iterable[int],
+    builder_factory: Callable[[pa.Schema, Any], BatchBuilder],
+) -> dict[str, BatchBuilder]:
+    """Like :func:`read_states`, into builders made by ``builder_factory(schema, layout)`` (which
+    may collect more than rows, e.g. entry sizes); returns them unflushed."""
+    from statequery.backends import KeyedContext, keyed_backend_from_model
+
+    builders = {s.name: builder_factory(state_schema(s.layout), s.layout) for s in infos}
+    wanted = set(key_groups)
+    for task in _tasks(sp, infos, wanted, None):
+        backend = keyed_backend_from_model(
+            task.handle,
+            KeyedContext(sp.resolver, task.max_parallelism, task.operator),
+            task.compressed,
+            task.key_serializer,
+            task.states,
+        )
+        requests = [(task.layout(n), builders[n]) for n in task.wanted]
+        for _kg in backend.scan_states(requests, None, wanted):
+            pass
+    return builders
