@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from statequery.arrow.jsonify import EPOCH_MS_COLUMNS, canonical_json, jsonify_column
+from statequery.arrow.jsonify import EPOCH_MS_COLUMNS, canonical_json, freeze, jsonify_column
 from statequery.exceptions import InvalidOptionError, NoSuchOperatorError, NoSuchStateError
 from statequery.metadata.statemeta import OperatorInfo, StateInfo, type_string
 
@@ -154,58 +154,85 @@ def _schema_of(s: StateInfo) -> str:
 # -- entries of one read, keyed by identity --------------------------------------------------
 
 
-@dataclass
+_TIMERS = ("event_timer", "processing_timer")
+
+
 class _Entry:
-    key_group: int | None
-    key: str | None
-    namespace: str | None
-    user_key: str | None
-    timestamp: int | None
-    subtask: int | None
-    index: int | None
-    value: str | None
+    """One row of one side, compared on its decoded values; turned into JSON text only when it
+    is reported (most entries of a diff are equal)."""
+
+    __slots__ = ("_json", "i", "kind", "table", "value")
+
+    def __init__(self, table: pa.Table, i: int, kind: str, value: Any) -> None:
+        self.table = table
+        self.i = i
+        self.kind = kind
+        self.value = value
+        self._json: dict[str, Any] | None = None
+
+    def fields(self) -> dict[str, Any]:
+        if self._json is None:
+            row = self.table.slice(self.i, 1)
+            cols = {
+                name: jsonify_column(row.column(name), epoch_ms=name in EPOCH_MS_COLUMNS)[0]
+                for name in row.column_names
+                if not name.endswith("_reason")
+            }
+            value = cols.get("value")
+            la = cols.get("last_access")
+            if la is not None and value is not None:
+                if self.kind == "list":
+                    value = [{"value": v, "last_access": t} for v, t in zip(value, la, strict=True)]
+                else:
+                    value = {"value": value, "last_access": la}
+            out: dict[str, Any] = {
+                "key_group": cols.get("key_group"),
+                "key": canonical_json(cols["key"]) if "key" in cols else None,
+                "namespace": canonical_json(cols["namespace"]) if "key" in cols else None,
+                "user_key": canonical_json(cols["user_key"]) if "user_key" in cols else None,
+                "timestamp": cols.get("timestamp_ms", cols.get("timestamp")),
+                "subtask": cols.get("subtask"),
+                "index": cols.get("index"),
+                "value": None if self.kind in _TIMERS else canonical_json(value),
+            }
+            self._json = out
+        return self._json
+
+
+def _frozen(column: pa.ChunkedArray) -> list[Any]:
+    """The column's Python values, hashable (nested values frozen)."""
+    values: list[Any] = column.to_pylist()
+    t = column.type
+    if pa.types.is_nested(t):
+        return [freeze(v) for v in values]
+    return values
 
 
 def _entries(table: pa.Table, kind: str) -> dict[tuple[Any, ...], _Entry]:
-    cols = {
-        name: jsonify_column(table.column(name), epoch_ms=name in EPOCH_MS_COLUMNS)
-        for name in table.column_names
-        if not name.endswith("_reason")
-    }
+    names = [n for n in table.column_names if not n.endswith("_reason")]
     n = table.num_rows
-    out: dict[tuple[Any, ...], _Entry] = {}
+    cols = {name: _frozen(table.column(name)) for name in names}
+    none = [None] * n
 
     def col(name: str) -> list[Any]:
-        return cols.get(name) or [None] * n
+        return cols.get(name) or none
 
-    kg, key, ns, uk = col("key_group"), col("key"), col("namespace"), col("user_key")
-    ts, sub, idx, val, la = col("timestamp"), col("subtask"), col("index"), col("value"), None
-    if "last_access" in cols:
-        la = cols["last_access"]
+    key, ns, uk, ts = col("key"), col("namespace"), col("user_key"), col("timestamp_ms")
+    if "timestamp_ms" not in cols:
+        ts = col("timestamp")
+    sub, idx, val, la = col("subtask"), col("index"), col("value"), cols.get("last_access")
+    out: dict[tuple[Any, ...], _Entry] = {}
     for i in range(n):
-        value = val[i]
-        if la is not None and value is not None:
-            if kind == "list":
-                value = [{"value": v, "last_access": t} for v, t in zip(value, la[i], strict=True)]
-            else:
-                value = {"value": value, "last_access": la[i]}
-        e = _Entry(
-            kg[i],
-            None if "key" not in cols else canonical_json(key[i]),
-            None if "key" not in cols else canonical_json(ns[i]),
-            None if "user_key" not in cols else canonical_json(uk[i]),
-            ts[i],
-            sub[i],
-            idx[i],
-            None if kind in ("event_timer", "processing_timer") else canonical_json(value),
-        )
         if kind in ("operator_list", "operator_union"):
-            ident: tuple[Any, ...] = (e.subtask, e.index)
+            ident: tuple[Any, ...] = (sub[i], idx[i])
         elif kind == "broadcast":
-            ident = (e.user_key,)
+            ident = (uk[i],)
         else:
-            ident = (e.key, e.namespace, e.user_key, e.timestamp)
-        out[ident] = e
+            ident = (key[i], ns[i], uk[i], ts[i])
+        value = None
+        if kind not in _TIMERS:
+            value = (val[i], la[i]) if la is not None else val[i]
+        out[ident] = _Entry(table, i, kind, value)
     return out
 
 
@@ -223,8 +250,9 @@ class _Rows:
         c["state"].append(pair.name)
         c["kind"].append(pair.kind)
         c["change"].append(change)
+        f = e.fields() if e is not None else {}
         for name in ("key_group", "key", "namespace", "user_key", "timestamp", "subtask", "index"):
-            c[name].append(getattr(e, name) if e is not None else None)
+            c[name].append(f.get(name))
         c["old_value"].append(old)
         c["new_value"].append(new)
 
@@ -245,19 +273,20 @@ def _compare(
     def order(ident: tuple[Any, ...]) -> tuple[str, ...]:
         return tuple("" if x is None else str(x) for x in ident)
 
-    for ident in sorted(old.keys() | new.keys(), key=order):
+    changed = []
+    for ident, before in old.items():
+        after = new.get(ident)
+        if after is None or after.value != before.value:
+            changed.append(ident)
+    changed.extend(ident for ident in new if ident not in old)
+    for ident in sorted(changed, key=order):
         o, n = old.get(ident), new.get(ident)
         if o is None and n is not None:
-            rows.add(pair, "added", n, None, n.value)
+            rows.add(pair, "added", n, None, n.fields()["value"])
         elif n is None and o is not None:
-            rows.add(pair, "removed", o, o.value, None)
-        elif o is not None and n is not None and o.value != n.value:
-            rows.add(pair, "changed", n, o.value, n.value)
-
-
-def _ranges(max_parallelism: int, range_size: int, wanted: set[int] | None) -> list[list[int]]:
-    groups = sorted(wanted) if wanted is not None else list(range(max_parallelism))
-    return [groups[i : i + range_size] for i in range(0, len(groups), range_size)]
+            rows.add(pair, "removed", o, o.fields()["value"], None)
+        elif o is not None and n is not None:
+            rows.add(pair, "changed", n, o.fields()["value"], n.fields()["value"])
 
 
 def _read(sp: Savepoint, info: StateInfo | None, **kw: Any) -> pa.Table | None:

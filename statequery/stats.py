@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from statequery.arrow.batches import BatchBuilder
-from statequery.arrow.jsonify import canonical_json, jsonify_column
+from statequery.arrow.jsonify import canonical_json, freeze, jsonify_column
 from statequery.metadata.statemeta import OperatorInfo, StateInfo
 
 if TYPE_CHECKING:
@@ -125,6 +125,9 @@ class _Acc:
         for n in STATE_STATS_SCHEMA.names:
             self.cols[n].append(values.get(n))
 
+    def wants(self, weight: int) -> bool:
+        return self.top > 0 and (len(self.keys) < self.top or weight > self.keys[0][0])
+
     def key(self, weight: int, doc: dict[str, Any]) -> None:
         if self.top <= 0:
             return
@@ -207,21 +210,28 @@ def _keyed_stats(
             table, sizes = results[info.name]
             acc = accs[info.name]
             kg_col = table.column("key_group").to_pylist()
-            keys = [canonical_json(k) for k in jsonify_column(table.column("key"))]
+            keys = [freeze(k) for k in table.column("key").to_pylist()]
             per_kg: dict[int, list[int]] = {}
-            distinct: dict[int, set[str]] = {}
-            per_key: dict[str, list[int]] = {}
+            distinct: dict[int, set[Any]] = {}
+            per_key: dict[Any, list[int]] = {}
             for i, kg in enumerate(kg_col):
                 kb, vb = sizes[i] if sizes is not None else (0, 0)
-                agg = per_kg.setdefault(kg, [0, 0, 0, 0])
+                agg = per_kg.get(kg)
+                if agg is None:
+                    agg = per_kg[kg] = [0, 0, 0, 0]
+                    distinct[kg] = set()
                 agg[0] += 1
                 agg[1] += kb
                 agg[2] += vb
-                agg[3] = max(agg[3], kb + vb)
-                distinct.setdefault(kg, set()).add(keys[i])
-                k = per_key.setdefault(keys[i], [kg, 0, 0])
-                k[1] += 1
-                k[2] += kb + vb
+                if kb + vb > agg[3]:
+                    agg[3] = kb + vb
+                k = keys[i]
+                distinct[kg].add(k)
+                pk = per_key.get(k)
+                if pk is None:
+                    pk = per_key[k] = [kg, 0, 0, i]
+                pk[1] += 1
+                pk[2] += kb + vb
             for kg in sorted(per_kg):
                 entries, kb, vb, largest = per_kg[kg]
                 have = sizes is not None
@@ -232,11 +242,16 @@ def _keyed_stats(
                     key_bytes=kb if have else None, value_bytes=vb if have else None,
                     bytes=kb + vb if have else None, largest_entry_bytes=largest if have else None,
                 )
-            for key, (kg, entries, nbytes) in per_key.items():
+            key_col = table.column("key")
+            for kg, entries, nbytes, first in per_key.values():
+                weight = nbytes if sizes is not None else entries
+                if not acc.wants(weight):
+                    continue
+                key_json = canonical_json(jsonify_column(key_col.slice(first, 1))[0])
                 acc.key(
-                    nbytes if sizes is not None else entries,
+                    weight,
                     {"operator_id": op.operator_id, "operator": label, "state": info.name,
-                     "key": key, "key_group": kg, "subtask": subtask, "entries": entries,
+                     "key": key_json, "key_group": kg, "subtask": subtask, "entries": entries,
                      "bytes": nbytes if sizes is not None else None},
                 )
         if progress is not None:

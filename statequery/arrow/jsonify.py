@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["EPOCH_MS_COLUMNS", "canonical_json", "jsonify_column"]
+__all__ = ["EPOCH_MS_COLUMNS", "canonical_json", "freeze", "jsonify_column"]
 
 EPOCH_MS_COLUMNS = ("timestamp", "last_access", "namespace")
 
@@ -25,6 +25,16 @@ EPOCH_MS_COLUMNS = ("timestamp", "last_access", "namespace")
 def canonical_json(value: Any) -> str:
     """Compact JSON with sorted object keys (equal values give equal strings)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def freeze(v: Any) -> Any:
+    """A hashable form of a decoded value (dicts for structs, lists for arrays, lists of pairs
+    for maps), equal exactly when the values are: to compare and count without JSON."""
+    if isinstance(v, dict):
+        return tuple(sorted((k, freeze(x)) for k, x in v.items()))
+    if isinstance(v, (list, tuple)):
+        return tuple(freeze(x) for x in v)
+    return v
 
 
 def _float(v: float) -> Any:
