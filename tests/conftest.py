@@ -75,3 +75,19 @@ def _private_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Any:
         os.environ.pop("STATEQUERY_CACHE_DIR", None)
     else:
         os.environ["STATEQUERY_CACHE_DIR"] = saved
+
+
+@pytest.fixture(params=["compiled", "pure"])
+def decode_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs a test on the compiled decode path and on the pure-Python reference
+    (statequery.backends.fastpath); the compiled one must be built unless
+    STATEQUERY_NO_EXTENSIONS is set (as for the build itself)."""
+    from statequery.backends import fastpath
+
+    if request.param == "pure":
+        monkeypatch.setenv(fastpath.PURE_ENV, "1")
+    else:
+        monkeypatch.delenv(fastpath.PURE_ENV, raising=False)
+        if not os.environ.get("STATEQUERY_NO_EXTENSIONS"):
+            assert fastpath.compiled() is not None, "statequery.backends._read was not built"
+    return str(request.param)

@@ -85,7 +85,7 @@ def _assert_equals_expected(name: str, mine_no_kg: list[str]) -> None:
 
 
 @pytest.mark.parametrize("name", DECODED)
-def test_every_state_equals_flink_dump_and_expected(name: str) -> None:
+def test_every_state_equals_flink_dump_and_expected(name: str, decode_path: str) -> None:
     sp = _open(name)
     mine = _entries_of(sp, key_group=True)
     dump = sorted(canonical(e) for e in dump_entries(name))
@@ -173,7 +173,9 @@ def _allowed_bytes(sp: Any, kg: int) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("name", DECODED)
-def test_lookup_equals_filtered_full_read_and_reads_one_key_group(name: str) -> None:
+def test_lookup_equals_filtered_full_read_and_reads_one_key_group(
+    name: str, decode_path: str
+) -> None:
     record = fixture_record(name)
     full = _open(name)
     for key in _keyed_keys(name, 3):

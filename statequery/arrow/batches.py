@@ -27,7 +27,7 @@ class BatchBuilder:
     Decoders take ``appender(name)`` (the list's bound ``append``) once and call it per value.
     """
 
-    __slots__ = ("_constants", "_derived", "_lists", "_order", "schema")
+    __slots__ = ("_constants", "_derived", "_lists", "_order", "_sink", "schema")
 
     def __init__(self, schema: pa.Schema, layout: StateLayout | None = None) -> None:
         self.schema = schema
@@ -50,6 +50,15 @@ class BatchBuilder:
             and f.name not in self._derived
         }
         self._order = [f.name for f in schema]
+        self._sink: Any = None
+
+    def attach(self, sink: Any) -> Any:
+        """Let a compiled entry sink (:mod:`statequery.backends.fastpath`) fill the columns it
+        decodes: ``len(sink)`` rows, ``sink.arrays(schema)`` at flush. Returns the sink to use:
+        the one already attached when several decoders (one per subtask) share this builder."""
+        if self._sink is None:
+            self._sink = sink
+        return self._sink
 
     def appender(self, name: str) -> Callable[[Any], None]:
         return self._lists[self._derived.get(name, name)].append
@@ -58,6 +67,8 @@ class BatchBuilder:
         return self._lists[self._derived.get(name, name)]
 
     def __len__(self) -> int:
+        if self._sink is not None:
+            return len(self._sink)
         for values in self._lists.values():
             return len(values)
         return 0
@@ -68,9 +79,19 @@ class BatchBuilder:
         if n == 0:
             return None
         arrays = []
+        built: dict[str, Any] = {}
+        if self._sink is not None:
+            try:
+                built = self._sink.arrays(self.schema)
+            except (pa.ArrowException, OverflowError, ValueError) as e:
+                raise CorruptStateError(
+                    f"state {self._state()}: decoded values do not fit the schema: {e}"
+                ) from e
         for field in self.schema:
             name = field.name
-            if name in self._constants:
+            if name in built:
+                arrays.append(built[name])
+            elif name in self._constants:
                 arrays.append(pa.array([self._constants[name]] * n, type=pa.string()))
             else:
                 values = self._lists[self._derived.get(name, name)]

@@ -173,6 +173,14 @@ class CompositeEntryDecoder:
             on_entry = self._map_handler()
         else:
             raise UnsupportedFormatError(f"state {layout.name!r} of kind {kind} is not keyed")
+        if key_bytes is None:
+            # the compiled path, when built and the shape is covered: the handlers above stay
+            # the reference (and still check the layout), the sink decodes into Arrow buffers
+            from statequery.backends.fastpath import entry_sink
+
+            sink = entry_sink(layout, self.mode, builder.schema)
+            if sink is not None:
+                on_entry = builder.attach(sink)
         if key_bytes is not None:
             # lookups: entries whose serialized key differs are skipped without decoding
             # (serialized keys are prefix-free, so startswith is exact for a whole key)
@@ -851,12 +859,15 @@ class KeyGroupStream:
         key_groups: Iterable[int] | None = None,
     ) -> Iterator[int]:
         """Decode the requested key groups; yields each key group after its entries were handled."""
+        from statequery.backends.fastpath import key_group_scanner
+
+        scan = key_group_scanner()
         for kg, start, _end, data in read_key_group_spans(
             self.stream, self.iter_extents(key_groups)
         ):
             buf = self.decode_key_group(kg, start, data)
             try:
-                scan_key_group(buf, kg, self.prefix_len, handlers, finishers)
+                scan(buf, kg, self.prefix_len, handlers, finishers)
             except DecodeError as e:
                 where = f"offset {e.pos} of the decompressed key group" if self.compressed else None
                 offset = start if self.compressed else start + e.pos

@@ -1,0 +1,627 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Compiled decode path for canonical key-group streams (the optional fast twin of
+:mod:`statequery.backends._read_py`; see :mod:`statequery.backends.fastpath`).
+
+:func:`scan_key_group` walks a decompressed key group exactly like the pure-Python
+:func:`statequery.backends.keygroups.scan_key_group` (same checks, same error messages).
+Entries of a state whose handler is an :class:`EntrySink` are decoded in C straight into column
+buffers (no Python object per value); :meth:`EntrySink.arrays` turns them into Arrow arrays.
+Other handlers are called as Python callables, so every state still decodes.
+
+Shapes (VoidNamespace, no TTL): value/reducing/aggregating, timers, map entries (``rows``), list
+(``rows`` and ``flat``), with keys, values and user keys that are Flink primitives (``long``,
+``int``, ``short``, ``byte``, ``double``, ``float``, ``boolean``, ``StringValue`` strings) or
+byte arrays.
+"""
+
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+from libc.stdlib cimport free, realloc
+from libc.string cimport memcpy
+
+from cpython.bytes cimport PyBytes_FromStringAndSize
+
+import pyarrow as pa
+
+from statequery.decoder import DecodeError
+from statequery.serializers.readers import DECODE_ERRORS
+
+T_LONG = 1
+T_INT = 2
+T_SHORT = 3
+T_BYTE = 4
+T_DOUBLE = 5
+T_FLOAT = 6
+T_BOOL = 7
+T_STRING = 8
+T_BYTES = 9
+
+K_VALUE = 0
+K_TIMER = 1
+K_MAP = 2
+K_LIST = 3
+K_LIST_FLAT = 4
+
+cdef int64_t LONG_MIN = <int64_t>(<unsigned long long>1 << 63)
+cdef int64_t TS_LO = -62135596800000
+cdef int64_t TS_HI = 253402300799999
+
+
+cdef class _Buf:
+    """A growable byte buffer."""
+    cdef char* data
+    cdef Py_ssize_t size
+    cdef Py_ssize_t cap
+
+    def __dealloc__(self):
+        free(self.data)
+
+    cdef inline char* grow(self, Py_ssize_t n) except NULL:
+        cdef Py_ssize_t need = self.size + n
+        cdef Py_ssize_t cap
+        cdef char* p
+        if need > self.cap:
+            cap = self.cap * 2 if self.cap else 4096
+            while cap < need:
+                cap *= 2
+            p = <char*>realloc(self.data, cap)
+            if p == NULL:
+                raise MemoryError()
+            self.data = p
+            self.cap = cap
+        p = self.data + self.size
+        self.size = need
+        return p
+
+    cdef bytes take(self):
+        cdef bytes out = PyBytes_FromStringAndSize(self.data, self.size)
+        self.size = 0
+        return out
+
+
+cdef inline int32_t be_i32(const uint8_t* b, Py_ssize_t p) noexcept:
+    return <int32_t>((<uint32_t>b[p] << 24) | (<uint32_t>b[p + 1] << 16)
+                     | (<uint32_t>b[p + 2] << 8) | <uint32_t>b[p + 3])
+
+
+cdef inline int64_t be_i64(const uint8_t* b, Py_ssize_t p) noexcept:
+    cdef uint32_t hi = ((<uint32_t>b[p] << 24) | (<uint32_t>b[p + 1] << 16)
+                        | (<uint32_t>b[p + 2] << 8) | <uint32_t>b[p + 3])
+    cdef uint32_t lo = ((<uint32_t>b[p + 4] << 24) | (<uint32_t>b[p + 5] << 16)
+                        | (<uint32_t>b[p + 6] << 8) | <uint32_t>b[p + 7])
+    return <int64_t>((<unsigned long long>hi << 32) | lo)
+
+
+cdef inline void put_utf8(_Buf out, uint32_t cp) except *:
+    cdef char* d
+    if cp < 0x80:
+        d = out.grow(1)
+        d[0] = <char>cp
+    elif cp < 0x800:
+        d = out.grow(2)
+        d[0] = <char>(0xC0 | (cp >> 6))
+        d[1] = <char>(0x80 | (cp & 0x3F))
+    elif cp < 0x10000:
+        d = out.grow(3)
+        d[0] = <char>(0xE0 | (cp >> 12))
+        d[1] = <char>(0x80 | ((cp >> 6) & 0x3F))
+        d[2] = <char>(0x80 | (cp & 0x3F))
+    else:
+        d = out.grow(4)
+        d[0] = <char>(0xF0 | (cp >> 18))
+        d[1] = <char>(0x80 | ((cp >> 12) & 0x3F))
+        d[2] = <char>(0x80 | ((cp >> 6) & 0x3F))
+        d[3] = <char>(0x80 | (cp & 0x3F))
+
+
+cdef class Column:
+    """One column of values of one primitive type: data, int32 offsets (variable width) and a
+    validity byte per row."""
+    cdef int typ
+    cdef int width
+    cdef _Buf data
+    cdef _Buf offsets
+    cdef _Buf valid
+    cdef Py_ssize_t n
+    cdef Py_ssize_t nulls
+    cdef Py_ssize_t last_start
+
+    def __cinit__(self, int typ):
+        self.typ = typ
+        self.width = {T_LONG: 8, T_INT: 4, T_SHORT: 2, T_BYTE: 1, T_DOUBLE: 8, T_FLOAT: 4,
+                      T_BOOL: 1}.get(typ, 0)
+        self.data = _Buf()
+        self.offsets = _Buf()
+        self.valid = _Buf()
+        self._start()
+
+    cdef void _start(self) except *:
+        self.n = 0
+        self.nulls = 0
+        self.data.size = 0
+        self.valid.size = 0
+        self.offsets.size = 0
+        if self.width == 0:
+            (<int32_t*>self.offsets.grow(4))[0] = 0
+
+    cdef inline void _end_row(self, bint ok) except *:
+        self.valid.grow(1)[0] = ok
+        if not ok:
+            self.nulls += 1
+        if self.width == 0:
+            if self.data.size > 0x7FFFFFFF:
+                raise OverflowError("more than 2 GiB of string data in one batch")
+            (<int32_t*>self.offsets.grow(4))[0] = <int32_t>self.data.size
+        self.n += 1
+
+    cdef void drop_last(self) except *:
+        self.n -= 1
+        self.valid.size -= 1
+        if not self.valid.data[self.n]:
+            self.nulls -= 1
+        if self.width:
+            self.data.size -= self.width
+        else:
+            self.offsets.size -= 4
+            self.data.size = (<int32_t*>self.offsets.data)[self.n]
+
+    cdef void null(self) except *:
+        if self.width:
+            self.data.grow(self.width)
+        self._end_row(False)
+
+    cdef void dup_last(self) except *:
+        """Appends a copy of the last row (flat lists repeat the key)."""
+        cdef Py_ssize_t start, size
+        cdef bint ok = self.valid.data[self.n - 1]
+        cdef char* d
+        if self.width:
+            d = self.data.grow(self.width)
+            memcpy(d, d - self.width, self.width)
+        else:
+            start = (<int32_t*>self.offsets.data)[self.n - 1]
+            size = self.data.size - start
+            d = self.data.grow(size)
+            memcpy(d, self.data.data + start, size)
+        self._end_row(ok)
+
+    cdef Py_ssize_t read(self, const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end) except -1:
+        """Decodes one value at ``pos`` (reading at most to ``end``); returns where it ends."""
+        cdef int w = self.width
+        cdef int i
+        cdef char* d
+        cdef int32_t n
+        if w:
+            if pos + w > end:
+                raise DecodeError("value runs past the end of the data", pos)
+            d = self.data.grow(w)
+            if self.typ == T_BOOL:
+                d[0] = buf[pos] != 0
+            else:
+                for i in range(w):
+                    d[i] = buf[pos + w - 1 - i]
+            self._end_row(True)
+            return pos + w
+        if self.typ == T_BYTES:
+            if pos + 4 > end:
+                raise DecodeError("byte array length runs past the end of the data", pos)
+            n = be_i32(buf, pos)
+            pos += 4
+            if n < 0 or pos + n > end:
+                raise DecodeError(
+                    f"byte array of {n} bytes exceeds the {end - pos} bytes left", pos - 4)
+            d = self.data.grow(n)
+            memcpy(d, buf + pos, n)
+            self._end_row(True)
+            return pos + n
+        return self._read_string(buf, pos, end)
+
+    cdef Py_ssize_t _read_string(self, const uint8_t* buf, Py_ssize_t pos,
+                                 Py_ssize_t end) except -1:
+        """``StringValue.writeString``: varint (length+1, 0 = null), one varint per UTF-16 unit;
+        written as UTF-8 (lone surrogates become U+FFFD, as in the pure path)."""
+        cdef uint32_t b, c, n, shift, c2
+        cdef Py_ssize_t i, e
+        cdef char* d
+        cdef bint ascii
+        cdef uint32_t pending = 0  # a high surrogate waiting for its low half
+        cdef uint32_t k
+        if pos >= end:
+            raise DecodeError("string runs past the end of the data", pos)
+        b = buf[pos]
+        pos += 1
+        n = b & 0x7F
+        if b >= 0x80:
+            shift = 7
+            while True:
+                if pos >= end:
+                    raise DecodeError("string length runs past the end of the data", pos)
+                b = buf[pos]
+                pos += 1
+                n |= (b & 0x7F) << shift
+                if b < 0x80:
+                    break
+                shift += 7
+                if shift > 28:
+                    raise DecodeError("string length varint longer than 5 bytes", pos)
+        if n == 0:
+            self.null()
+            return pos
+        n -= 1
+        e = pos + n
+        if e <= end:
+            ascii = True
+            for i in range(pos, e):
+                if buf[i] >= 0x80:
+                    ascii = False
+                    break
+            if ascii:
+                d = self.data.grow(n)
+                memcpy(d, buf + pos, n)
+                self._end_row(True)
+                return e
+        if n > end - pos:
+            raise DecodeError(f"string of {n} chars exceeds the {end - pos} bytes left", pos)
+        for k in range(n):
+            if pos >= end:
+                raise DecodeError("string runs past the end of the data", pos)
+            c = buf[pos]
+            pos += 1
+            if c >= 0x80:
+                c &= 0x7F
+                shift = 7
+                while True:
+                    if pos >= end:
+                        raise DecodeError("string runs past the end of the data", pos)
+                    b = buf[pos]
+                    pos += 1
+                    c |= (b & 0x7F) << shift
+                    if b < 0x80:
+                        break
+                    shift += 7
+                    if shift > 14:
+                        raise DecodeError("string code unit longer than 3 bytes", pos)
+                if c > 0xFFFF:
+                    raise DecodeError(f"string code unit {c:#x} out of range", pos)
+            if pending:
+                if 0xDC00 <= c <= 0xDFFF:
+                    put_utf8(self.data, 0x10000 + ((pending - 0xD800) << 10) + (c - 0xDC00))
+                    pending = 0
+                    continue
+                put_utf8(self.data, 0xFFFD)
+                pending = 0
+            if 0xD800 <= c <= 0xDBFF:
+                pending = c
+            elif 0xDC00 <= c <= 0xDFFF:
+                put_utf8(self.data, 0xFFFD)
+            else:
+                put_utf8(self.data, c)
+        if pending:
+            put_utf8(self.data, 0xFFFD)
+        self._end_row(True)
+        return pos
+
+    cdef int slot(self, const uint8_t* buf, Py_ssize_t start, Py_ssize_t end) except -1:
+        """Decodes a value that must fill ``[start, end)`` exactly."""
+        cdef Py_ssize_t p
+        if self.width and self.typ != T_BOOL and end - start != self.width:
+            raise DecodeError(
+                f"{_NAMES[self.typ]} value of {end - start} bytes ({self.width} expected)", start)
+        p = self.read(buf, start, end)
+        if p != end:
+            raise DecodeError(
+                f"{_NAMES[self.typ]} used {p - start} of its {end - start} bytes", start)
+        return 0
+
+    cdef object validity(self):
+        """The validity bitmap (None without nulls)."""
+        cdef Py_ssize_t i
+        cdef bytearray bits
+        cdef unsigned char* bp
+        if self.nulls == 0:
+            return None
+        bits = bytearray((self.n + 7) // 8)
+        bp = bits
+        for i in range(self.n):
+            if self.valid.data[i]:
+                bp[i >> 3] |= 1 << (i & 7)
+        return pa.py_buffer(bits)
+
+    cdef object array(self, object type):
+        """The column as an Arrow array of ``type``; the buffers start over."""
+        cdef Py_ssize_t i, n = self.n
+        cdef bytearray bits
+        cdef unsigned char* bp
+        validity = self.validity()
+        if self.typ == T_BOOL:
+            bits = bytearray((n + 7) // 8)
+            bp = bits
+            for i in range(n):
+                if self.data.data[i]:
+                    bp[i >> 3] |= 1 << (i & 7)
+            out = pa.Array.from_buffers(type, n, [validity, pa.py_buffer(bits)], self.nulls)
+        elif self.width:
+            out = pa.Array.from_buffers(
+                type, n, [validity, pa.py_buffer(self.data.take())], self.nulls)
+        else:
+            out = pa.Array.from_buffers(
+                type, n,
+                [validity, pa.py_buffer(self.offsets.take()), pa.py_buffer(self.data.take())],
+                self.nulls)
+        self._start()
+        return out
+
+
+_NAMES = {T_LONG: "long", T_INT: "int", T_SHORT: "short", T_BYTE: "byte", T_DOUBLE: "double",
+          T_FLOAT: "float", T_BOOL: "boolean", T_STRING: "string", T_BYTES: "byte array"}
+
+
+cdef class EntrySink:
+    """Decodes one state's composite-key entries (``kpos`` after the key-group prefix) into
+    column buffers. Callable like a pure-Python entry handler."""
+    cdef int kind
+    cdef Column key
+    cdef Column user_key
+    cdef Column value
+    cdef _Buf kgs
+    cdef _Buf ints  # timestamps (timers), list offsets (rows) or element indexes (flat)
+    cdef Py_ssize_t rows
+    cdef Py_ssize_t elements
+
+    def __cinit__(self, int kind, int key_type, int value_type, int user_key_type=0):
+        self.kind = kind
+        self.key = Column(key_type)
+        self.value = Column(value_type) if value_type else None
+        self.user_key = Column(user_key_type) if user_key_type else None
+        self.kgs = _Buf()
+        self.ints = _Buf()
+        self._start()
+
+    cdef void _start(self) except *:
+        self.rows = 0
+        self.elements = 0
+        self.kgs.size = 0
+        self.ints.size = 0
+        if self.kind == K_LIST:
+            (<int32_t*>self.ints.grow(4))[0] = 0
+
+    def __len__(self):
+        return self.rows
+
+    def __call__(self, buf, Py_ssize_t kpos, Py_ssize_t kend, Py_ssize_t vpos, Py_ssize_t vend,
+                 int kg):
+        cdef const uint8_t[::1] view = buf
+        if not (0 <= kpos <= kend <= view.shape[0] and 0 <= vpos <= vend <= view.shape[0]):
+            raise DecodeError("entry outside its buffer", kpos)
+        self.add(&view[0] if view.shape[0] else NULL, kpos, kend, vpos, vend, kg)
+
+    cdef int add(self, const uint8_t* buf, Py_ssize_t kpos, Py_ssize_t kend, Py_ssize_t vpos,
+                 Py_ssize_t vend, int kg) except -1:
+        cdef int kind = self.kind
+        cdef Py_ssize_t e, p
+        cdef int64_t ts
+        cdef int32_t i
+        if kind == K_VALUE:
+            e = kend - 1
+            if e < kpos:
+                raise DecodeError("key shorter than its namespace", kpos)
+            if buf[e] != 0:
+                raise DecodeError(f"VoidNamespace byte is {buf[e]}, expected 0", e)
+            self.key.slot(buf, kpos, e)
+            self.value.slot(buf, vpos, vend)
+        elif kind == K_TIMER:
+            if vend != vpos:
+                raise DecodeError(
+                    f"timer entry with a {vend - vpos}-byte value (expected empty)", vpos)
+            if kpos + 8 > kend:
+                raise DecodeError("timer key shorter than its timestamp", kpos)
+            ts = be_i64(buf, kpos) ^ LONG_MIN
+            e = kend - 1
+            if e < kpos + 8:
+                raise DecodeError("timer key shorter than its namespace", kpos)
+            if buf[e] != 0:
+                raise DecodeError(f"VoidNamespace byte is {buf[e]}, expected 0", e)
+            self.key.slot(buf, kpos + 8, e)
+            (<int64_t*>self.ints.grow(8))[0] = ts
+        elif kind == K_MAP:
+            p = self.key.read(buf, kpos, kend)
+            if p >= kend:
+                raise DecodeError("key runs into the end of the composite key", p)
+            p += 1  # VoidNamespace (VoidSerializer reads one byte)
+            self.user_key.slot(buf, p, kend)
+            if vpos >= vend:
+                raise DecodeError("map value without its null flag", vpos)
+            if buf[vpos]:
+                self.value.null()
+            else:
+                self.value.slot(buf, vpos + 1, vend)
+        else:
+            e = kend - 1
+            if e < kpos:
+                raise DecodeError("key shorter than its namespace", kpos)
+            if buf[e] != 0:
+                raise DecodeError(f"VoidNamespace byte is {buf[e]}, expected 0", e)
+            self.key.slot(buf, kpos, e)
+            i = 0
+            p = vpos
+            if p < vend:
+                while True:
+                    if kind == K_LIST_FLAT:
+                        if i:
+                            self.key.dup_last()
+                            (<int32_t*>self.kgs.grow(4))[0] = kg
+                            self.rows += 1
+                        (<int32_t*>self.ints.grow(4))[0] = i
+                    p = self.value.read(buf, p, vend)
+                    i += 1
+                    if p >= vend:
+                        if p > vend:
+                            raise DecodeError("list element runs past the end of the value", p)
+                        break
+                    if buf[p] != 0x2C:
+                        raise DecodeError(f"list delimiter expected, found byte {buf[p]:#x}", p)
+                    p += 1
+                    if p == vend:
+                        raise DecodeError("list value ends with a delimiter", p)
+            if kind == K_LIST_FLAT:
+                if i == 0:
+                    # no elements: no row (the key decoded above is dropped)
+                    self.key.drop_last()
+                    return 0
+            else:
+                self.elements += i
+                (<int32_t*>self.ints.grow(4))[0] = <int32_t>self.elements
+        (<int32_t*>self.kgs.grow(4))[0] = kg
+        self.rows += 1
+        return 0
+
+    def arrays(self, schema):
+        """``{column: pa.Array}`` for the columns of ``schema`` this sink fills; starts over."""
+        cdef Py_ssize_t n = self.rows, i
+        cdef int64_t v
+        cdef bytearray bits
+        cdef unsigned char* bp
+        cdef int64_t* tsp
+        cdef Py_ssize_t nulls = 0
+        out = {}
+        out["key_group"] = pa.Array.from_buffers(
+            pa.int32(), n, [None, pa.py_buffer(self.kgs.take())])
+        out["key"] = self.key.array(schema.field("key").type)
+        out["namespace"] = pa.nulls(n, schema.field("namespace").type)
+        if self.kind == K_TIMER:
+            bits = bytearray((n + 7) // 8)
+            bp = bits
+            tsp = <int64_t*>self.ints.data
+            for i in range(n):
+                v = tsp[i]
+                if TS_LO <= v <= TS_HI:
+                    bp[i >> 3] |= 1 << (i & 7)
+                else:
+                    nulls += 1
+            data = pa.py_buffer(self.ints.take())
+            out["timestamp_ms"] = pa.Array.from_buffers(pa.int64(), n, [None, data])
+            out["timestamp"] = pa.Array.from_buffers(
+                schema.field("timestamp").type, n, [pa.py_buffer(bits) if nulls else None, data],
+                nulls)
+        elif self.kind == K_MAP:
+            out["user_key"] = self.user_key.array(schema.field("user_key").type)
+            out["value"] = self.value.array(schema.field("value").type)
+        elif self.kind == K_LIST:
+            t = schema.field("value").type
+            values = self.value.array(t.value_type)
+            out["value"] = pa.Array.from_buffers(
+                t, n, [None, pa.py_buffer(self.ints.take())], 0, 0, [values])
+        elif self.kind == K_LIST_FLAT:
+            out["index"] = pa.Array.from_buffers(
+                pa.int32(), n, [None, pa.py_buffer(self.ints.take())])
+            out["value"] = self.value.array(schema.field("value").type)
+        else:
+            out["value"] = self.value.array(schema.field("value").type)
+        self._start()
+        return out
+
+
+def scan_key_group(buf, int kg, int prefix_len, handlers, finishers=()):
+    """The compiled twin of :func:`statequery.backends.keygroups.scan_key_group`."""
+    cdef const uint8_t[::1] view = buf
+    cdef Py_ssize_t n = view.shape[0]
+    cdef const uint8_t* b = &view[0] if n else NULL
+    cdef Py_ssize_t n_states = len(handlers)
+    cdef Py_ssize_t pos, entry, kpos, kend, vpos, vend, entries = 0
+    cdef int32_t klen, vlen
+    cdef int sid, nxt, first, hi, lo, prefix
+    cdef object handler
+    cdef EntrySink sink
+    cdef bint is_sink
+    if n < 2:
+        raise DecodeError("key group shorter than its state id", 0)
+    sid = (b[0] << 8) | b[1]
+    if sid >= n_states:
+        raise DecodeError(f"state id {sid} but the header lists {n_states} states", 0)
+    handler = handlers[sid]
+    pos = 2
+    if prefix_len == 1:
+        hi, lo = kg, -1
+    else:
+        hi, lo = kg >> 8, kg & 0xFF
+    while True:
+        if handler is None:
+            while True:
+                entry = pos
+                if pos + 4 > n:
+                    raise DecodeError("key group ends inside an entry (truncated?)", entry)
+                klen = be_i32(b, pos)
+                kend = pos + 4 + klen
+                if kend < 0 or kend + 4 > n:
+                    raise DecodeError("key group ends inside an entry (truncated?)", entry)
+                vlen = be_i32(b, kend)
+                if klen < prefix_len or vlen < 0:
+                    raise DecodeError(f"impossible key/value length {klen}/{vlen}", entry)
+                first = b[pos + 4]
+                pos = kend + 4 + vlen
+                if pos > n:
+                    raise DecodeError(f"impossible value length {vlen}", kend)
+                entries += 1
+                if first & 0x80:
+                    break
+            if (first & 0x7F) != hi:
+                raise DecodeError(f"entry of another key group inside key group {kg}", entry + 4)
+        else:
+            is_sink = isinstance(handler, EntrySink)
+            sink = handler if is_sink else None
+            while True:
+                entry = pos
+                if pos + 4 > n:
+                    raise DecodeError("key group ends before its end mark", pos)
+                klen = be_i32(b, pos)
+                kpos = pos + 4
+                kend = kpos + klen
+                if klen < prefix_len or kend + 4 > n:
+                    raise DecodeError(f"impossible key length {klen}", entry)
+                vlen = be_i32(b, kend)
+                vpos = kend + 4
+                vend = vpos + vlen
+                if vlen < 0 or vend > n:
+                    raise DecodeError(f"impossible value length {vlen}", kend)
+                first = b[kpos]
+                if (first & 0x7F) != hi or (lo >= 0 and b[kpos + 1] != lo):
+                    prefix = (first & 0x7F) if lo < 0 else ((first & 0x7F) << 8) | b[kpos + 1]
+                    raise DecodeError(f"entry of key group {prefix} inside key group {kg}", kpos)
+                if is_sink:
+                    try:
+                        sink.add(b, kpos + prefix_len, kend, vpos, vend, kg)
+                    except DecodeError:
+                        raise
+                    except (OverflowError, ValueError) as e:
+                        raise DecodeError(f"{type(e).__name__}: {e}", entry) from e
+                else:
+                    _call(handler, buf, kpos + prefix_len, kend, vpos, vend, kg, entry)
+                entries += 1
+                pos = vend
+                if first & 0x80:
+                    break
+        if pos + 2 > n:
+            raise DecodeError("key group ends inside its state-switch mark", pos)
+        nxt = (b[pos] << 8) | b[pos + 1]
+        pos += 2
+        if nxt == 0xFFFF:
+            if pos != n:
+                raise DecodeError(f"{n - pos} bytes after the end-of-key-group mark", pos)
+            for f in finishers:
+                f()
+            return entries
+        if nxt >= n_states:
+            raise DecodeError(f"state id {nxt} but the header lists {n_states} states", pos - 2)
+        for f in finishers:
+            f()
+        sid = nxt
+        handler = handlers[sid]
+
+
+cdef _call(handler, buf, Py_ssize_t kpos, Py_ssize_t kend, Py_ssize_t vpos, Py_ssize_t vend,
+           int kg, Py_ssize_t entry):
+    try:
+        handler(buf, kpos, kend, vpos, vend, kg)
+    except DecodeError:
+        raise
+    except DECODE_ERRORS as e:
+        raise DecodeError(f"{type(e).__name__}: {e}", entry) from e
