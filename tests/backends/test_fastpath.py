@@ -33,9 +33,9 @@ def _tables(name: str, pure: bool, monkeypatch: pytest.MonkeyPatch) -> dict[Any,
     for op in sp.metadata.operators:
         for ref in list_states(sp, op):
             for mode in _modes(ref.layout.kind):
-                k = (op.operator_id, ref.state, mode)
+                k = (op.operator_id, ref.name, mode)
                 try:
-                    out[k] = read_table(sp, op, ref.state, mode=mode)
+                    out[k] = read_table(sp, op, ref.name, mode=mode)
                 except statequery.StatequeryError as e:
                     out[k] = f"{type(e).__name__}: {e}"
     return out
