@@ -116,6 +116,10 @@ class Savepoint:
         self._plan_nodes: dict[str, PlanNode] | None = None
         self.max_workers = max_workers
         self.resolver = HandleResolver(io, self.location)
+        # restored RocksDB databases stay open for this savepoint (bounded; closed by close())
+        from statequery.backends.rocksdb import OpenDatabases
+
+        self.resolver.open_databases = OpenDatabases()  # type: ignore[attr-defined]
         # headers read so far and operators modelled one at a time (before the whole model)
         self._headers: dict[tuple[int, int, str], Any] = {}
         self._lazy_operators: dict[int, OperatorInfo] = {}
@@ -403,7 +407,11 @@ class Savepoint:
         return plan(self, info, keys=keys, key_groups=key_groups, mode=mode, split=split)
 
     def close(self) -> None:
-        """Close the open file handles of this savepoint's :class:`FileIO`."""
+        """Close the open file handles of this savepoint's :class:`FileIO` and the RocksDB
+        databases it kept open."""
+        pool = getattr(self.resolver, "open_databases", None)
+        if pool is not None:
+            pool.close()
         self.io.close()
 
     def __enter__(self) -> Savepoint:

@@ -392,10 +392,13 @@ cdef class EntrySink:
         cdef const uint8_t[::1] view = buf
         if not (0 <= kpos <= kend <= view.shape[0] and 0 <= vpos <= vend <= view.shape[0]):
             raise DecodeError("entry outside its buffer", kpos)
-        self.add(&view[0] if view.shape[0] else NULL, kpos, kend, vpos, vend, kg)
+        cdef const uint8_t* b = &view[0] if view.shape[0] else NULL
+        self.add(b, kpos, kend, b, vpos, vend, kg)
 
-    cdef int add(self, const uint8_t* buf, Py_ssize_t kpos, Py_ssize_t kend, Py_ssize_t vpos,
-                 Py_ssize_t vend, int kg) except -1:
+    cdef int add(self, const uint8_t* buf, Py_ssize_t kpos, Py_ssize_t kend, const uint8_t* vb,
+                 Py_ssize_t vpos, Py_ssize_t vend, int kg) except -1:
+        """One entry: its composite key in ``buf[kpos:kend]`` (after the key-group prefix), its
+        value in ``vb[vpos:vend]`` (the same buffer for canonical streams, not for RocksDB)."""
         cdef int kind = self.kind
         cdef Py_ssize_t e, p
         cdef int64_t ts
@@ -407,7 +410,7 @@ cdef class EntrySink:
             if buf[e] != 0:
                 raise DecodeError(f"VoidNamespace byte is {buf[e]}, expected 0", e)
             self.key.slot(buf, kpos, e)
-            self.value.slot(buf, vpos, vend)
+            self.value.slot(vb, vpos, vend)
         elif kind == K_TIMER:
             if vend != vpos:
                 raise DecodeError(
@@ -430,10 +433,10 @@ cdef class EntrySink:
             self.user_key.slot(buf, p, kend)
             if vpos >= vend:
                 raise DecodeError("map value without its null flag", vpos)
-            if buf[vpos]:
+            if vb[vpos]:
                 self.value.null()
             else:
-                self.value.slot(buf, vpos + 1, vend)
+                self.value.slot(vb, vpos + 1, vend)
         else:
             e = kend - 1
             if e < kpos:
@@ -451,14 +454,14 @@ cdef class EntrySink:
                             (<int32_t*>self.kgs.grow(4))[0] = kg
                             self.rows += 1
                         (<int32_t*>self.ints.grow(4))[0] = i
-                    p = self.value.read(buf, p, vend)
+                    p = self.value.read(vb, p, vend)
                     i += 1
                     if p >= vend:
                         if p > vend:
                             raise DecodeError("list element runs past the end of the value", p)
                         break
-                    if buf[p] != 0x2C:
-                        raise DecodeError(f"list delimiter expected, found byte {buf[p]:#x}", p)
+                    if vb[p] != 0x2C:
+                        raise DecodeError(f"list delimiter expected, found byte {vb[p]:#x}", p)
                     p += 1
                     if p == vend:
                         raise DecodeError("list value ends with a delimiter", p)
@@ -588,7 +591,7 @@ def scan_key_group(buf, int kg, int prefix_len, handlers, finishers=()):
                     raise DecodeError(f"entry of key group {prefix} inside key group {kg}", kpos)
                 if is_sink:
                     try:
-                        sink.add(b, kpos + prefix_len, kend, vpos, vend, kg)
+                        sink.add(b, kpos + prefix_len, kend, b, vpos, vend, kg)
                     except DecodeError:
                         raise
                     except (OverflowError, ValueError) as e:
@@ -625,3 +628,48 @@ cdef _call(handler, buf, Py_ssize_t kpos, Py_ssize_t kend, Py_ssize_t vpos, Py_s
         raise
     except DECODE_ERRORS as e:
         raise DecodeError(f"{type(e).__name__}: {e}", entry) from e
+
+
+def feed_key_group(EntrySink sink, it, int prefix_len, pending, bytes stop, wanted):
+    """RocksDB bulk feed: the ``(key, value)`` pairs of ``it`` (sorted; ``pending`` is a pair
+    already taken from it, or None) into ``sink`` until the key group changes, with no Python
+    object per entry beyond the iterator's own pair.
+
+    Returns ``(key group, entries, next pair or None)``; key group -1 when ``it`` is exhausted.
+    Keys of key groups not in ``wanted`` (a set, or None for all) are skipped; a key >= ``stop``
+    ends the iteration. A decoding error is a :class:`DecodeError` naming the key group and the
+    entry key.
+    """
+    cdef int kg = -1, k2, i
+    cdef Py_ssize_t entries = 0, klen, vlen
+    cdef bytes key, value
+    cdef const uint8_t* kb
+    item = pending
+    while True:
+        if item is None:
+            item = next(it, None)
+            if item is None:
+                return kg, entries, None
+        key = <bytes>item[0]
+        value = <bytes>item[1]
+        if stop is not None and key >= stop:
+            return kg, entries, None
+        klen = len(key)
+        kb = <const uint8_t*><char*>key
+        if klen < prefix_len:
+            raise DecodeError(f"entry key {key.hex()} shorter than its key-group prefix", 0)
+        k2 = 0
+        for i in range(prefix_len):
+            k2 = (k2 << 8) | kb[i]
+        if kg >= 0 and k2 != kg:
+            return kg, entries, item
+        item = None
+        if wanted is not None and k2 not in wanted:
+            continue
+        kg = k2
+        vlen = len(value)
+        try:
+            sink.add(kb, prefix_len, klen, <const uint8_t*><char*>value, 0, vlen, kg)
+        except DecodeError as e:
+            raise DecodeError(f"key group {kg}: {e.args[0]} (entry key {key.hex()})", e.pos) from e
+        entries += 1

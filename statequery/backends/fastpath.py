@@ -27,7 +27,7 @@ from statequery.serializers.spec import (
     TimerSpec,
 )
 
-__all__ = ["PURE_ENV", "compiled", "entry_sink", "key_group_scanner"]
+__all__ = ["PURE_ENV", "bulk_feeder", "compiled", "entry_sink", "key_group_scanner"]
 
 PURE_ENV = "STATEQUERY_PURE_PYTHON"
 
@@ -133,3 +133,12 @@ def entry_sink(layout: StateLayout, mode: str, schema: pa.Schema) -> Any | None:
             value = _code(mod, layout.value, value_type.value_type)
             return mod.EntrySink(mod.K_LIST, key, value) if value else None
     return None
+
+
+def bulk_feeder(on_entry: Any) -> Callable[..., Any] | None:
+    """``feed_key_group`` of the compiled module when ``on_entry`` is one of its sinks (RocksDB
+    entries then go to the sink in bulk), else None."""
+    mod = compiled()
+    if mod is None or not isinstance(on_entry, mod.EntrySink):
+        return None
+    return mod.feed_key_group  # type: ignore[no-any-return]

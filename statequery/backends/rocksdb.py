@@ -342,9 +342,52 @@ class RocksDBState:
             raise InvalidOptionError(
                 f"no column family {state!r} in this RocksDB snapshot; it has: "
                 f"{', '.join(self._cf_names) or 'none'}")
+        rng = self._range(state, key_groups, reader, key_prefix)
+        if rng is None:
+            return iter(())
+        start, stop, sst = rng
+        if sst:
+            return self._sst_entries(state, start, stop)
+        return self._rocksdb_entries(state, start, stop)
+
+    def items(
+        self, state: str, key_groups: tuple[int, int] | None = None, *,
+        key_prefix: bytes | None = None,
+    ) -> tuple[Iterator[tuple[bytes, bytes]], bytes]:
+        """Bulk form of :meth:`entries`: plain ``(key, value)`` pairs (no :class:`KeyValue` per
+        entry) and the exclusive upper bound the consumer stops at. Errors of the underlying
+        iterator surface while iterating; the caller wraps them (see :meth:`wrap_error`)."""
+        if self._db is None:
+            raise StatequeryError("the RocksDB state is closed")
+        if state == DEFAULT_CF or state not in self._cf_names:
+            return iter(()), b""
+        rng = self._range(state, key_groups, "auto", key_prefix)
+        if rng is None:
+            return iter(()), b""
+        start, stop, sst = rng
+        if sst:
+            cf = self._cfs.get(state)
+            if cf is None:
+                return iter(()), b""
+            tables = [self._tables[f.local_path] for f, _ in cf.tables]
+            return iter(merged_entries(tables, start, stop)), stop
+        from rocksdict import ReadOptions
+
+        ro = ReadOptions()
+        ro.set_iterate_upper_bound(stop)
+        return iter(self._db.get_column_family(state).items(from_key=start, read_opt=ro)), stop
+
+    def wrap_error(self, state: str, e: Exception) -> CorruptStateError:
+        return CorruptStateError(f"RocksDB failed reading column family {state!r}: "
+                                 f"{_local_names(e)}", self._manifest.source)
+
+    def _range(
+        self, state: str, key_groups: tuple[int, int] | None, reader: str,
+        key_prefix: bytes | None,
+    ) -> tuple[bytes, bytes, bool] | None:
         bounds = self.key_group_bounds(key_groups)
         if bounds is None:
-            return iter(())
+            return None
         n = self.prefix_bytes
         start = bounds[0].to_bytes(n, "big")
         stop = (bounds[1] + 1).to_bytes(n, "big")
@@ -355,9 +398,7 @@ class RocksDBState:
             stop = _prefix_successor(start) or stop
         if reader not in ("auto", "sst", "rocksdb"):
             raise InvalidOptionError(f"reader must be auto, sst or rocksdb, not {reader!r}")
-        if reader == "sst" or (reader == "auto" and self.uses_merge_reader(state)):
-            return self._sst_entries(state, start, stop)
-        return self._rocksdb_entries(state, start, stop)
+        return start, stop, reader == "sst" or (reader == "auto" and self.uses_merge_reader(state))
 
     def _sst_entries(self, state: str, start: bytes, stop: bytes) -> Iterator[KeyValue]:
         cf = self._cfs.get(state)
@@ -545,6 +586,70 @@ def feed(
     return n
 
 
+# -- restored databases kept open per Savepoint ----------------------------------------------------
+
+
+class OpenDatabases:
+    """Restored RocksDB databases kept open for one :class:`~statequery.Savepoint` (at most
+    ``limit``, least recently used closed first), so a warm lookup costs a seek, not a restore.
+    :meth:`close` (``Savepoint.close()`` / leaving its ``with`` block) closes them all."""
+
+    def __init__(self, limit: int = 4) -> None:
+        import threading
+
+        self.limit = max(1, int(limit))
+        self._dbs: dict[Any, RocksDBState] = {}
+        self._lock = threading.Lock()
+        self.restores = 0
+
+    def get(self, key: Any, opener: Callable[[], RocksDBState]) -> RocksDBState:
+        with self._lock:
+            db = self._dbs.pop(key, None)
+            if db is not None and db._db is not None:
+                self._dbs[key] = db  # most recently used last
+                return db
+            db = opener()
+            self.restores += 1
+            self._dbs[key] = db
+            while len(self._dbs) > self.limit:
+                oldest = next(iter(self._dbs))
+                self._dbs.pop(oldest).close()
+            return db
+
+    def __len__(self) -> int:
+        return len(self._dbs)
+
+    def close(self) -> None:
+        with self._lock:
+            dbs, self._dbs = list(self._dbs.values()), {}
+        for db in dbs:
+            db.close()
+
+
+class _Unpooled:
+    """``with``-able wrapper of a DB opened for one scan (no pool): closed at the end."""
+
+    def __init__(self, db: RocksDBState) -> None:
+        self.db = db
+
+    def __enter__(self) -> RocksDBState:
+        return self.db
+
+    def __exit__(self, *exc: object) -> None:
+        self.db.close()
+
+
+class _Pooled:
+    def __init__(self, db: RocksDBState) -> None:
+        self.db = db
+
+    def __enter__(self) -> RocksDBState:
+        return self.db
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
 # -- the KeyedBackend for reader.py --------------------------------------------------------------
 
 _DEFAULT_CACHE: FileCache | None = None
@@ -627,6 +732,15 @@ class RocksDBKeyedBackend:
             max_parallelism=self.max_parallelism, cache=self.cache,
             state_names=self._state_names or [s.name for s in self.proxy.states])
 
+    def _database(self) -> _Pooled | _Unpooled:
+        """The restored DB: from the savepoint's pool of open databases when its resolver has
+        one (kept open), else opened for this scan and closed after it."""
+        pool = getattr(self.resolver, "open_databases", None)
+        if pool is None:
+            return _Unpooled(self.open())
+        key = (self.name, self.max_parallelism, id(self.cache))
+        return _Pooled(pool.get(key, self.open))
+
     def scan(
         self, layout: Any, mode: str | None, builder: Any,
         key_groups: Iterable[int] | None = None,
@@ -650,7 +764,7 @@ class RocksDBKeyedBackend:
         wanted = None if key_groups is None else {kg for kg in key_groups if kg in own}
         if wanted is not None and not wanted:
             return
-        with self.open() as db:
+        with self._database() as db:
             for layout, builder in requests:
                 raw = None if key is None else serialized_key(key, layout.key)
                 yield from self._scan_db(db, layout, mode, builder, wanted, raw)
@@ -668,6 +782,26 @@ class RocksDBKeyedBackend:
         seek = raw if raw and not layout.is_timer and bounds and bounds[0] == bounds[1] else None
         decoder = CompositeEntryDecoder(layout, mode, builder, raw)
         on_entry, prefix = decoder.on_entry, key_group_prefix_bytes(self.max_parallelism)
+        from statequery.backends.fastpath import bulk_feeder
+
+        feed = bulk_feeder(on_entry)
+        if feed is not None:
+            # compiled sink: (key, value) pairs straight from the iterator, one key group a call
+            items, stop = db.items(layout.name, bounds, key_prefix=seek)
+            pending = None
+            while True:
+                try:
+                    kg, _n, pending = feed(on_entry, items, prefix, pending, stop, wanted)
+                except DecodeError as e:
+                    raise CorruptStateError(f"state {layout.name!r}, {e.message}",
+                                            db.describe(layout.name)) from e
+                except (StatequeryError, MemoryError):
+                    raise
+                except Exception as e:  # rocksdict raises plain Exception
+                    raise db.wrap_error(layout.name, e) from e
+                if kg < 0:
+                    return
+                yield kg
         current = -1
         for kg, key, value in db.entries(layout.name, bounds, key_prefix=seek):
             if wanted is not None and kg not in wanted:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+import statequery
 import statequery.backends.rocksdb as rocks
 from statequery.backends import KeyedContext, keyed_backend_for
 from statequery.backends.cache import CacheKey, FileCache, default_cache_dir
@@ -580,3 +581,48 @@ def test_with_the_snapshot_a_lookup_reads_no_header_byte(tmp_path: Path,
     assert tables[("user-state", "count")].column("key").to_pylist() == ["user-7"]
     touched = set(io.stats.bytes_read) | set(io.stats.opens)
     assert touched and not touched & headers
+
+
+def test_restored_databases_stay_open_per_savepoint_until_close() -> None:
+    """Warm lookups reuse the restored DB (a seek, no restore); close() closes every DB; the
+    rows equal those of a savepoint that restores per read."""
+    path = str(fixture_dir("datastream-rocksdb-native"))
+    with statequery.open(path) as sp:
+        pool = sp.resolver.open_databases
+        first = sp.lookup("user-3")
+        restores = pool.restores
+        assert restores == len(pool) == 2  # the two keyed RocksDB operators
+        for _ in range(3):
+            again = sp.lookup("user-3")
+            assert {k: t.to_pylist() for k, t in again.items()} == {
+                k: t.to_pylist() for k, t in first.items()
+            }
+        assert pool.restores == restores
+        dbs = list(pool._dbs.values())
+    assert len(pool) == 0 and all(db._db is None for db in dbs)
+    fresh = statequery.open(path)
+    fresh.resolver.open_databases = None  # restore per read, as before
+    want = {k: t.to_pylist() for k, t in fresh.lookup("user-3").items()}
+    assert want == {k: t.to_pylist() for k, t in first.items()}
+    assert sum(t.num_rows for t in first.values()) > 0
+
+
+def test_database_pool_is_bounded() -> None:
+    from statequery.backends.rocksdb import OpenDatabases
+
+    closed: list[int] = []
+
+    class Fake:
+        def __init__(self, i: int) -> None:
+            self.i, self._db = i, object()
+
+        def close(self) -> None:
+            closed.append(self.i)
+            self._db = None
+
+    pool = OpenDatabases(limit=2)
+    for i in (1, 2, 1, 3):
+        pool.get(i, lambda i=i: Fake(i))  # type: ignore[misc]
+    assert len(pool) == 2 and closed == [2] and pool.restores == 3
+    pool.close()
+    assert sorted(closed) == [1, 2, 3]
