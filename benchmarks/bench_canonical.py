@@ -65,20 +65,24 @@ def child_scan(
 def child_all(path: str, operator: str) -> dict[str, Any]:
     """Every state of the operator, one after the other (the savepoint read completely)."""
     import statequery
+    from statequery.backends import fastpath
     from statequery.reader import list_states, read_state
 
     sp = statequery.open(path, use_snapshot=False)
     refs = list_states(sp, operator)
     sp.io.stats.reset()
     t = time.perf_counter()
+    cpu = time.process_time()
     rows = 0
     for ref in refs:
         for batch in read_state(sp, operator, ref.name):
             rows += batch.num_rows
     dt = time.perf_counter() - t
     return {
+        "path": "compiled" if fastpath.compiled() is not None else "pure",
         "rows": rows,
         "seconds": dt,
+        "cpu_seconds": time.process_time() - cpu,
         "rows_per_s": rows / dt,
         "mb_read": sp.io.stats.total_bytes / 1e6,
         "peak_rss_mb": _rss_mb(),
@@ -121,8 +125,10 @@ def child_lookup(path: str, operator: str, n: int, seed: int, keys_total: int) -
     }
 
 
-def _run_child(args: list[str]) -> dict[str, Any]:
+def _run_child(args: list[str], pure: bool = False) -> dict[str, Any]:
     env = dict(os.environ)
+    if pure:
+        env["STATEQUERY_PURE_PYTHON"] = "1"
     out = subprocess.run(
         [sys.executable, __file__, "--child", *args],
         check=True,
@@ -199,7 +205,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lookups", type=int, default=50)
     ap.add_argument("--batch-size", type=int, default=65536)
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument(
+        "--paired",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only the full scan of every state, N times on the compiled and the pure-Python "
+        "decode path alternately (fresh processes); medians of wall and CPU time, and the ratio",
+    )
     args = ap.parse_args(argv)
+    if args.paired:
+        return _paired(args.savepoint, args.operator, args.paired)
 
     import statequery
     from statequery.reader import list_states
@@ -261,6 +277,38 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.json:
         print(json.dumps(results, indent=1))
+    return 0
+
+
+def _paired(path: str, operator: str, n: int) -> int:
+    """Compiled vs pure-Python decode path, paired runs. On a shared machine wall time is noisy:
+    CPU time (``time.process_time`` of the scanning process) is the figure to compare."""
+    import statistics
+
+    runs: dict[str, list[dict[str, Any]]] = {"compiled": [], "pure": []}
+    for i in range(n):
+        for pure in (False, True):
+            res = _run_child(["all", path, operator], pure=pure)
+            runs["pure" if pure else "compiled"].append(res)
+            print(
+                f"run {i + 1} {res['path']:8s} {res['rows']:>10,} rows"
+                f"  wall {res['seconds']:7.2f} s  cpu {res['cpu_seconds']:7.2f} s"
+                f"  {res['rows'] / res['cpu_seconds']:>12,.0f} rows/cpu-s"
+                f"  peak RSS {res['peak_rss_mb']:.0f} MB",
+                flush=True,
+            )
+    med = {
+        k: (
+            statistics.median(r["seconds"] for r in v),
+            statistics.median(r["cpu_seconds"] for r in v),
+        )
+        for k, v in runs.items()
+    }
+    print(
+        f"median wall: compiled {med['compiled'][0]:.2f} s, pure {med['pure'][0]:.2f} s; "
+        f"median cpu: compiled {med['compiled'][1]:.2f} s, pure {med['pure'][1]:.2f} s; "
+        f"pure/compiled cpu ratio {med['pure'][1] / med['compiled'][1]:.1f}x"
+    )
     return 0
 
 
