@@ -367,11 +367,14 @@ def _flush(
     batch_size: int,
 ) -> Iterator[tuple[str, pa.RecordBatch]]:
     mask = None
-    if key_list is not None and keys is not None:
+    if key_list is not None and keys is not None and len(key_list) == len(builder):
         mask = [k in keys for k in key_list]
     batch = builder.flush()
     if batch is None:
         return
+    if mask is None and keys is not None and key_list is not None:
+        # a compiled sink filled the key column (no Python list): primitive keys, read back
+        mask = [k in keys for k in batch.column("key").to_pylist()]
     if mask is not None:
         batch = batch.filter(pa.array(mask, type=pa.bool_()))
         if batch.num_rows == 0:

@@ -119,3 +119,22 @@ def test_arrow_arrays_are_built_without_python_values() -> None:
     assert arrays["value"].to_pylist() == [42]
     assert arrays["key_group"].to_pylist() == [7]
     assert len(sink) == 0
+
+
+@pytest.mark.parametrize("name", ["datastream-hashmap-canonical", "datastream-rocksdb-native"])
+def test_reads_of_several_keys_are_identical(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Several keys: rows are kept by the key column the compiled sink filled (no Python list)."""
+    from statequery.scan import read_table as read_keys
+
+    sp = statequery.open(str(fixture_dir(name)))
+    for state in ("count", "recent-categories", "amount-by-category"):
+        info = sp.state("user-state", state)
+        got = {}
+        for pure in (True, False):
+            if pure:
+                monkeypatch.setenv(fastpath.PURE_ENV, "1")
+            else:
+                monkeypatch.delenv(fastpath.PURE_ENV, raising=False)
+            got[pure] = read_keys(sp, info, keys=["user-3", "user-5", "user-11"]).to_pylist()
+        assert got[True] == got[False]
+        assert {r["key"] for r in got[False]} == {"user-3", "user-5", "user-11"}
