@@ -36,7 +36,9 @@ def _tables(name: str, pure: bool, monkeypatch: pytest.MonkeyPatch) -> dict[Any,
                 k = (op.operator_id, ref.name, mode)
                 try:
                     out[k] = read_table(sp, op, ref.name, mode=mode)
-                except statequery.StatequeryError as e:
+                except (statequery.StatequeryError, ValueError) as e:
+                    # ValueError: nested mode of a map with a null-typed value (CEP shared
+                    # buffer) fails in state_schema on both paths; compared, not hidden
                     out[k] = f"{type(e).__name__}: {e}"
     return out
 
@@ -80,7 +82,11 @@ def test_compiled_path_covers_the_common_shapes() -> None:
                     continue
                 for mode in _modes(layout.kind):
                     m = "rows" if mode is None else mode
-                    if fastpath.entry_sink(layout, m, state_schema(layout, mode)) is not None:
+                    try:
+                        schema = state_schema(layout, mode)
+                    except ValueError:  # see _tables
+                        continue
+                    if fastpath.entry_sink(layout, m, schema) is not None:
                         covered.add("timer" if layout.is_timer else f"{layout.kind}/{m}")
     assert {"value", "list/rows", "list/flat", "map/rows", "timer"} <= {
         c if c in ("timer", "list/rows", "list/flat", "map/rows") else c.split("/")[0]
