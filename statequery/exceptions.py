@@ -82,6 +82,11 @@ class InvalidOptionError(StatequeryError, ValueError):
     """An option given to a reader, the CLI or the Spark data source is unknown or malformed."""
 
 
+class SnapshotIgnoredWarning(UserWarning):
+    """A StateMeta snapshot was damaged or tampered with (its checksum does not match): it is
+    ignored and the listing is derived from ``_metadata``."""
+
+
 class MissingExtraError(StatequeryError):
     """An optional package a feature needs is not installed; the message names the extra
     (``pip install 'statequery[sql]'``)."""

@@ -17,13 +17,20 @@ import difflib
 import posixpath
 import re
 import threading
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from statequery.discovery import find_metadata
-from statequery.exceptions import NoSuchOperatorError, NoSuchStateError, NoSuchTableError
+from statequery.exceptions import (
+    CorruptStateError,
+    NoSuchOperatorError,
+    NoSuchStateError,
+    NoSuchTableError,
+    SnapshotIgnoredWarning,
+)
 from statequery.io import FileIO, join_location, location_parent
 from statequery.metadata.checkpoint import CheckpointMetadata, OperatorState, parse_metadata
 from statequery.metadata.handles import (
@@ -158,6 +165,13 @@ class Savepoint:
                 try:
                     candidate = loads(f.read(), f.location)
                 except SnapshotVersionError:
+                    candidate = None
+                except CorruptStateError as e:  # damaged or tampered: derive from _metadata
+                    warnings.warn(
+                        f"ignoring the StateMeta snapshot, reading _metadata instead: {e}",
+                        SnapshotIgnoredWarning,
+                        stacklevel=2,
+                    )
                     candidate = None
                 if candidate is not None and candidate.matches(data):
                     meta = candidate

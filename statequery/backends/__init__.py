@@ -16,6 +16,7 @@ to know the layout:
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -110,14 +111,20 @@ class KeyedBackend(Protocol):
 
 KeyedBackendFactory = Callable[[Any, KeyedContext], "KeyedBackend | None"]
 _FACTORIES: list[KeyedBackendFactory] = []
+_REGISTRY_LOCK = threading.Lock()  # guards _FACTORIES (held briefly, never while importing)
+_PLUGIN_LOCK = threading.Lock()  # one thread imports the plug-ins, the others wait for it
 
 
 def register_keyed_backend(factory: KeyedBackendFactory, first: bool = False) -> None:
-    """Add a factory ``(handle, context) -> backend or None``; the first non-None answer wins."""
-    if first:
-        _FACTORIES.insert(0, factory)
-    else:
-        _FACTORIES.append(factory)
+    """Add a factory ``(handle, context) -> backend or None``; the first non-None answer wins.
+    Thread-safe; registering the same factory twice has no effect."""
+    with _REGISTRY_LOCK:
+        if factory in _FACTORIES:
+            return
+        if first:
+            _FACTORIES.insert(0, factory)
+        else:
+            _FACTORIES.append(factory)
 
 
 #: Backends in their own modules (heavy optional dependencies), imported on first need; each
@@ -126,35 +133,45 @@ PLUGIN_MODULES = ("statequery.backends.rocksdb",)
 _PLUGINS_LOADED = False
 
 
-def _load_plugins() -> bool:
+_PLUGIN_ERRORS: dict[str, str] = {}
+
+
+def _load_plugins() -> None:
+    """Import the plug-in modules once. Other threads wait until they are imported (a thread
+    that saw the flag set before the import finished would find no factory for its handle)."""
     global _PLUGINS_LOADED
     if _PLUGINS_LOADED:
-        return False
-    _PLUGINS_LOADED = True
-    import importlib
+        return
+    with _PLUGIN_LOCK:
+        if _PLUGINS_LOADED:
+            return
+        import importlib
 
-    for name in PLUGIN_MODULES:
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            continue
-    return True
+        for name in PLUGIN_MODULES:
+            try:
+                importlib.import_module(name)
+            except ImportError as e:
+                _PLUGIN_ERRORS[name] = str(e)
+        _PLUGINS_LOADED = True
 
 
 def keyed_backend_for(handle: Any, context: KeyedContext) -> KeyedBackend:
     """The backend for one keyed state handle (plug-in modules are loaded on first miss)."""
-    while True:
-        for factory in _FACTORIES:
+    for attempt in range(2):
+        with _REGISTRY_LOCK:
+            factories = list(_FACTORIES)
+        for factory in factories:
             backend = factory(handle, context)
             if backend is not None:
                 return backend
-        if not _load_plugins():
-            break
+        if attempt == 0:
+            _load_plugins()
+    missing = "; ".join(f"{m}: {e}" for m, e in _PLUGIN_ERRORS.items())
     raise UnsupportedFormatError(
         f"operator {context.operator!r}: keyed state handle {type(handle).__name__} "
         f"(type {getattr(handle, 'handle_type', '?')}) is not supported by this reader; "
         "supported: canonical savepoints (type 7), hashmap checkpoints / native savepoints "
-        "(type 12)"
+        "(type 12)" + (f"; a backend could not be loaded ({missing})" if missing else "")
     )
 
 

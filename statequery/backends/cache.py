@@ -7,15 +7,22 @@ private per-handle DB directory (:meth:`FileCache.new_db_dir`).
 * **Location**: ``root`` argument, else ``$STATEQUERY_CACHE_DIR``, else
   ``$XDG_CACHE_HOME/statequery``, else ``~/.cache/statequery``. It must not lie inside the
   savepoint directory being read (:meth:`FileCache.check_outside`).
-* **Key**: SHA-256 of (location, size, checksum); an entry lives at ``objects/<2 hex>/<digest>``.
+* **Key**: SHA-256 of the object's full identity and version: location (scheme, bucket, path),
+  the endpoint it was read from (``FileIO.endpoint``: an S3-compatible server's URL), the size and
+  checksum its handle gives, and the version the store reports right before use
+  (``FileIO.version``: mtime and inode locally, ETag/version id remotely). The same name on two
+  endpoints, or a file rewritten in place with the same size, is a different entry; an entry
+  lives at ``objects/<2 hex>/<digest>``.
 * **Writes**: to a unique file under ``tmp/``, flushed and fsynced, size (and checksum) verified,
   then atomically renamed into place; a half-written file is never visible under its entry name.
   Two processes fetching the same file both succeed: the last rename wins with identical bytes.
 * **Verification before use**: an entry whose size (or checksum, when the handle gives one) does
   not match is deleted and fetched again.
 * **Bounded**: ``max_bytes`` (``$STATEQUERY_CACHE_MAX_BYTES``, default 10 GiB); least recently used
-  entries (mtime is touched on every use) are evicted under an ``fcntl`` lock, skipping entries
-  that are hard-linked into an open DB directory.
+  entries (mtime is touched on every use) are evicted under an exclusive ``fcntl`` lock, skipping
+  entries that are hard-linked into an open DB directory. Fetching and linking an entry hold the
+  same lock shared, so no eviction (of any thread or process) runs between an entry's
+  verification and its link: an entry in use is never deleted from under a reader.
 * **DB directories** live under ``db/``; each is guarded by an ``flock``-ed lock file so a later
   eviction pass removes the directories of crashed processes, never those still in use.
 """
@@ -82,10 +89,15 @@ class CacheKey:
     size: int
     checksum: str | None = None
     offset: int | None = None  # a segment [offset, offset+size) of a larger file (file merging)
+    endpoint: str = ""  # the service the location was read from (FileIO.endpoint)
+    version: str = ""  # the store's version of the whole file (FileIO.version), checked at use
 
     @property
     def digest(self) -> str:
         h = hashlib.sha256()
+        if self.endpoint or self.version:
+            h.update(b"endpoint\0" + self.endpoint.encode("utf-8") + b"\0")
+            h.update(b"version\0" + self.version.encode("utf-8") + b"\0")
         h.update(self.location.encode("utf-8"))
         h.update(b"\0")
         h.update(str(self.size).encode())
@@ -111,7 +123,13 @@ def _checksum_of(path: str, checksum: str) -> bool:
 
 @contextlib.contextmanager
 def _flock(path: str, exclusive: bool = True) -> Iterator[None]:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    """An ``flock`` on ``path``: a fresh descriptor each time, so threads of one process exclude
+    each other as processes do."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except FileNotFoundError:  # the cache directory was removed by hand: recreate it
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         if fcntl is not None:
             fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
@@ -232,6 +250,18 @@ class FileCache:
             os.utime(path)  # LRU: the mtime is the last use
         return True
 
+    def identify(self, io: FileIO, key: CacheKey) -> CacheKey:
+        """``key`` with the endpoint and the store's current version of its file: one stat (a
+        HEAD on object stores) before every use, so a rewritten file is never served stale."""
+        from dataclasses import replace
+
+        actual, version = io.version(key.location)
+        if key.offset is None and actual != key.size:
+            raise CorruptStateError(
+                f"file is {actual} bytes but its state handle says {key.size} "
+                "(truncated or replaced?)", key.location)
+        return replace(key, endpoint=io.endpoint(key.location), version=version)
+
     def fetch(self, io: FileIO, key: CacheKey) -> str:
         """The local path of a verified copy of ``key.location``, fetching it if needed.
 
@@ -246,6 +276,10 @@ class FileCache:
             if self._valid(path, key):
                 return path
             self._download(io, key, path)
+            if key.version and io.version(key.location)[1] != key.version:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+                raise StorageError(f"{key.location} changed while it was being read; try again")
             return path
 
     def _download(self, io: FileIO, key: CacheKey, path: str) -> None:
@@ -287,20 +321,27 @@ class FileCache:
             raise
 
     def link(self, io: FileIO, key: CacheKey, dest: str) -> None:
-        """Place a verified copy of ``key`` at ``dest`` (hard link, or copy across devices)."""
+        """Place a verified copy of ``key`` at ``dest`` (hard link, or copy across devices).
+
+        The key is completed with the endpoint and current version of its file
+        (:meth:`identify`); fetch and link run under the cache lock held shared, so no eviction
+        can remove the entry in between.
+        """
+        key = self.identify(io, key)
         for _ in range(3):
-            src = self.fetch(io, key)
-            try:
-                os.link(src, dest)
-            except FileNotFoundError:
-                continue  # evicted by another process between fetch and link: fetch again
-            except OSError as e:
-                if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
-                    raise StorageError(f"cannot link {src} to {dest}: {e}") from e
+            with _flock(self._lockfile, exclusive=False):
+                src = self.fetch(io, key)
                 try:
-                    shutil.copyfile(src, dest)
+                    os.link(src, dest)
                 except FileNotFoundError:
-                    continue
+                    continue  # removed by hand between fetch and link: fetch again
+                except OSError as e:
+                    if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+                        raise StorageError(f"cannot link {src} to {dest}: {e}") from e
+                    try:
+                        shutil.copyfile(src, dest)
+                    except FileNotFoundError:
+                        continue
             if os.path.getsize(dest) == key.size:
                 return
             os.unlink(dest)
@@ -309,6 +350,10 @@ class FileCache:
     # -- DB directories and eviction -----------------------------------------------------------
 
     def new_db_dir(self) -> DbDir:
+        try:
+            os.makedirs(self._dbs, exist_ok=True)  # the cache may have been emptied by hand
+        except OSError as e:
+            raise StorageError(f"cannot create cache directory {self._dbs}: {e}") from e
         return DbDir(os.path.join(self._dbs, uuid.uuid4().hex))
 
     def entries(self) -> list[tuple[str, os.stat_result]]:

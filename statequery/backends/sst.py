@@ -372,28 +372,54 @@ def _encode_handle(h: BlockHandle) -> bytes:
     return bytes(out)
 
 
+#: the largest uncompressed block statequery inflates (a block holds at least one whole entry, so
+#: a state value of this size still reads); larger declared sizes are corruption or a bomb
+MAX_BLOCK_BYTES = int(os.environ.get("STATEQUERY_MAX_BLOCK_BYTES", 256 << 20))
+
+#: how many times its compressed size a block of each codec can expand to at most (snappy: a
+#: 3-byte copy yields 64 bytes; LZ4: a 255-run byte adds 255; deflate: 1032); bzip2 and zstd
+#: have no useful bound and are held to MAX_BLOCK_BYTES only
+_MAX_RATIO = {1: 22, 2: 1032, 4: 256, 5: 256}
+
+
+def _check_declared(kind: int, size: int, compressed: int, source: str, offset: int) -> None:
+    """Refuse a declared uncompressed size the codec cannot reach, before allocating it."""
+    ratio = _MAX_RATIO.get(kind)
+    limit = MAX_BLOCK_BYTES if ratio is None else min(MAX_BLOCK_BYTES, ratio * compressed + 64)
+    if size > limit:
+        raise CorruptStateError(
+            f"{_COMPRESSION_NAMES[kind]} block of {compressed} bytes declares {size} uncompressed "
+            f"bytes, more than it can hold ({limit}; STATEQUERY_MAX_BLOCK_BYTES={MAX_BLOCK_BYTES})",
+            source, offset)
+
+
 def _decompress(kind: int, data: bytes, source: str, offset: int) -> bytes:
+    """Inflate one block into a buffer of exactly its declared size: a block that would inflate
+    to more is refused when the buffer is full, never after allocating what it claims."""
     import cramjam
 
     try:
-        if kind == 1:
-            return bytes(cramjam.snappy.decompress_raw(data))
-        if kind in (2, 3, 4, 5, 7):
-            size, pos = _varint(data, 0, source)
-            payload = data[pos:]
-            if kind in (4, 5):
-                out = bytes(cramjam.lz4.decompress_block(payload, output_len=size))
+        if kind in (1, 2, 3, 4, 5, 7):
+            size, pos = _varint(data, 0, source)  # snappy: its own length varint, kept in data
+            payload = data if kind == 1 else data[pos:]
+            _check_declared(kind, size, len(payload), source, offset)
+            out = bytearray(size + (kind != 1))  # one spare byte: an overlong stream fills it
+            if kind == 1:
+                n = cramjam.snappy.decompress_raw_into(payload, out)
+            elif kind in (4, 5):
+                n = cramjam.lz4.decompress_block_into(payload, out)
             elif kind == 7:
-                out = bytes(cramjam.zstd.decompress(payload))
+                n = cramjam.zstd.decompress_into(payload, out)
             elif kind == 2:
-                out = _inflate_raw(payload)
+                n = _inflate_raw_into(payload, out)
             else:
-                out = bytes(cramjam.bzip2.decompress(payload))
-            if len(out) != size:
+                n = cramjam.bzip2.decompress_into(payload, out)
+            if n != size:
                 raise CorruptStateError(
-                    f"{_COMPRESSION_NAMES[kind]} block inflated to {len(out)} bytes, "
+                    f"{_COMPRESSION_NAMES[kind]} block inflated to {n} bytes, "
                     f"expected {size}", source, offset)
-            return out
+            del out[size:]
+            return bytes(out)
     except CorruptStateError:
         raise
     except Exception as e:  # cramjam raises its own DecompressionError
@@ -405,10 +431,14 @@ def _decompress(kind: int, data: bytes, source: str, offset: int) -> bytes:
         "supported; supported: none, snappy, zlib, bzip2, lz4, lz4hc, zstd")
 
 
-def _inflate_raw(payload: bytes) -> bytes:
+def _inflate_raw_into(payload: bytes, out: bytearray) -> int:
+    """Raw deflate into ``out``, never producing more than ``len(out)`` bytes."""
     import zlib
 
-    return zlib.decompress(payload, -15)
+    d = zlib.decompressobj(-15)
+    data = d.decompress(payload, len(out))
+    out[: len(data)] = data
+    return len(data)
 
 
 class SstFile:

@@ -50,7 +50,14 @@ def _parser() -> argparse.ArgumentParser:
 
     p.add_argument("--version", action="version", version=f"statequery {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
-    i = sub.add_parser("inspect", help="list operators and states (the state_meta table)")
+    store = argparse.ArgumentParser(add_help=False)
+    store.add_argument(
+        "--storage-option", action="append", default=[], metavar="KEY=VALUE",
+        help="an fsspec storage option for remote paths (repeatable; VALUE may be JSON), e.g. "
+             "endpoint_url=http://127.0.0.1:9000 (default: $STATEQUERY_STORAGE_OPTIONS)",
+    )
+    i = sub.add_parser("inspect", help="list operators and states (the state_meta table)",
+                       parents=[store])
     i.add_argument("path", help="savepoint/checkpoint directory, its _metadata, or a URI")
     i.add_argument("--json", action="store_true", help="print JSON instead of a table")
     i.add_argument(
@@ -58,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="ignore a StateMeta snapshot and read the state-file headers",
     )
-    s = sub.add_parser("snapshot", help="write the StateMeta snapshot")
+    s = sub.add_parser("snapshot", help="write the StateMeta snapshot", parents=[store])
     s.add_argument("path", help="savepoint/checkpoint directory, its _metadata, or a URI")
     s.add_argument("--out", help="where to write it (default: next to _metadata)")
     s.add_argument(
@@ -67,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
         "the snapshot, it names SQL state tables and their RowData columns",
     )
 
-    r = sub.add_parser("read", help="the rows of one state")
+    r = sub.add_parser("read", help="the rows of one state", parents=[store])
     r.add_argument("path", help="savepoint/checkpoint directory, its _metadata, or a URI")
     r.add_argument("table", nargs="?", help="a table_name from inspect (or use --operator/--state)")
     r.add_argument("--operator", help="operator uid, name or id")
@@ -79,7 +86,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print JSON lines")
     r.add_argument("--out", help="write all rows to a .parquet, .csv or .arrow file")
 
-    lk = sub.add_parser("lookup", help="everything every keyed state holds for one key")
+    lk = sub.add_parser("lookup", help="everything every keyed state holds for one key",
+                        parents=[store])
     lk.add_argument("path", help="savepoint/checkpoint directory, its _metadata, or a URI")
     lk.add_argument("key", help="the key (JSON array/object for composite keys)")
     lk.add_argument("--operator", help="only this operator (uid, name or id)")
@@ -103,6 +111,23 @@ def _parser() -> argparse.ArgumentParser:
     add_extra_parsers(sub)
     add_parsers(sub)
     return p
+
+
+def _storage_options(args: argparse.Namespace) -> dict[str, Any] | None:
+    """``--storage-option KEY=VALUE`` flags as fsspec storage options (None: the default)."""
+    pairs = getattr(args, "storage_option", None) or []
+    if not pairs:
+        return None
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise InvalidOptionError(f"--storage-option {pair!r}: expected KEY=VALUE")
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
 
 
 def python_rows(table: Any) -> list[dict[str, Any]]:
@@ -235,7 +260,7 @@ def _read(args: argparse.Namespace) -> int:
     from statequery.keys import parse_key_text
     from statequery.savepoint import Savepoint
 
-    sp = Savepoint.open(args.path)
+    sp = Savepoint.open(args.path, storage_options=_storage_options(args))
     if args.table is not None and (args.operator or args.state):
         raise InvalidOptionError("give a table name or --operator/--state, not both")
     if args.table is not None:
@@ -267,7 +292,7 @@ def _lookup(args: argparse.Namespace) -> int:
     from statequery.keys import key_type_name, parse_key_text
     from statequery.savepoint import Savepoint
 
-    sp = Savepoint.open(args.path)
+    sp = Savepoint.open(args.path, storage_options=_storage_options(args))
     ops = [sp.operator(args.operator)] if args.operator else list(sp.operators)
     found = 0
     tried: list[str] = []  # per operator: how the key was read, or why it could not be
@@ -476,7 +501,10 @@ def _main(argv: Sequence[str] | None) -> int:
         from statequery.savepoint import Savepoint
 
         if args.command == "inspect":
-            sp = Savepoint.open(args.path, use_snapshot=not args.no_snapshot)
+            sp = Savepoint.open(
+                args.path, use_snapshot=not args.no_snapshot,
+                storage_options=_storage_options(args),
+            )
             doc = _inspect_doc(sp)
             if args.json:
                 json.dump(doc, sys.stdout, indent=2, default=str)
@@ -489,7 +517,7 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command == "lookup":
             return _lookup(args)
         if args.command == "spark-views":
-            from statequery.spark import view_statements
+            from statequery.catalog.views import view_statements
 
             print("\n".join(view_statements(args.catalog, args.databases)))
             return 0
@@ -514,7 +542,10 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command in COMMANDS:
             return COMMANDS[args.command](args)
         if args.command == "snapshot":
-            sp = Savepoint.open(args.path, use_snapshot=False, plan=args.plan)
+            sp = Savepoint.open(
+                args.path, use_snapshot=False, plan=args.plan,
+                storage_options=_storage_options(args),
+            )
             where = sp.write_snapshot(args.out)
             named = f", {len(sp.plan_nodes)} operators named by the plan" if args.plan else ""
             print(f"wrote StateMeta snapshot {where} ({len(sp.states)} states{named})")

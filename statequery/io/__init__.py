@@ -14,16 +14,24 @@ would do it. Each ranged read is one request; :class:`ReadStats` counts both.
 
 from __future__ import annotations
 
+import errno
 import os
 import posixpath
+import stat
 import threading
+import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol, cast
 from urllib.parse import urlsplit
 
-from statequery.exceptions import MissingExtraError, StorageError
+from statequery.exceptions import (
+    InvalidOptionError,
+    MissingExtraError,
+    StatequeryError,
+    StorageError,
+)
 
 __all__ = [
     "FileIO",
@@ -32,12 +40,64 @@ __all__ = [
     "InputFile",
     "LocalFileSystem",
     "ReadStats",
+    "filesystem_of",
+    "is_under",
     "join_location",
     "location_parent",
     "normalize_location",
 ]
 
 _LOCAL_SCHEMES = ("", "file", "local")
+_READ_CHUNK = 8 << 20  # reads longer than this go in chunks, so a false length costs no memory
+
+#: remote requests: attempts for transient failures (connection resets, timeouts, HTTP 5xx and
+#: throttling), with exponential backoff from RETRY_BACKOFF seconds
+RETRY_ATTEMPTS = int(os.environ.get("STATEQUERY_RETRIES", "5"))
+RETRY_BACKOFF = 0.1
+_TRANSIENT_ERRNOS = {errno.ECONNRESET, errno.ECONNABORTED, errno.EPIPE, errno.ETIMEDOUT,
+                     errno.ECONNREFUSED, errno.EAGAIN}
+_TRANSIENT_TEXT = ("503", "500 ", "502", "504", "SlowDown", "ServiceUnavailable", "InternalError",
+                   "RequestTimeout", "Connection reset", "connection reset", "timed out",
+                   "Server disconnected", "Connection was closed", "IncompleteRead")
+_TRANSIENT_TYPES = ("ClientConnectionError", "ServerDisconnectedError", "ClientPayloadError",
+                    "ClientOSError", "EndpointConnectionError", "ConnectionClosedError",
+                    "ReadTimeoutError", "ConnectTimeoutError", "IncompleteReadError")
+
+
+def _transient(e: BaseException) -> bool:
+    """Whether a remote failure is worth retrying (never: missing, forbidden, invalid)."""
+    if isinstance(e, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError,
+                      ValueError)):
+        return False
+    if isinstance(e, (ConnectionError, TimeoutError)):
+        return True
+    if isinstance(e, OSError) and e.errno in _TRANSIENT_ERRNOS:
+        return True
+    chain: BaseException | None = e
+    while chain is not None:
+        if type(chain).__name__ in _TRANSIENT_TYPES:
+            return True
+        if any(t in str(chain) for t in _TRANSIENT_TEXT):
+            return True
+        chain = chain.__cause__ or chain.__context__
+    return False
+
+
+def _env_storage_options() -> dict[str, Any]:
+    """``$STATEQUERY_STORAGE_OPTIONS`` (a JSON object): the default storage options, e.g. for
+    Spark executors (``spark.executorEnv.STATEQUERY_STORAGE_OPTIONS``) and the CLI."""
+    import json
+
+    text = os.environ.get("STATEQUERY_STORAGE_OPTIONS", "").strip()
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise InvalidOptionError(f"STATEQUERY_STORAGE_OPTIONS is not JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise InvalidOptionError("STATEQUERY_STORAGE_OPTIONS must be a JSON object")
+    return value
 
 
 def normalize_location(location: str) -> str:
@@ -64,6 +124,32 @@ def normalize_location(location: str) -> str:
 def _is_local(location: str) -> bool:
     scheme = urlsplit(location).scheme.lower()
     return scheme in _LOCAL_SCHEMES or len(scheme) == 1
+
+
+def filesystem_of(location: str) -> str:
+    """The filesystem a location lives on, as its scheme: ``file`` for local paths, ``s3`` for
+    ``s3://``/``s3a://``/``s3n://`` ... (what must match for a handle to be trusted)."""
+    location = normalize_location(location)
+    if _is_local(location):
+        return "file"
+    scheme = urlsplit(location).scheme.lower()
+    return {"s3a": "s3", "s3n": "s3", "gcs": "gs", "abfss": "abfs"}.get(scheme, scheme)
+
+
+def is_under(location: str, root: str) -> bool:
+    """Whether ``location`` is ``root`` or inside it (same filesystem, bucket and path prefix)."""
+    location, root = normalize_location(location), normalize_location(root)
+    if filesystem_of(location) != filesystem_of(root):
+        return False
+    if _is_local(location):
+        loc = os.path.normpath(os.path.abspath(location))
+        base = os.path.normpath(os.path.abspath(root))
+        return loc == base or loc.startswith(base.rstrip(os.sep) + os.sep)
+    a, b = urlsplit(location), urlsplit(root)
+    if a.netloc.lower() != b.netloc.lower():
+        return False
+    path, base = posixpath.normpath(a.path or "/"), posixpath.normpath(b.path or "/")
+    return path == base or path.startswith(base.rstrip("/") + "/")
 
 
 def location_parent(location: str) -> str:
@@ -218,9 +304,22 @@ class _RangeReader:
         with self._lock:
             try:
                 self._raw.seek(start)
-                data = self._raw.read() if length is None else self._raw.read(length)
-            except (OSError, ValueError) as e:
-                raise StorageError(f"cannot read {self.location} at byte {start}: {e}") from e
+                if length is None or length <= _READ_CHUNK:
+                    data = self._raw.read() if length is None else self._raw.read(length)
+                else:  # a length from a handle is a claim: allocate only what the file has
+                    parts, left = [], length
+                    while left > 0:
+                        part = self._raw.read(min(left, _READ_CHUNK))
+                        if not part:
+                            break
+                        parts.append(part)
+                        left -= len(part)
+                    data = b"".join(parts)
+            except StatequeryError:
+                raise
+            except Exception as e:  # fsspec implementations raise their own types
+                raise StorageError(f"cannot read {self.location} at byte {start}: "
+                                   f"{type(e).__name__}: {e}") from e
         self._io._count(self.location, len(data), requests=1)
         return bytes(data)
 
@@ -236,27 +335,42 @@ class FileIO:
     """The storage seam: local files are read directly, every other scheme through fsspec
     (filesystems cached per thread; see :meth:`register_scheme` for another implementation).
 
-    ``storage_options`` are passed to fsspec (credentials, endpoints). Open handles are pooled
-    (at most ``max_open_files``, least recently used closed first) so a file is opened once for
-    all the ranged reads of a task; :meth:`close` closes them. The instance pickles without its
-    pool, caches and statistics.
+    ``storage_options`` are passed to fsspec (credentials, endpoints; default:
+    ``$STATEQUERY_STORAGE_OPTIONS``). ``allowed_roots`` (default: ``$STATEQUERY_ALLOWED_ROOTS``,
+    comma-separated; unset: no restriction) limits where absolute state handles of a savepoint
+    may point (docs/security.md). Remote calls are retried on transient failures. Open handles
+    are pooled (at most ``max_open_files``, least recently used closed first) so a file is
+    opened once for all the ranged reads of a task; :meth:`close` closes them. The instance
+    pickles without its pool, caches and statistics.
     """
 
     #: open handles kept per instance
     max_open_files = 32
 
-    def __init__(self, storage_options: dict[str, Any] | None = None) -> None:
-        self.storage_options = dict(storage_options or {})
+    def __init__(
+        self,
+        storage_options: dict[str, Any] | None = None,
+        allowed_roots: list[str] | tuple[str, ...] | None = None,
+    ) -> None:
+        if storage_options is None:
+            storage_options = _env_storage_options()
+        self.storage_options = dict(storage_options)
+        if allowed_roots is None:
+            env = os.environ.get("STATEQUERY_ALLOWED_ROOTS", "")
+            allowed_roots = [r.strip() for r in env.split(",") if r.strip()]
+        self.allowed_roots = tuple(normalize_location(r) for r in allowed_roots)
         self.stats = ReadStats()
         self._lock = threading.Lock()
         self._local = threading.local()
         self._pool: OrderedDict[str, _RangeReader] = OrderedDict()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"storage_options": self.storage_options}
+        return {"storage_options": self.storage_options, "allowed_roots": self.allowed_roots}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["storage_options"])  # type: ignore[misc]
+        self.__init__(  # type: ignore[misc]
+            state["storage_options"], list(state.get("allowed_roots", ()))
+        )
 
     def __enter__(self) -> FileIO:
         return self
@@ -337,31 +451,91 @@ class FileIO:
         fsspec (for example a native object-store client)."""
         _SCHEMES[scheme.lower()] = factory
 
+    def _call(self, what: str, location: str, call: Callable[[], Any]) -> Any:
+        """``call()``; remote calls are retried (with backoff) on transient failures. Failures
+        become :class:`StorageError` naming ``location``."""
+        attempts = 1 if _is_local(location) else max(1, RETRY_ATTEMPTS)
+        delay = RETRY_BACKOFF
+        for attempt in range(attempts):
+            try:
+                return call()
+            except StatequeryError:
+                raise
+            except Exception as e:  # fsspec implementations raise their own types
+                if attempt + 1 < attempts and _transient(e):
+                    time.sleep(delay)
+                    delay *= 2
+                    continue
+                if isinstance(e, FileNotFoundError) and not _is_local(location):
+                    raise StorageError(f"cannot {what} {location}: no such object") from e
+                raise StorageError(f"cannot {what} {location}: {e}") from e
+        raise AssertionError("unreachable")  # pragma: no cover
+
     def _exists(self, location: str) -> bool:
         self._request(location)
         fs = self._filesystem(location)
-        try:
-            return fs.exists(location)
-        except (OSError, ValueError) as e:
-            raise StorageError(f"cannot stat {location}: {e}") from e
+        return bool(self._call("stat", location, lambda: fs.exists(location)))
 
     def _size(self, location: str) -> int:
         self._request(location)
         fs = self._filesystem(location)
-        try:
-            return fs.size(location)
-        except (OSError, ValueError) as e:  # ValueError: e.g. a NUL byte in the name
-            raise StorageError(f"cannot stat {location}: {e}") from e
+        return int(self._call("stat", location, lambda: fs.size(location)))
 
     def _open(self, location: str) -> IO[bytes]:
         with self._lock:
             self.stats.opens[location] += 1
             self.stats.requests[location] += 1
         fs = self._filesystem(location)
-        try:
-            return fs.open(location)
-        except (OSError, ValueError) as e:
-            raise StorageError(f"cannot open {location}: {e}") from e
+        return self._call("open", location, lambda: fs.open(location))  # type: ignore[no-any-return]
+
+    def endpoint(self, location: str) -> str:
+        """Which service a location lives on beyond its URI: the storage options' endpoint (an
+        S3-compatible server, an Azure account) or ``""``. Two objects are the same only if
+        their scheme, endpoint, bucket and path all agree (the cache keys on this)."""
+        location = normalize_location(location)
+        if _is_local(location):
+            return ""
+        opts = self.storage_options
+        client = opts.get("client_kwargs") or {}
+        for value in (opts.get("endpoint_url"), client.get("endpoint_url"), opts.get("endpoint"),
+                      opts.get("account_name"), opts.get("project")):
+            if value:
+                return str(value)
+        if filesystem_of(location) == "s3":
+            return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL", "")
+        return ""
+
+    def version(self, location: str) -> tuple[int, str]:
+        """``(size, version token)`` of a file, fresh from the store (never from a listing
+        cache): local files give their mtime (ns) and inode, object stores their ETag, version
+        id or modification time. A file rewritten in place gets a new token."""
+        location = normalize_location(location)
+        self._request(location)
+        if _is_local(location):
+            try:
+                st = os.stat(location)
+            except (OSError, ValueError) as e:
+                raise StorageError(f"cannot stat {location}: {e}") from e
+            if not stat.S_ISREG(st.st_mode):
+                raise StorageError(f"{location} is not a regular file ({_kind(st.st_mode)})")
+            return st.st_size, f"mtime_ns={st.st_mtime_ns};ino={st.st_ino}"
+        fs = self._filesystem(location)
+        raw = getattr(fs, "fs", None)
+        if raw is None:  # a registered implementation without fsspec's info(): size only
+            return self._size(location), ""
+
+        def fresh_info() -> Any:
+            raw.invalidate_cache(location)
+            return raw.info(location)
+
+        info = self._call("stat", location, fresh_info)
+        token = ""
+        for name in ("VersionId", "ETag", "etag", "generation", "md5Hash", "LastModified",
+                     "last_modified", "mtime", "updated", "modified"):
+            if info.get(name):
+                token = f"{name}={info[name]}"
+                break
+        return int(info.get("size") or 0), token
 
     def write_atomic(self, location: str, data: bytes) -> None:
         """Write ``data`` to ``location`` so readers never see a partial file (see
@@ -407,6 +581,35 @@ class FileSystem(Protocol):
     def write_atomic(self, location: str, data: bytes) -> None: ...
 
 
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _open_regular(location: str) -> IO[bytes]:
+    """Open a local file for reading, refusing anything but a regular file before reading.
+
+    The open itself never blocks (``O_NONBLOCK``: a FIFO without a writer would hang a plain
+    ``open``); the descriptor is checked with ``fstat``, so a name swapped after a check cannot
+    slip a FIFO or a device in.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    fd = os.open(location, flags)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise StorageError(f"{location} is not a regular file ({_kind(st.st_mode)})")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 class LocalFileSystem:
     """Local paths (``file:`` URIs are normalised to paths first)."""
 
@@ -414,10 +617,13 @@ class LocalFileSystem:
         pass
 
     def open(self, location: str) -> IO[bytes]:
-        return open(location, "rb")
+        return _open_regular(location)
 
     def size(self, location: str) -> int:
-        return os.path.getsize(location)
+        st = os.stat(location)
+        if not stat.S_ISREG(st.st_mode):
+            raise StorageError(f"{location} is not a regular file ({_kind(st.st_mode)})")
+        return st.st_size
 
     def exists(self, location: str) -> bool:
         return os.path.isfile(location)

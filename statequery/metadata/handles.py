@@ -32,7 +32,14 @@ from typing import IO, Any, ClassVar, Union
 
 from statequery.exceptions import CorruptStateError, StorageError
 from statequery.hashing import KeyGroupRange
-from statequery.io import FileIO, join_location, location_parent, normalize_location
+from statequery.io import (
+    FileIO,
+    filesystem_of,
+    is_under,
+    join_location,
+    location_parent,
+    normalize_location,
+)
 
 __all__ = [
     "ByteStreamHandle",
@@ -412,15 +419,42 @@ class HandleResolver:
                 pass
         return out
 
+    def refusal(self, location: str) -> str | None:
+        """Why an absolute handle's ``location`` may not be read, or None when it may.
+
+        A savepoint chooses its handles, so they are not trusted: they may only name files on
+        the savepoint's own filesystem (a ``_metadata`` in S3 cannot make statequery fetch an
+        ``http://`` URL), and, when the FileIO has ``allowed_roots``, only under one of them or
+        under the savepoint's own directory tree.
+        """
+        own, theirs = filesystem_of(self.metadata_dir), filesystem_of(location)
+        if theirs != own:
+            return (f"it is on {theirs}://, not on the savepoint's own filesystem ({own}); "
+                    "state handles may not point at other filesystems")
+        roots = getattr(self.io, "allowed_roots", ())
+        if roots and not any(is_under(location, r) for r in roots):
+            own_tree = self.job_dir or self.metadata_dir
+            if not is_under(location, own_tree):
+                return f"it is outside the allowed roots ({', '.join(roots)})"
+        return None
+
     def resolve_path(self, path: str) -> str:
-        """The location to read for an absolute path (remapped onto the own tree if moved)."""
+        """The location to read for an absolute path (remapped onto the own tree if moved).
+
+        Candidates inside the savepoint's own tree are tried first; the path as written is read
+        only if :meth:`refusal` allows it, so a refused handle causes no request at all.
+        """
         with self._lock:
             hit = self._resolved.get(path)
         if hit is not None:
             return hit
-        original = normalize_location(path)
+        try:
+            original = normalize_location(path)
+            refused = self.refusal(original)
+        except StorageError:
+            original, refused = path, "it is not a valid location"
         tried = []
-        for cand in [*self._candidates(path), original]:
+        for cand in [*self._candidates(path), *([] if refused else [original])]:
             if cand in tried:
                 continue
             tried.append(cand)
@@ -428,6 +462,11 @@ class HandleResolver:
                 with self._lock:
                     self._resolved[path] = cand
                 return cand
+        if refused:
+            raise StorageError(
+                f"state handle names {path!r}, which statequery refuses to read: {refused} "
+                f"(looked in the savepoint's own tree at {', '.join(tried) or 'nothing'})"
+            )
         raise StorageError(
             f"state file {path} not found (also looked at {', '.join(tried[:-1]) or 'nothing'})"
         )

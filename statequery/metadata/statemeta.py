@@ -77,7 +77,7 @@ __all__ = [
 ]
 
 MAGIC = "statequery-statemeta"
-FORMAT_VERSION = 2  # 2: RowData specs keep their stored field serializers
+FORMAT_VERSION = 3  # 2: RowData specs keep their stored field serializers; 3: checksummed body
 SNAPSHOT_FILE_NAME = "_statequery_meta.msgpack"
 MAX_SNAPSHOT_BYTES = 256 << 20
 
@@ -520,10 +520,9 @@ def _operator_from(d: Mapping[str, Any]) -> OperatorInfo:
 
 
 def dumps(meta: StateMeta) -> bytes:
-    """The snapshot bytes (msgpack map; see docs/statemeta.md)."""
+    """The snapshot bytes: a msgpack envelope ``{magic, format_version, sha256, body}`` whose
+    ``body`` is the msgpack document and ``sha256`` its digest (see docs/statemeta.md)."""
     doc = {
-        "magic": MAGIC,
-        "format_version": FORMAT_VERSION,
         "statequery_version": meta.statequery_version,
         "metadata": {"size": meta.metadata_size, "sha256": meta.metadata_sha256},
         "checkpoint_id": meta.checkpoint_id,
@@ -534,7 +533,14 @@ def dumps(meta: StateMeta) -> bytes:
         "operators": [_operator_to(op) for op in meta.operators],
         "plan": meta.plan,
     }
-    return msgpack.packb(doc, use_bin_type=True)  # type: ignore[no-any-return]
+    body = msgpack.packb(doc, use_bin_type=True)
+    envelope = {
+        "magic": MAGIC,
+        "format_version": FORMAT_VERSION,
+        "sha256": hashlib.sha256(body).hexdigest(),
+        "body": body,
+    }
+    return msgpack.packb(envelope, use_bin_type=True)  # type: ignore[no-any-return]
 
 
 class SnapshotVersionError(StatequeryError):
@@ -547,16 +553,29 @@ def loads(data: bytes, source: str = "StateMeta snapshot") -> StateMeta:
     if len(data) > MAX_SNAPSHOT_BYTES:
         raise CorruptStateError(f"{len(data)} bytes is too large for a StateMeta snapshot", source)
     try:
-        doc = msgpack.unpackb(data, raw=False, strict_map_key=False)
+        envelope = msgpack.unpackb(data, raw=False, strict_map_key=False)
     except Exception as e:  # msgpack raises several unrelated types
         raise CorruptStateError(f"not a StateMeta snapshot: {e}", source) from e
-    if not isinstance(doc, dict) or doc.get("magic") != MAGIC:
+    if not isinstance(envelope, dict) or envelope.get("magic") != MAGIC:
         raise CorruptStateError("not a StateMeta snapshot (no magic)", source)
-    version = doc.get("format_version")
+    version = envelope.get("format_version")
     if version != FORMAT_VERSION:
         raise SnapshotVersionError(
             f"{source}: StateMeta snapshot format {version}, this statequery reads {FORMAT_VERSION}"
         )
+    body, digest = envelope.get("body"), envelope.get("sha256")
+    if not isinstance(body, bytes) or not isinstance(digest, str):
+        raise CorruptStateError("StateMeta snapshot without a checksummed body", source)
+    if hashlib.sha256(body).hexdigest() != digest.lower():
+        raise CorruptStateError(
+            "StateMeta snapshot checksum mismatch: its bytes changed after it was written", source
+        )
+    try:
+        doc = msgpack.unpackb(body, raw=False, strict_map_key=False)
+    except Exception as e:
+        raise CorruptStateError(f"StateMeta snapshot body is not msgpack: {e}", source) from e
+    if not isinstance(doc, dict):
+        raise CorruptStateError("StateMeta snapshot body is not a map", source)
     try:
         return StateMeta(
             checkpoint_id=doc["checkpoint_id"],

@@ -1,0 +1,103 @@
+"""The cache is never wrong: entries are keyed by the object's full identity and its current
+version, and stay valid for readers while other threads and processes evict."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import statequery
+from statequery.backends.cache import CacheKey, FileCache
+from statequery.io import FileIO
+from tests.conftest import fixture_dir
+
+NATIVE = "datastream-rocksdb-native"
+
+
+def test_rewritten_file_of_the_same_size_is_fetched_again(tmp_path: Path) -> None:
+    src = tmp_path / "state-file"
+    src.write_bytes(b"A" * 4096)
+    cache = FileCache(tmp_path / "cache")
+    io = FileIO()
+    cache.link(io, CacheKey(str(src), 4096), str(tmp_path / "first"))
+    assert (tmp_path / "first").read_bytes() == b"A" * 4096
+    src.write_bytes(b"B" * 4096)  # rewritten in place, same size, same name
+    cache.link(io, CacheKey(str(src), 4096), str(tmp_path / "second"))
+    assert (tmp_path / "second").read_bytes() == b"B" * 4096
+    assert (tmp_path / "first").read_bytes() == b"A" * 4096  # a reader's link is untouched
+
+
+def test_endpoint_is_part_of_the_identity() -> None:
+    a = FileIO({"endpoint_url": "http://127.0.0.1:9001"})
+    b = FileIO({"client_kwargs": {"endpoint_url": "http://127.0.0.1:9002"}})
+    assert a.endpoint("s3://bucket/x") == "http://127.0.0.1:9001"
+    assert b.endpoint("s3://bucket/x") == "http://127.0.0.1:9002"
+    assert FileIO().endpoint("/local/x") == ""
+    ka = CacheKey("s3://bucket/x", 10, endpoint=a.endpoint("s3://bucket/x"), version="ETag=1")
+    kb = CacheKey("s3://bucket/x", 10, endpoint=b.endpoint("s3://bucket/x"), version="ETag=1")
+    assert ka.digest != kb.digest
+    assert CacheKey("s3://bucket/x", 10, version="ETag=2").digest != ka.digest
+
+
+def _rows_of(location: str) -> dict[str, Any]:
+    sp = statequery.open(location, io=FileIO(), use_snapshot=False)
+    out = {}
+    for table in sp.state_meta().column("table_name").to_pylist():
+        t = sp.read(table)
+        out[table] = sorted(map(repr, t.to_pylist()))
+    for key in ("user-1", "user-3", "user-7"):
+        found = sp.lookup(key)
+        out[f"lookup {key}"] = sorted(
+            (str(k), sorted(map(repr, v.to_pylist()))) for k, v in found.items()
+        )
+    return out
+
+
+def _hammer(args: tuple[str, str, int]) -> tuple[list[str], list[dict[str, Any]]]:
+    """4 threads, each reading everything ``rounds`` times through one tiny shared cache."""
+    location, cache_root, rounds = args
+    os.environ["STATEQUERY_CACHE_DIR"] = cache_root
+    os.environ["STATEQUERY_CACHE_MAX_BYTES"] = "1"  # every restore evicts all it can
+    errors: list[str] = []
+    results: list[dict[str, Any]] = []
+    lock = threading.Lock()
+
+    def run() -> None:
+        for _ in range(rounds):
+            try:
+                rows = _rows_of(location)
+            except BaseException as e:  # noqa: BLE001 - every failure is reported
+                with lock:
+                    errors.append(f"{type(e).__name__}: {e}")
+                continue
+            with lock:
+                results.append(rows)
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors, results
+
+
+def test_two_processes_four_threads_under_eviction_pressure(tmp_path: Path) -> None:
+    location = str(fixture_dir(NATIVE))
+    want = _rows_of(location)
+    assert want["lookup user-3"]
+    root = str(tmp_path / "cache")
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(2) as pool:
+        outcomes = pool.map(_hammer, [(location, root, 3), (location, root, 3)])
+    errors = [e for errs, _ in outcomes for e in errs]
+    results = [r for _, rs in outcomes for r in rs]
+    assert errors == []
+    assert len(results) == 2 * 4 * 3
+    wrong = [i for i, r in enumerate(results) if r != want]
+    assert wrong == []
+    cache = FileCache(root, max_bytes=1)
+    cache.evict()
+    assert os.listdir(os.path.join(root, "db")) == []  # every DB directory was closed
