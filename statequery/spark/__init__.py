@@ -488,29 +488,26 @@ def _report_pruning(
 
 
 def view_statements(catalog: str | None = None, databases: Sequence[str] = ()) -> list[str]:
-    """``CREATE TEMPORARY VIEW`` statements exposing a catalog's savepoints to Spark SQL.
+    """``CREATE TEMPORARY VIEW`` statements for a catalog (:mod:`statequery.catalog.views`).
 
-    Each table of each database becomes the view ``<database>__<table>`` (Spark's temporary views
-    cannot live in a database). Run them with ``spark-sql -i views.sql`` or ``spark.sql(...)``.
     Persistent databases are better: see :func:`statequery.spark.catalog.attach`.
     """
-    return [statement + ";" for _, statement in _views(catalog, databases)]
+    from statequery.catalog.views import view_statements as build
+
+    return build(catalog, databases)
 
 
 def _views(catalog: str | None, databases: Sequence[str]) -> list[tuple[str, str]]:
-    from statequery.catalog import DEFAULT_CATALOG, Catalog, sql_identifier
-    from statequery.spark.catalog import quote_identifier, quote_string
+    from statequery.catalog import DEFAULT_CATALOG, Catalog
+    from statequery.catalog.views import view_name, view_statement
 
     cat = Catalog(catalog or DEFAULT_CATALOG)
     out = []
     for db in databases or cat.databases():
-        location = quote_string(cat.location(db))
+        location = cat.location(db)
         for table in cat.tables(db):
-            view = f"{sql_identifier(db)}__{table}"
-            out.append((view, (
-                f"CREATE OR REPLACE TEMPORARY VIEW {quote_identifier(view)} USING statequery "
-                f"OPTIONS (path {location}, table {quote_string(table)})"
-            )))
+            name = view_name(db, table)
+            out.append((name, view_statement(name, location, table).rstrip(";")))
     return out
 
 
