@@ -191,18 +191,22 @@ def _open(opts: ReadOptions, fresh: bool = False) -> tuple[Savepoint, str | None
         else:
             assert opts.catalog is not None and opts.database is not None
             sp = Catalog(opts.catalog).savepoint(opts.database)
-        if opts.fingerprint is not None and sp.fingerprint != opts.fingerprint:
-            raise SavepointChangedError(
-                f"{sp.metadata_location} is not the savepoint this table was set up over: its "
-                f"_metadata has SHA-256 {sp.fingerprint}, the table expects {opts.fingerprint}. "
-                "Re-attach it (statequery attach --replace) or drop the table"
-            )
+        _check_fingerprint(sp, opts.fingerprint)
         _OPEN[cache_key] = sp
     sp = _OPEN[cache_key]
     if opts.table is not None and not opts.is_state_meta:
         row = _resolve_table(sp, opts.table)
         operator, state = row["operator_id"], row["state_name"]
     return sp, operator, state
+
+
+def _check_fingerprint(sp: Savepoint, expected: str | None) -> None:
+    if expected is not None and sp.fingerprint != expected:
+        raise SavepointChangedError(
+            f"{sp.metadata_location} is not the savepoint this table was set up over: its "
+            f"_metadata has SHA-256 {sp.fingerprint}, the table expects {expected}. "
+            "Re-attach it (statequery attach --replace) or drop the table"
+        )
 
 
 def _resolve_table(sp: Savepoint, table: str) -> dict[str, Any]:
@@ -314,20 +318,24 @@ class StatequeryDataSource(DataSource):
             opts = stored
         else:
             opts = self.opts
-            if stored is not None and opts.fingerprint is None and (
-                _open(opts, fresh=True)[0].location == stored.path
-            ):
-                # a DataFrame planned over one savepoint must not read another one
-                opts = replace(opts, fingerprint=stored.fingerprint)
-        opts = _resolve(opts)
-        return StatequeryReader(opts, _arrow_schema(opts))
+        resolved = _resolve(opts)
+        if stored is not None and opts.fingerprint is None and resolved.path == stored.path:
+            # a DataFrame planned over one savepoint must not read another one
+            _check_fingerprint(_open(resolved)[0], stored.fingerprint)
+        return StatequeryReader(resolved, _arrow_schema(resolved))
 
 
 def _resolve(opts: ReadOptions) -> ReadOptions:
-    """``opts`` naming the savepoint as it is now: its exact location and fingerprint."""
+    """``opts`` naming the savepoint as it is now: its exact location and fingerprint.
+
+    The savepoint is opened once, and cached under the resolved options too, so the planning
+    that follows does not open it again.
+    """
     sp, _, _ = _open(opts, fresh=True)
-    return replace(opts, path=sp.location, catalog=None, database=None,
-                   fingerprint=sp.fingerprint)
+    resolved = replace(opts, path=sp.location, catalog=None, database=None,
+                       fingerprint=sp.fingerprint)
+    _OPEN[(resolved.path, None, None, resolved.fingerprint)] = sp
+    return resolved
 
 
 def _arrow_schema(opts: ReadOptions) -> pa.Schema:
