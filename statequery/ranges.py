@@ -1,12 +1,11 @@
 """Several keyed states of one operator, read together one key-group range at a time: what
-``diff`` and ``stats`` walk. Built on the scan planner (:mod:`statequery.scan`): the range's tasks
-are planned for one state and widened to all the requested states, so each subtask handle is
-walked once per range (one RocksDB restore for all of them)."""
+``diff`` and ``stats`` walk. Built on the scan planner's multi-state plan
+(:func:`statequery.scan.plan_states`): each subtask handle is walked once per range for all the
+requested states (one RocksDB restore for all of them)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -25,15 +24,9 @@ __all__ = ["read_states", "scan_states"]
 def _tasks(
     sp: Savepoint, infos: list[StateInfo], key_groups: Iterable[int] | None, key: Any
 ) -> list[ScanTask]:
-    from statequery.scan import plan
+    from statequery.scan import plan_states
 
-    names = [s.name for s in infos]
-    tasks = plan(sp, infos[0], keys=None if key is None else [key], key_groups=key_groups)
-    out = []
-    for t in tasks:
-        have = {lay.name for lay in t.states}
-        out.append(replace(t, wanted=tuple(n for n in names if n in have)))
-    return out
+    return plan_states(sp, infos, keys=None if key is None else [key], key_groups=key_groups)
 
 
 def read_states(

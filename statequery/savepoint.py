@@ -44,7 +44,7 @@ from statequery.metadata.handles import (
     OperatorStreamHandle,
     StreamHandle,
 )
-from statequery.metadata.kinds import layout_or_unknown
+from statequery.metadata.kinds import OPERATOR_KINDS, layout_or_unknown
 from statequery.metadata.plan import (
     CompiledPlan,
     PlanNode,
@@ -478,6 +478,90 @@ class Savepoint:
         return read_batches(
             self, info, keys=keys, key_groups=key_groups, mode=mode, batch_size=batch_size
         )
+
+    def operator_states(
+        self, operator: Any, states: Iterable[str] | None = None, keyed_only: bool = False
+    ) -> list[StateInfo]:
+        """The states of one operator that :meth:`read_operator` reads: ``states`` (names or
+        table names, in that order), or every readable one (keyed and operator list, union and
+        broadcast state; ``keyed_only``: keyed state only)."""
+        op = self.operator(operator)
+        if states is None:
+            found = [
+                s for s in op.states
+                if s.layout.keyed or (not keyed_only and s.layout.kind in OPERATOR_KINDS)
+            ]
+            if not found:
+                what = "keyed state (a key or key groups were given)" if keyed_only else "state"
+                raise NoSuchStateError(f"operator {op.display_name!r} has no readable {what}")
+            return found
+        if isinstance(states, str):
+            states = [states]
+        out = []
+        for name in states:
+            found = op.state(name) or next(
+                (s for s in op.states if s.table_name == name), None
+            )
+            if found is None:
+                raise NoSuchStateError(
+                    f"operator {op.display_name!r} has no state {name!r}; states: "
+                    + (", ".join(sorted(s.name for s in op.states)) or "none")
+                )
+            if found not in out:
+                out.append(found)
+        return out
+
+    def read_operator(
+        self,
+        operator: Any,
+        states: Iterable[str] | None = None,
+        key: Any = None,
+        key_groups: Iterable[int] | None = None,
+        mode: str | None = None,
+        batch_size: int = 65536,
+    ) -> Iterator[tuple[str, pa.RecordBatch]]:
+        """Several states of one operator in one pass: ``(state name, RecordBatch)`` pairs.
+
+        ``states`` are state names or table names (None: every readable state; with ``key`` or
+        ``key_groups``, every keyed state). Each key group of each subtask is read and walked
+        once for all the keyed states (a RocksDB subtask restored once), where reading them one
+        by one with :meth:`read_batches` walks it once per state. Batches of different states
+        come interleaved; each state's batches have its own schema (:meth:`read`'s columns).
+        """
+        from statequery.scan import read_operator
+
+        keyed_only = key is not None or key_groups is not None
+        infos = self.operator_states(operator, states, keyed_only=keyed_only)
+        keys = None if key is None else [key]
+        return read_operator(
+            self, infos, keys=keys, key_groups=key_groups, mode=mode, batch_size=batch_size
+        )
+
+    def read_states(
+        self,
+        operator: Any,
+        states: Iterable[str] | None = None,
+        key: Any = None,
+        key_groups: Iterable[int] | None = None,
+        mode: str | None = None,
+    ) -> dict[str, pa.Table]:
+        """:meth:`read_operator` collected: ``{state name: Table}`` (every requested state, empty
+        tables included)."""
+        import pyarrow as pa
+
+        from statequery.arrow.schemas import state_schema
+
+        keyed_only = key is not None or key_groups is not None
+        infos = self.operator_states(operator, states, keyed_only=keyed_only)
+        batches: dict[str, list[pa.RecordBatch]] = {s.name: [] for s in infos}
+        for name, batch in self.read_operator(
+            operator, [s.name for s in infos], key=key, key_groups=key_groups, mode=mode
+        ):
+            batches[name].append(batch)
+        return {
+            s.name: pa.Table.from_batches(batches[s.name], schema=state_schema(s.layout, mode))
+            for s in infos
+        }
 
     def lookup(self, key: Any, operator: str | None = None) -> dict[tuple[str, str], pa.Table]:
         """Everything every keyed state holds for ``key``: ``{(operator, state): Table}``.

@@ -48,7 +48,9 @@ __all__ = [
     "lookup",
     "normalize_key",
     "plan",
+    "plan_states",
     "read_batches",
+    "read_operator",
     "read_table",
 ]
 
@@ -195,43 +197,80 @@ def plan(
     ``keys`` restricts keyed state to those keys (their key groups only), ``key_groups`` to
     those key groups; both are errors for operator state.
     """
-    op = savepoint.operator(state.operator_id)
     layout = state.layout
     resolve_mode(layout, mode)
+    _check_readable(state)
+    if not layout.keyed:
+        if keys is not None or key_groups is not None:
+            raise InvalidOptionError(f"state {state.name!r} is operator state: it has no keys")
+        op = savepoint.operator(state.operator_id)
+        return _plan_operator(op, layout, op.display_name, savepoint.resolver.metadata_dir)
+    return plan_states(
+        savepoint, [state], keys=keys, key_groups=key_groups, mode=mode, split=split
+    )
+
+
+def _check_readable(state: StateInfo) -> None:
+    layout = state.layout
     if not (layout.keyed or layout.kind in ("operator_list", "operator_union", "broadcast")):
         raise UnsupportedFormatError(
             state.reason or f"state {state.name!r} ({layout.kind}) is not readable as rows"
         )
-    label = op.display_name
-    directory = savepoint.resolver.metadata_dir
-    if not layout.keyed:
-        if keys is not None or key_groups is not None:
-            raise InvalidOptionError(f"state {state.name!r} is operator state: it has no keys")
-        return _plan_operator(op, layout, label, directory)
+
+
+def plan_states(
+    savepoint: Savepoint,
+    states: Sequence[StateInfo],
+    *,
+    keys: Sequence[Any] | None = None,
+    key_groups: Iterable[int] | None = None,
+    mode: str | None = None,
+    split: int | None = None,
+) -> list[ScanTask]:
+    """The tasks that read several keyed ``states`` of one operator in one pass: one task per
+    subtask handle (and ``split`` range) whose header holds any of them, ``wanted`` naming the
+    states it holds. :func:`execute` walks each key group once for all of them and yields
+    ``(state name, batch)`` pairs. ``keys``, ``key_groups`` and ``mode`` as in :func:`plan`."""
+    if not states:
+        return []
+    operator_ids = {s.operator_id for s in states}
+    if len(operator_ids) != 1:
+        raise InvalidOptionError("plan_states reads the states of one operator")
+    for s in states:
+        _check_readable(s)
+        if not s.layout.keyed:
+            raise InvalidOptionError(
+                f"state {s.name!r} is operator state: plan it with plan(), not plan_states()"
+            )
+        resolve_mode(s.layout, mode)
+    op = savepoint.operator(states[0].operator_id)
     wanted: set[int] | None = None if key_groups is None else _key_group_set(key_groups)
     normalized: tuple[Any, ...] | None = None
     if keys is not None:
-        normalized = tuple(normalize_key(k, layout.key) for k in keys)
-        groups = {key_group_for(k, layout.key, op.max_parallelism) for k in keys}
+        key_spec = _operator_key_spec(states)
+        normalized = tuple(normalize_key(k, key_spec) for k in keys)
+        groups = {key_group_for(k, key_spec, op.max_parallelism) for k in keys}
         if None not in groups:
             kgs = {g for g in groups if g is not None}
             wanted = kgs if wanted is None else wanted & kgs
+    names = [s.name for s in states]
     tasks = []
     for st in sorted(op.subtasks, key=lambda s: s.index):
         task_groups = _subtask_key_groups(st, wanted)
         if task_groups == ():
             continue
         header = st.keyed_header
-        if header is None or state.name not in header.state_ids:
+        held = tuple(n for n in names if header is not None and n in header.state_ids)
+        if header is None or not held:
             continue
         base = ScanTask(
-            operator=label,
+            operator=op.display_name,
             operator_id=op.operator_id,
             subtask=st.index,
-            metadata_dir=directory,
+            metadata_dir=savepoint.resolver.metadata_dir,
             handle=st.keyed_handle,
             states=_header_order(op, header.state_ids),
-            wanted=(state.name,),
+            wanted=held,
             max_parallelism=op.max_parallelism,
             compressed=header.compressed,
             key_serializer=op.key_spec,
@@ -241,6 +280,14 @@ def plan(
         for chunk in _chunks(st, task_groups, split):
             tasks.append(_with_groups(base, chunk))
     return tasks
+
+
+def _operator_key_spec(states: Sequence[StateInfo]) -> SerializerSpec | None:
+    """The key type of an operator's keyed states (timers name it inside their TimerSpec)."""
+    for s in states:
+        if not s.layout.is_timer:
+            return s.layout.key
+    return states[0].layout.key
 
 
 def _subtask_key_groups(st: SubtaskInfo, wanted: set[int] | None) -> tuple[int, ...] | None:
@@ -455,15 +502,45 @@ def read_table(
     return pa.Table.from_batches(batches, schema=schema)
 
 
+def read_operator(
+    savepoint: Savepoint,
+    states: Sequence[StateInfo],
+    *,
+    keys: Sequence[Any] | None = None,
+    key_groups: Iterable[int] | None = None,
+    mode: str | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """The rows of several states of one operator as ``(state name, batch)`` pairs: the keyed
+    ones in one pass (each key group of each subtask handle is read and walked once for all of
+    them, :func:`plan_states`), then each operator state's streams. Planned now (bad options
+    raise here); bytes are read as the pairs are consumed. Memory: one batch per state."""
+    if batch_size <= 0:
+        raise InvalidOptionError(f"batch_size must be positive, got {batch_size}")
+    keyed = [s for s in states if s.layout.keyed]
+    tasks = plan_states(savepoint, keyed, keys=keys, key_groups=key_groups, mode=mode)
+    for s in states:
+        if not s.layout.keyed:
+            tasks.extend(plan(savepoint, s, keys=keys, key_groups=key_groups, mode=mode))
+    return _run_pairs(savepoint, tasks, batch_size)
+
+
+def _run_pairs(
+    savepoint: Savepoint, tasks: list[ScanTask], batch_size: int
+) -> Iterator[tuple[str, pa.RecordBatch]]:
+    for task in tasks:
+        yield from execute(task, resolver=savepoint.resolver, batch_size=batch_size)
+
+
 def lookup(
     savepoint: Savepoint, key: Any, operator: str | None = None
 ) -> dict[tuple[str, str], pa.Table]:
     """Everything every keyed state holds for ``key``: ``{(operator, state): Table}``.
 
-    One task per operator: the key group that can hold the key (computed as Flink computes it)
-    of the subtask that owns it, all of the operator's keyed states in one pass. With
-    ``operator`` None every operator with keyed state is searched (operators whose key type does
-    not accept the key are skipped). States without rows for the key are left out.
+    One task per operator (:func:`plan_states`): the key group that can hold the key (computed
+    as Flink computes it) of the subtask that owns it, all of the operator's keyed states in one
+    pass. With ``operator`` None every operator with keyed state is searched (operators whose key
+    type does not accept the key are skipped). States without rows for the key are left out.
     """
     ops = [savepoint.operator(operator)] if operator is not None else savepoint.keyed_operators()
     out: dict[tuple[str, str], pa.Table] = {}
@@ -471,38 +548,14 @@ def lookup(
         refs = [s for s in op.states if s.layout.keyed]
         if not refs:
             continue
-        key_spec = next((r.layout.key for r in refs if not r.layout.is_timer), refs[0].layout.key)
         try:
-            wanted_key = normalize_key(key, key_spec)
-            kg = key_group_for(key, key_spec, op.max_parallelism)
+            tasks = plan_states(savepoint, refs, keys=[key])
         except (InvalidOptionError, UnsupportedFormatError, TypeError, ValueError, OverflowError):
             if operator is not None:
                 raise
             continue
         tables: dict[str, list[pa.RecordBatch]] = {}
-        schemas = {r.name: state_schema(r.layout) for r in refs}
-        for st in sorted(op.subtasks, key=lambda s: s.index):
-            groups = _subtask_key_groups(st, None if kg is None else {kg})
-            header = st.keyed_header
-            if groups == () or header is None:
-                continue
-            names = tuple(r.name for r in refs if r.name in header.state_ids)
-            if not names:
-                continue
-            task = ScanTask(
-                operator=op.display_name,
-                operator_id=op.operator_id,
-                subtask=st.index,
-                metadata_dir=savepoint.resolver.metadata_dir,
-                handle=st.keyed_handle,
-                states=_header_order(op, header.state_ids),
-                wanted=names,
-                max_parallelism=op.max_parallelism,
-                compressed=header.compressed,
-                key_serializer=op.key_spec,
-                key_groups=groups,
-                keys=(wanted_key,),
-            )
+        for task in tasks:
             try:
                 for name, batch in execute(task, resolver=savepoint.resolver, batch_size=1 << 62):
                     tables.setdefault(name, []).append(batch)
@@ -513,6 +566,6 @@ def lookup(
         for r in refs:
             if r.name in tables:
                 out[(op.display_name, r.name)] = pa.Table.from_batches(
-                    tables[r.name], schema=schemas[r.name]
+                    tables[r.name], schema=state_schema(r.layout)
                 )
     return out
