@@ -88,6 +88,7 @@ from statequery.serializers.spec import (
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from statequery.optable import OperatorTable
     from statequery.stats import StateStats
 
 __all__ = ["Savepoint", "derive_state_meta", "find_metadata"]
@@ -510,6 +511,23 @@ class Savepoint:
             if found not in out:
                 out.append(found)
         return out
+
+    def operator_tables(self) -> dict[str, str]:
+        """``{operator table name: operator id}``: the operators whose keyed states can be read
+        as one table in one pass (:mod:`statequery.optable`)."""
+        from statequery.optable import operator_table_names
+
+        return operator_table_names(self.meta)
+
+    def operator_table(self, name: str, states: Iterable[str] | None = None) -> OperatorTable:
+        """The :class:`~statequery.optable.OperatorTable` of an operator table name (see
+        :meth:`operator_tables`) or an operator uid, name or id, over ``states`` (default: every
+        keyed state). Read it with ``table.batches(sp.read_operator(...))``."""
+        from statequery.optable import OperatorTable
+
+        op_id = {k.lower(): v for k, v in self.operator_tables().items()}.get(name.lower())
+        operator = op_id if op_id is not None else name
+        return OperatorTable(self.operator_states(operator, states, keyed_only=True))
 
     def read_operator(
         self,

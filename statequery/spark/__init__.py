@@ -3,7 +3,9 @@
 This is a thin facade over the Spark-free core: the schema comes from metadata only, partitions
 are the scan planner's picklable tasks (:func:`statequery.scan.plan`: key-group ranges of one
 handle, or one operator-state stream), and ``read()`` streams the Arrow record batches of
-:func:`statequery.scan.execute` (one open per file per task). Spark finds it statically
+:func:`statequery.scan.execute` (one open per file per task). An operator table
+(:mod:`statequery.optable`: every keyed state of an operator, one row per entry) is read in one
+pass: each partition walks its key groups once for all the states. Spark finds it statically
 through the top-level module ``pyspark_statequery`` (``USING statequery`` /
 ``spark.read.format("statequery")``).
 
@@ -12,10 +14,12 @@ Options (case-insensitive):
 ==============================  ===================================================================
 ``path``                        savepoint/checkpoint directory, its ``_metadata``, or an fsspec URI
 ``catalog``, ``database``       instead of ``path``: a catalog folder and a database in it
-``table``                       a table of that database (``state_meta`` or a ``table_name`` from
-                                ``state_meta``); instead of ``operator`` + ``state``
+``table``                       a table of that database (``state_meta``, a ``table_name`` from
+                                ``state_meta``, or an operator table); instead of ``operator``
 ``operator``                    operator uid, name or id (``operator.uid`` / ``operator.uid.hash``)
-``state``                       state name (omit both for the ``state_meta`` table)
+``state``                       state name (omit both for the ``state_meta`` table; omit only
+                                ``state`` for the operator table)
+``states``                      the operator table over only these states (comma-separated names)
 ``mode``                        ``rows`` (default), ``flat`` (list: one row per element) or
                                 ``nested`` (map: one map per key)
 ``key``                         read only this key (a string, or JSON for structured keys)
@@ -81,6 +85,7 @@ class ReadOptions:
     table: str | None = None
     operator: str | None = None
     state: str | None = None
+    states: str | None = None
     mode: str | None = None
     key: str | None = None
     key_groups: str | None = None
@@ -149,8 +154,13 @@ class ReadOptions:
                     "(with optional 'catalog' folder)"
                 )
             opts = replace(opts, catalog=opts.catalog or DEFAULT_CATALOG)
-        if (opts.operator is None) != (opts.state is None) and opts.table is None:
-            raise InvalidOptionError("options 'operator' and 'state' go together")
+        if opts.state is not None and opts.operator is None and opts.table is None:
+            raise InvalidOptionError("option 'state' needs 'operator'")
+        if opts.states is not None and opts.state is not None:
+            raise InvalidOptionError(
+                "option 'states' names the states of an operator table: give 'state' or "
+                "'states', not both"
+            )
         return opts
 
     def to_json(self) -> str:
@@ -165,7 +175,14 @@ class ReadOptions:
     def is_state_meta(self) -> bool:
         if self.table is not None:
             return self.table.lower() == "state_meta"
-        return self.state is None
+        return self.operator is None
+
+    @property
+    def state_names(self) -> list[str] | None:
+        """The option ``states`` as a list (None: every keyed state)."""
+        if self.states is None:
+            return None
+        return [n.strip() for n in self.states.split(",") if n.strip()]
 
 
 _OPEN: dict[tuple[str | None, ...], Savepoint] = {}
@@ -210,8 +227,20 @@ def _check_fingerprint(sp: Savepoint, expected: str | None) -> None:
 
 
 def _resolve_table(sp: Savepoint, table: str) -> dict[str, Any]:
+    op_tables = {k.lower(): v for k, v in sp.operator_tables().items()}
+    if table.lower() in op_tables:
+        return {"operator_id": op_tables[table.lower()], "state_name": None}
     info = sp.table(table)  # the one table resolution (statequery.savepoint)
     return {"operator_id": info.operator_id, "state_name": info.name}
+
+
+def _operator_table(opts: ReadOptions) -> Any:
+    """The :class:`~statequery.optable.OperatorTable` the options name, or None (a state)."""
+    sp, operator, state = _open(opts)
+    if opts.is_state_meta or state is not None:
+        return None
+    assert operator is not None
+    return sp.operator_table(operator, opts.state_names)
 
 
 # -- Arrow types Spark accepts --------------------------------------------------------------------
@@ -344,6 +373,9 @@ def _arrow_schema(opts: ReadOptions) -> pa.Schema:
         return spark_arrow_schema(sp.state_meta().schema)
     from statequery.reader import schema_of
 
+    table = _operator_table(opts)
+    if table is not None:
+        return spark_arrow_schema(table.schema)
     assert operator is not None and state is not None  # ReadOptions.parse ensures both
     return spark_arrow_schema(schema_of(sp, operator, state, opts.mode))
 
@@ -366,8 +398,11 @@ def _column_comments(sp: Savepoint, opts: ReadOptions) -> dict[str, str]:
     """What ``DESCRIBE`` shows for each column: the state, its Flink types, the savepoint."""
     if opts.is_state_meta:
         return {"operator_id": f"operators and states of {sp.location}"}
-    from statequery.spark.catalog import state_comment
+    from statequery.spark.catalog import operator_table_comments, state_comment
 
+    table = _operator_table(opts)
+    if table is not None:
+        return operator_table_comments(sp, table)
     _, operator, state = _open(opts)
     assert operator is not None and state is not None
     info = sp.state(operator, state)
@@ -413,12 +448,18 @@ class StatequeryReader(DataSourceReader):
         self.arrow_schema = arrow_schema
         self.keys: list[Any] | None = None
         self.key_groups: set[int] | None = None
+        self.table = None if opts.is_state_meta else _operator_table(opts)
         if not opts.is_state_meta and opts.key is not None:
             from statequery.keys import parse_key_text
 
             sp, operator, state = _open(opts)
-            assert operator is not None and state is not None
-            self.keys = [parse_key_text(opts.key, sp.state(operator, state).key_spec)]
+            assert operator is not None
+            if self.table is not None:
+                spec = sp.operator(operator).key_spec
+            else:
+                assert state is not None
+                spec = sp.state(operator, state).key_spec
+            self.keys = [parse_key_text(opts.key, spec)]
         if opts.key_groups is not None:
             self.key_groups = parse_key_group_list(opts.key_groups)
 
@@ -426,11 +467,20 @@ class StatequeryReader(DataSourceReader):
         if self.opts.is_state_meta:
             return [TaskPartition(None)]
         sp, operator, state = _open(self.opts)
-        assert operator is not None and state is not None
-        tasks = sp.plan(
-            operator, state, keys=self.keys, key_groups=self.key_groups, mode=self.opts.mode,
-            split=self.opts.key_groups_per_partition,
-        )
+        assert operator is not None
+        if self.table is not None:
+            from statequery.scan import plan_states
+
+            tasks = plan_states(
+                sp, list(self.table.states), keys=self.keys, key_groups=self.key_groups,
+                split=self.opts.key_groups_per_partition,
+            )
+        else:
+            assert state is not None
+            tasks = sp.plan(
+                operator, state, keys=self.keys, key_groups=self.key_groups,
+                mode=self.opts.mode, split=self.opts.key_groups_per_partition,
+            )
         if self.keys is not None or self.key_groups is not None:
             _report_pruning(sp, operator, state, self.opts, tasks)
         return [TaskPartition(t) for t in tasks] or [TaskPartition(None)]
@@ -449,7 +499,12 @@ class StatequeryReader(DataSourceReader):
 
         io = FileIO()  # this task's own storage: its files opened once, closed at the end
         try:
-            for _, batch in execute(partition.task, io, batch_size=self.opts.batch_size):
+            pairs = execute(partition.task, io, batch_size=self.opts.batch_size)
+            if self.table is not None:  # every state of the operator, walked once
+                for batch in self.table.batches(pairs):
+                    yield _cast(batch, self.arrow_schema)
+                return
+            for _, batch in pairs:
                 if batch.num_rows:
                     yield _cast(batch, self.arrow_schema)
         finally:
@@ -479,8 +534,14 @@ def _report_pruning(
     tasks: Sequence[Any],
 ) -> None:
     """One line on the planning worker's stderr: what a pruned read plans to read."""
-    assert operator is not None and state is not None
-    info = sp.state(operator, state)
+    assert operator is not None
+    if state is None:
+        label = f"{sp.operator(operator).display_name} (operator table)"
+        max_par = sp.operator(operator).max_parallelism
+    else:
+        info = sp.state(operator, state)
+        label = info.table_name or info.operator_uid + "/" + info.name
+        max_par = info.max_parallelism
     ranges = _ranges(
         kg
         for t in tasks
@@ -489,8 +550,8 @@ def _report_pruning(
     groups = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges) or "none"
     why = f"key {opts.key!r}" if opts.key is not None else f"key_groups {opts.key_groups!r}"
     print(
-        f"statequery: {info.table_name or info.operator_uid + '/' + info.name}: {why} -> "
-        f"key group(s) {groups} of {info.max_parallelism}, {len(tasks)} partition(s)",
+        f"statequery: {label}: {why} -> "
+        f"key group(s) {groups} of {max_par}, {len(tasks)} partition(s)",
         file=sys.stderr, flush=True,
     )
 

@@ -100,7 +100,31 @@ def _plan_one(sp: Savepoint, database: str) -> AttachPlan:
     plan.tables.append(("state_meta", f"operators and states of {sp.location}"))
     for row in sp.state_meta().to_pylist():
         plan.tables.append((str(row["table_name"]), state_comment(row)))
+    for name, operator_id in sp.operator_tables().items():
+        op = sp.operator(operator_id)
+        plan.tables.append(
+            (name, f"every keyed state of operator {op.display_name!r}, one row per entry")
+        )
     return plan
+
+
+def operator_table_comments(sp: Savepoint, table: Any) -> dict[str, str]:
+    """What ``DESCRIBE`` shows for an operator table's columns (:mod:`statequery.optable`)."""
+    first = table.states[0]
+    op = sp.operator(first.operator_id)
+    out = {
+        "state": f"the state of the row; every keyed state of operator {op.display_name!r} "
+                 f"in {sp.location}, one row per entry",
+        "key_group": f"the key group (of {op.max_parallelism})",
+        "key": "the key",
+    }
+    rows = {(r["operator_id"], r["state_name"]): r for r in sp.state_meta().to_pylist()}
+    for s in table.states:
+        row = rows.get((s.operator_id, s.name))
+        kind = f"{row['kind']} " if row else ""
+        value = f": {row['value_type']}" if row and row.get("value_type") else ""
+        out[table.columns[s.name]] = f"{kind}state {s.name!r} (null on other states' rows){value}"
+    return out
 
 
 def state_comment(row: dict[str, Any]) -> str:

@@ -215,8 +215,13 @@ def test_option_parsing() -> None:
     assert ReadOptions.parse({"path": "/x", "operator.uid": "u", "state": "s"}).operator == "u"
     with pytest.raises(InvalidOptionError, match="statequery attach"):
         ReadOptions.parse({})
-    with pytest.raises(InvalidOptionError, match="go together"):
-        ReadOptions.parse({"path": "/x", "operator": "u"})
+    with pytest.raises(InvalidOptionError, match="'state' needs 'operator'"):
+        ReadOptions.parse({"path": "/x", "state": "s"})
+    with pytest.raises(InvalidOptionError, match="not both"):
+        ReadOptions.parse({"path": "/x", "operator": "u", "state": "s", "states": "a,b"})
+    # operator without state: the operator table
+    opts = ReadOptions.parse({"path": "/x", "operator": "u", "states": "a, b"})
+    assert not opts.is_state_meta and opts.state_names == ["a", "b"]
     with pytest.raises(InvalidOptionError, match="batch_size must be an integer"):
         ReadOptions.parse({"path": "/x", "batch_size": "many"})
 
