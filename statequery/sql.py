@@ -184,6 +184,18 @@ def _read(cat: Catalog, src: _Source) -> pa.Table:
         return sp.state_meta()
     if src.table.lower() == "state_stats":
         return sp.stats().table
+    op_tables = {k.lower(): v for k, v in sp.operator_tables().items()}
+    if src.table.lower() in op_tables:  # every keyed state of an operator, in one pass
+        table = sp.operator_table(src.table)
+        operator = op_tables[src.table.lower()]
+        _push_down(src, sp.operator(operator).key_spec)
+        names = [s.name for s in table.states]
+        batches = [
+            b
+            for k in (src.keys if src.keys is not None else [None])
+            for b in table.batches(sp.read_operator(operator, names, key=k))
+        ]
+        return pa.Table.from_batches(batches, schema=table.schema)
     row = cat.resolve(src.database, src.table)
     info = sp.state(row["table_name"])
     if info.key_spec is not None:

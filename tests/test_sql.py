@@ -237,3 +237,37 @@ def test_cli_sql_table_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert "only SELECT" in capsys.readouterr().err
     assert main(["sql", "SELECT * FROM user_activity.nope"]) == 1
     assert "no table 'nope'" in capsys.readouterr().err
+
+
+def test_operator_table_joins_states_in_one_read(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``user_activity.user_state``: every keyed state of the operator, one read of its files."""
+    sp = catalog.savepoint("user_activity")
+    counts = {r["key"]: r["value"] for r in sp.read("user-state", "count").to_pylist()}
+    sums = {r["key"]: r["value"] for r in sp.read("user-state", "sum-amount").to_pylist()}
+    t = statequery.sql(
+        "SELECT key, max(count.value) AS c, max(sum_amount.value) AS s "
+        "FROM user_activity.user_state GROUP BY key ORDER BY key",
+        catalog,
+    )
+    assert t.to_pylist() == [{"key": k, "c": counts[k], "s": sums[k]} for k in sorted(counts)]
+    # the key predicate reads one key group, and keeps every state's rows of the key
+    read = []
+    from statequery.savepoint import Savepoint
+
+    original = Savepoint.read_operator
+
+    def spy(self: Any, operator: Any, states: Any = None, **kw: Any) -> Any:
+        read.append(kw.get("key"))
+        return original(self, operator, states, **kw)
+
+    monkeypatch.setattr(Savepoint, "read_operator", spy)
+    one = statequery.sql(
+        "SELECT state, key FROM user_activity.user_state WHERE key = 'user-3' ORDER BY state",
+        catalog,
+    )
+    assert read == ["user-3"]
+    assert {r["key"] for r in one.to_pylist()} == {"user-3"}
+    assert [r["state"] for r in one.to_pylist()].count("amount-by-category") == 4
+    assert len(one) == 4 + 7  # four map entries, one row in each other keyed state

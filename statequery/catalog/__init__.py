@@ -73,8 +73,11 @@ class Catalog:
         return self._open[database]
 
     def tables(self, database: str) -> list[str]:
-        meta = self.savepoint(database).state_meta()
-        return ["state_meta", *meta.column("table_name").to_pylist()]
+        """``state_meta``, one table per state, then the operator tables
+        (:mod:`statequery.optable`)."""
+        sp = self.savepoint(database)
+        meta = sp.state_meta()
+        return ["state_meta", *meta.column("table_name").to_pylist(), *sp.operator_tables()]
 
     def resolve(self, database: str, table: str) -> dict[str, Any]:
         """The ``state_meta`` row of a table (operator and state); the name is resolved by
