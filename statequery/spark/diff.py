@@ -21,19 +21,19 @@ serializer), ``range_size`` (key groups per partition, default 32).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from statequery.diff import DEFAULT_RANGE_SIZE, DIFF_SCHEMA
 from statequery.exceptions import InvalidOptionError
+from statequery.spark.ranged import RangedDataSource, RangePartition, parse_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import StructType
 
     from statequery.savepoint import Savepoint
 
@@ -57,11 +57,6 @@ def diff_tasks(
 
 
 @dataclass(frozen=True)
-class DiffPartition(InputPartition):
-    task: str
-
-
-@dataclass(frozen=True)
 class DiffOptions:
     old: str
     new: str
@@ -72,25 +67,10 @@ class DiffOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> DiffOptions:
-        opts = {k.lower(): v for k, v in options.items() if k.lower() != "path"}
-        unknown = sorted(set(opts) - set(OPTIONS))
-        if unknown:
-            raise InvalidOptionError(
-                f"unknown statequery_diff option(s) {', '.join(unknown)}; "
-                f"valid: {', '.join(OPTIONS)}"
-            )
-        if not opts.get("old") or not opts.get("new"):
-            raise InvalidOptionError("statequery_diff needs the options old and new")
-        try:
-            size = int(opts.get("range_size", DEFAULT_RANGE_SIZE))
-        except ValueError:
-            raise InvalidOptionError(
-                f"range_size must be an integer: {opts['range_size']!r}"
-            ) from None
-        if size <= 0:
-            raise InvalidOptionError(f"range_size must be positive, got {size}")
+        opts = parse_options("statequery_diff", options, OPTIONS, ("old", "new"),
+                             DEFAULT_RANGE_SIZE, ignored=("path",))
         return cls(opts["old"], opts["new"], opts.get("operator"), opts.get("state"),
-                   opts.get("key"), size)
+                   opts.get("key"), opts["range_size"])
 
     def open(self) -> tuple[Savepoint, Savepoint, Any]:
         import statequery
@@ -108,24 +88,17 @@ class DiffOptions:
         return old, new, key
 
 
-class DiffDataSource(DataSource):
+class DiffDataSource(RangedDataSource):
     """``spark.read.format("statequery_diff")``: what changed between two snapshots."""
 
-    @classmethod
-    def name(cls) -> str:
-        return "statequery_diff"
+    NAME = "statequery_diff"
+    SCHEMA = DIFF_SCHEMA
 
-    def __init__(self, options: MutableMapping[str, str]) -> None:
-        super().__init__(options)
-        self.opts = DiffOptions.parse(dict(options))
+    def parse_options(self, options: dict[str, str]) -> DiffOptions:
+        return DiffOptions.parse(options)
 
-    def schema(self) -> StructType:
-        from pyspark.sql.pandas.types import from_arrow_schema
-
-        return from_arrow_schema(DIFF_SCHEMA)
-
-    def reader(self, schema: StructType) -> DataSourceReader:
-        return DiffReader(self.opts)
+    def make_reader(self, opts: DiffOptions) -> DataSourceReader:
+        return DiffReader(opts)
 
 
 class DiffReader(DataSourceReader):
@@ -135,12 +108,12 @@ class DiffReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         old, new, _ = self.opts.open()
         o = self.opts
-        return [DiffPartition(t) for t in diff_tasks(old, new, o.operator, o.state, o.range_size)]
+        return [RangePartition(t) for t in diff_tasks(old, new, o.operator, o.state, o.range_size)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         from statequery.diff import diff_batches
 
-        assert isinstance(partition, DiffPartition)
+        assert isinstance(partition, RangePartition)
         old, new, key = self.opts.open()
         o = self.opts
         task = partition.task
@@ -158,7 +131,7 @@ class DiffReader(DataSourceReader):
 
 def register_diff_source(spark: SparkSession) -> None:
     """Make ``statequery_diff`` known to this session (``USING statequery_diff``)."""
-    spark.dataSource.register(DiffDataSource)
+    DiffDataSource.register(spark)
 
 
 def diff_dataframe(

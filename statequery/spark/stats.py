@@ -18,19 +18,18 @@ Options: ``path`` (required), ``operator``, ``state``, ``range_size`` (default 3
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from statequery.exceptions import InvalidOptionError
+from statequery.spark.ranged import RangedDataSource, RangePartition, parse_options
 from statequery.stats import DEFAULT_RANGE_SIZE, STATE_STATS_SCHEMA
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import StructType
 
 __all__ = ["StatsDataSource", "register_stats_source", "stats_dataframe"]
 
@@ -46,50 +45,22 @@ class StatsOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> StatsOptions:
-        opts = {k.lower(): v for k, v in options.items()}
-        unknown = sorted(set(opts) - set(OPTIONS))
-        if unknown:
-            raise InvalidOptionError(
-                f"unknown statequery_stats option(s) {', '.join(unknown)}; "
-                f"valid: {', '.join(OPTIONS)}"
-            )
-        if not opts.get("path"):
-            raise InvalidOptionError("statequery_stats needs the option path")
-        try:
-            size = int(opts.get("range_size", DEFAULT_RANGE_SIZE))
-        except ValueError:
-            raise InvalidOptionError(
-                f"range_size must be an integer: {opts['range_size']!r}"
-            ) from None
-        if size <= 0:
-            raise InvalidOptionError(f"range_size must be positive, got {size}")
-        return cls(opts["path"], opts.get("operator"), opts.get("state"), size)
+        opts = parse_options("statequery_stats", options, OPTIONS, ("path",), DEFAULT_RANGE_SIZE)
+        return cls(opts["path"], opts.get("operator"), opts.get("state"), opts["range_size"])
 
 
-@dataclass(frozen=True)
-class StatsPartition(InputPartition):
-    #: "" for operator state, else a JSON [operator id, [key groups]]
-    task: str
+class StatsDataSource(RangedDataSource):
+    """``spark.read.format("statequery_stats")``: the state_stats table of a savepoint.
+    Partitions: ``""`` for operator state, else a JSON ``[operator id, [key groups]]``."""
 
+    NAME = "statequery_stats"
+    SCHEMA = STATE_STATS_SCHEMA
 
-class StatsDataSource(DataSource):
-    """``spark.read.format("statequery_stats")``: the state_stats table of a savepoint."""
+    def parse_options(self, options: dict[str, str]) -> StatsOptions:
+        return StatsOptions.parse(options)
 
-    @classmethod
-    def name(cls) -> str:
-        return "statequery_stats"
-
-    def __init__(self, options: MutableMapping[str, str]) -> None:
-        super().__init__(options)
-        self.opts = StatsOptions.parse(dict(options))
-
-    def schema(self) -> StructType:
-        from pyspark.sql.pandas.types import from_arrow_schema
-
-        return from_arrow_schema(STATE_STATS_SCHEMA)
-
-    def reader(self, schema: StructType) -> DataSourceReader:
-        return StatsReader(self.opts)
+    def make_reader(self, opts: StatsOptions) -> DataSourceReader:
+        return StatsReader(opts)
 
 
 class StatsReader(DataSourceReader):
@@ -102,13 +73,13 @@ class StatsReader(DataSourceReader):
 
         sp = statequery.open(self.opts.path)
         tasks = key_group_tasks(sp, self.opts.operator, self.opts.state, self.opts.range_size)
-        return [StatsPartition("")] + [StatsPartition(json.dumps(t)) for t in tasks]
+        return [RangePartition("")] + [RangePartition(json.dumps(t)) for t in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         import statequery
         from statequery.stats import state_stats
 
-        assert isinstance(partition, StatsPartition)
+        assert isinstance(partition, RangePartition)
         sp = statequery.open(self.opts.path)
         o = self.opts
         if not partition.task:
@@ -124,7 +95,7 @@ class StatsReader(DataSourceReader):
 
 def register_stats_source(spark: SparkSession) -> None:
     """Make ``statequery_stats`` known to this session (``USING statequery_stats``)."""
-    spark.dataSource.register(StatsDataSource)
+    StatsDataSource.register(spark)
 
 
 def stats_dataframe(
