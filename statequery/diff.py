@@ -203,7 +203,7 @@ def _frozen(column: pa.ChunkedArray) -> list[Any]:
     """The column's Python values, hashable (nested values frozen)."""
     values: list[Any] = column.to_pylist()
     t = column.type
-    if pa.types.is_nested(t):
+    if pa.types.is_nested(t) or pa.types.is_floating(t):
         return [freeze(v) for v in values]
     return values
 

@@ -181,3 +181,17 @@ def test_spark_diff_equals_the_difference_of_the_flink_dumps() -> None:
     assert set(got["key"].to_pylist()) == {'"user-9"'} and got.num_rows > 3
     want = _open("chk-2").diff(_open("savepoint"), operator="sequence-state", key="user-9")
     assert diff_rows(got) == diff_rows(want)
+
+
+def test_an_unchanged_nan_is_not_a_change() -> None:
+    """NaN != NaN in Python; a double that stayed NaN (same bytes) is no difference."""
+    from statequery.diff import _frozen
+
+    nan = float("nan")
+    flat = pa.chunked_array([[nan, 1.5, None]])
+    assert _frozen(flat) == _frozen(pa.chunked_array([[float("nan"), 1.5, None]]))
+    assert _frozen(flat) != _frozen(pa.chunked_array([[2.0, 1.5, None]]))
+    nested = pa.chunked_array([[{"a": nan, "b": [nan, 1.0]}]])
+    again = pa.chunked_array([[{"a": float("nan"), "b": [float("nan"), 1.0]}]])
+    assert _frozen(nested) == _frozen(again)
+    assert len({*_frozen(nested), *_frozen(again)}) == 1  # hashable, one distinct value

@@ -27,13 +27,32 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+class _NaN:
+    """The frozen form of every float NaN: equal to itself (a NaN float is not), so a NaN value
+    that did not change compares equal, as its serialized bytes do."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NaN"
+
+    def __hash__(self) -> int:
+        return 0x7FF8
+
+
+NAN = _NaN()
+
+
 def freeze(v: Any) -> Any:
     """A hashable form of a decoded value (dicts for structs, lists for arrays, lists of pairs
-    for maps), equal exactly when the values are: to compare and count without JSON."""
+    for maps, :data:`NAN` for a float NaN), equal exactly when the values are: to compare and
+    count without JSON."""
     if isinstance(v, dict):
         return tuple(sorted((k, freeze(x)) for k, x in v.items()))
     if isinstance(v, (list, tuple)):
         return tuple(freeze(x) for x in v)
+    if isinstance(v, float) and v != v:
+        return NAN
     return v
 
 
