@@ -624,10 +624,15 @@ def scan_key_group(
     prefix_len: int,
     handlers: Sequence[Callable[..., None] | None],
     finishers: Iterable[Callable[[], None]] = (),
+    runs: list[int] | None = None,
 ) -> int:
     """Walk one decompressed canonical key group, calling ``handlers[state_id]`` per entry.
 
     States whose handler is None are skipped without decoding. Returns the number of entries.
+    ``runs`` (a list) gets ``state id, start, length`` appended per run of one state's entries
+    (``start``: the offset of its first entry in ``buf``, 2 bytes after the state id; the run
+    ends where the next state id or the end-of-key-group mark begins): the run index
+    (:mod:`statequery.metadata.runindex`).
     Raises :class:`DecodeError` (positions relative to ``buf``) on anything that is not exactly
     the canonical format; the caller adds file and key group.
     """
@@ -639,7 +644,7 @@ def scan_key_group(
     if sid >= n_states:
         raise DecodeError(f"state id {sid} but the header lists {n_states} states", 0)
     handler = handlers[sid]
-    pos = 2
+    pos = run_start = 2
     entries = 0
     if prefix_len == 1:
         hi, lo = kg, -1
@@ -701,6 +706,8 @@ def scan_key_group(
                 if first & _FLAG:
                     break
         # the last entry of a run carried the flag: a state switch or the end of the key group
+        if runs is not None:
+            runs += (sid, run_start, pos - run_start)
         if pos + 2 > n:
             raise DecodeError("key group ends inside its state-switch mark", pos)
         nxt = _U16(buf, pos)[0]
@@ -717,6 +724,7 @@ def scan_key_group(
             f()
         sid = nxt
         handler = handlers[sid]
+        run_start = pos
 
 
 def iter_key_group_extents(
