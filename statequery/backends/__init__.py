@@ -17,7 +17,7 @@ to know the layout:
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -281,8 +281,13 @@ class CanonicalKeyedBackend(_KeyedBase):
         mode: str | None,
         key_groups: Iterable[int] | None = None,
         key: Any = None,
+        *,
+        runs: Mapping[int, Sequence[int]] | None = None,
+        record: Callable[[int, list[int]], None] | None = None,
     ) -> Iterator[int]:
-        """Decode several states in one pass (each key group is read once)."""
+        """Decode several states in one pass (each key group is read once). ``runs`` (this
+        stream's run index) and ``record`` (called with each key group's runs after a walk of the
+        whole key group): see :meth:`~statequery.backends.keygroups.KeyGroupStream.scan`."""
         from statequery.backends.keygroups import (
             CompositeEntryDecoder,
             KeyGroupStream,
@@ -306,7 +311,7 @@ class CanonicalKeyedBackend(_KeyedBase):
             self.compressed,
             key_group_prefix_bytes(self.max_parallelism),
         )
-        yield from stream.scan(handlers, finishers, wanted)
+        yield from stream.scan(handlers, finishers, wanted, runs=runs, record=record)
 
 
 class HeapKeyedBackend(_KeyedBase):

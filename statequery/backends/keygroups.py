@@ -23,13 +23,18 @@ into rows; the RocksDB backend reuses it unchanged.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from statequery.arrow.batches import BatchBuilder
 from statequery.arrow.schemas import StateLayout, resolve_mode
-from statequery.exceptions import CorruptStateError, UnsupportedFormatError
+from statequery.exceptions import (
+    CorruptStateError,
+    RunIndexMismatchWarning,
+    UnsupportedFormatError,
+)
 from statequery.serializers.readers import (
     DECODE_ERRORS,
     DecodeError,
@@ -865,26 +870,180 @@ class KeyGroupStream:
         handlers: Sequence[Callable[..., None] | None],
         finishers: Sequence[Callable[[], None]] = (),
         key_groups: Iterable[int] | None = None,
+        *,
+        runs: Mapping[int, Sequence[int]] | None = None,
+        record: Callable[[int, list[int]], None] | None = None,
     ) -> Iterator[int]:
-        """Decode the requested key groups; yields each key group after its entries were handled."""
+        """Decode the requested key groups; yields each key group after its entries were handled.
+
+        ``runs`` (the run index of this stream: key group -> ``state id, start, length``
+        triples, :mod:`statequery.metadata.runindex`) lets an uncompressed stream read only the
+        runs of the states that have a handler, and a compressed one walk only those runs of the
+        decompressed key group; key groups it does not cover are read whole. Every run used is
+        checked against the bytes first: a mismatch warns (:class:`RunIndexMismatchWarning`) and
+        walks that key group whole. ``record(kg, runs)`` gets the runs of every key group walked
+        whole.
+        """
         from statequery.backends.fastpath import key_group_scanner
 
         scan = key_group_scanner()
-        for kg, start, _end, data in read_key_group_spans(
-            self.stream, self.iter_extents(key_groups)
-        ):
-            buf = self.decode_key_group(kg, start, data)
-            try:
-                scan(buf, kg, self.prefix_len, handlers, finishers)
-            except DecodeError as e:
-                where = f"offset {e.pos} of the decompressed key group" if self.compressed else None
-                offset = start if self.compressed else start + e.pos
-                msg = f"key group {kg}: {e.message}"
-                if where:
-                    msg += f" ({where})"
-                raise CorruptStateError(msg, self.stream.name, offset) from e
-            except DECODE_ERRORS as e:
-                raise CorruptStateError(
-                    f"key group {kg}: {type(e).__name__}: {e}", self.stream.name, start
-                ) from e
+        if runs is None:
+            for kg, start, _end, data in read_key_group_spans(
+                self.stream, self.iter_extents(key_groups)
+            ):
+                self._walk_whole(scan, kg, start, data, handlers, finishers, record)
+                yield kg
+            return
+        wanted = {sid for sid, h in enumerate(handlers) if h is not None}
+        units = self._plan_runs(runs, wanted, key_groups)
+        spans = read_key_group_spans(
+            self.stream,
+            (
+                (kg, start + a, start + b)
+                for kg, start, end, whole, pieces in units
+                for a, b in ([(0, end - start)] if whole else [(a, b) for a, b, _ in pieces])
+            ),
+        )
+        for kg, start, end, whole, pieces in units:
+            if whole:
+                buf: bytes | None = self.decode_key_group(kg, start, next(spans)[3])
+                assert buf is not None
+                if not pieces:
+                    self._walk_whole(scan, kg, start, buf, handlers, finishers, record, True)
+                    yield kg
+                    continue
+                # compressed (or a run outside the key group): cut the runs from the whole
+                cut: list[bytes | None] = [
+                    bytes(buf[a:b]) if 0 <= a and b <= len(buf) else None for a, b, _ in pieces
+                ]
+            elif not pieces:
+                yield kg  # indexed, and none of the wanted states has entries here
+                continue
+            else:
+                buf = None
+                cut = [next(spans)[3] for _ in pieces]
+            problem = self._check_runs(scan, kg, len(handlers), pieces, cut)
+            if problem is not None:
+                warnings.warn(
+                    f"{self.stream.name}: key group {kg}: the run index does not match the "
+                    f"bytes ({problem}); reading the whole key group",
+                    RunIndexMismatchWarning,
+                    stacklevel=2,
+                )
+                if buf is None:
+                    buf = self.decode_key_group(
+                        kg, start, read_key_group_bytes(self.stream, kg, start, end)
+                    )
+                self._walk_whole(scan, kg, start, buf, handlers, finishers, record, True)
+                yield kg
+                continue
+            for (a, _b, _e), piece in zip(pieces, cut, strict=True):
+                assert piece is not None
+                self._walk(scan, kg, start, a, piece + _END_MARK, handlers, finishers)
             yield kg
+
+    def _plan_runs(
+        self,
+        runs: Mapping[int, Sequence[int]],
+        wanted: set[int],
+        key_groups: Iterable[int] | None,
+    ) -> list[tuple[int, int, int, bool, list[tuple[int, int, tuple[int, ...]]]]]:
+        """Per key group ``(kg, start, end, whole, pieces)`` in file order. ``pieces`` are the
+        wanted runs as ``(a, b, expected runs)`` offsets in the (decompressed) key group, ``a``
+        2 bytes before the run (its state id), adjacent runs joined; ``whole``: read the whole
+        key group (compressed, not in the index, or a run outside it), else only the pieces."""
+        units: list[tuple[int, int, int, bool, list[tuple[int, int, tuple[int, ...]]]]] = []
+        for kg, start, end in self.iter_extents(key_groups):
+            flat = runs.get(kg)
+            if flat is None:
+                units.append((kg, start, end, True, []))
+                continue
+            pieces: list[tuple[int, int, tuple[int, ...]]] = []
+            for i in range(0, len(flat) - 2, 3):
+                sid, first, length = flat[i], flat[i + 1], flat[i + 2]
+                if sid not in wanted:
+                    continue
+                a, b = first - 2, first + length
+                if pieces and pieces[-1][1] == a:
+                    pa, _, expected = pieces[-1]
+                    pieces[-1] = (pa, b, (*expected, sid, first - pa, length))
+                else:
+                    pieces.append((a, b, (sid, 2, length)))
+            outside = any(a < 0 or b > end - start for a, b, _ in pieces)
+            whole = bool(pieces) and (self.compressed or outside)
+            units.append((kg, start, end, whole, pieces))
+        return units
+
+    def _check_runs(
+        self,
+        scan: Callable[..., int],
+        kg: int,
+        n_states: int,
+        pieces: Sequence[tuple[int, int, tuple[int, ...]]],
+        cut: Sequence[bytes | None],
+    ) -> str | None:
+        """Why the pieces do not hold exactly the runs the index says (None when they do): each
+        must start with the recorded state id and end, with a flagged entry, where recorded.
+        Checked for every piece of the key group before any entry is decoded."""
+        skip: list[Callable[..., None] | None] = [None] * n_states
+        for (a, b, expected), piece in zip(pieces, cut, strict=True):
+            if piece is None or a < 0 or len(piece) != b - a:
+                return f"a run at [{a}, {b}) is outside the key group"
+            found: list[int] = []
+            try:
+                scan(piece + _END_MARK, kg, self.prefix_len, skip, (), found)
+            except DecodeError as e:
+                return f"the run at offset {a + 2}: {e.message}"
+            if tuple(found) != expected:
+                return f"the runs at [{a}, {b}) are {found}, the index says {list(expected)}"
+        return None
+
+    def _walk_whole(
+        self,
+        scan: Callable[..., int],
+        kg: int,
+        start: int,
+        data: bytes,
+        handlers: Sequence[Callable[..., None] | None],
+        finishers: Sequence[Callable[[], None]],
+        record: Callable[[int, list[int]], None] | None,
+        decoded: bool = False,
+    ) -> None:
+        buf = data if decoded else self.decode_key_group(kg, start, data)
+        found: list[int] | None = [] if record is not None else None
+        self._walk(scan, kg, start, 0, buf, handlers, finishers, found)
+        if record is not None and found is not None:
+            record(kg, found)
+
+    def _walk(
+        self,
+        scan: Callable[..., int],
+        kg: int,
+        start: int,
+        base: int,
+        buf: bytes,
+        handlers: Sequence[Callable[..., None] | None],
+        finishers: Sequence[Callable[[], None]],
+        found: list[int] | None = None,
+    ) -> None:
+        """Walk ``buf`` (the key group's bytes from offset ``base`` on), errors named by file."""
+        try:
+            if found is None:
+                scan(buf, kg, self.prefix_len, handlers, finishers)
+            else:
+                scan(buf, kg, self.prefix_len, handlers, finishers, found)
+        except DecodeError as e:
+            pos = base + e.pos
+            where = f"offset {pos} of the decompressed key group" if self.compressed else None
+            offset = start if self.compressed else start + pos
+            msg = f"key group {kg}: {e.message}"
+            if where:
+                msg += f" ({where})"
+            raise CorruptStateError(msg, self.stream.name, offset) from e
+        except DECODE_ERRORS as e:
+            raise CorruptStateError(
+                f"key group {kg}: {type(e).__name__}: {e}", self.stream.name, start
+            ) from e
+
+
+_END_MARK = struct.pack(">H", END_OF_KEY_GROUP)
