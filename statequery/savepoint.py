@@ -45,7 +45,6 @@ from statequery.metadata.handles import (
     StreamHandle,
 )
 from statequery.metadata.kinds import OPERATOR_KINDS, layout_or_unknown
-from statequery.metadata.runindex import RunIndex
 from statequery.metadata.plan import (
     CompiledPlan,
     PlanNode,
@@ -63,6 +62,7 @@ from statequery.metadata.proxy import (
     read_keyed_proxy,
     read_operator_proxy,
 )
+from statequery.metadata.runindex import RunIndex
 from statequery.metadata.statemeta import (
     SNAPSHOT_FILE_NAME,
     HeaderInfo,

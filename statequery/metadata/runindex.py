@@ -108,8 +108,8 @@ class RunIndex:
         return {
             "version": RUN_INDEX_VERSION,
             "handles": [
-                [op, subtask, {kg: list(r) for kg, r in sorted(self._handles[(op, subtask)].items())}]
-                for op, subtask in sorted(self._handles)
+                [op, subtask, {kg: list(r) for kg, r in sorted(groups.items())}]
+                for (op, subtask), groups in sorted(self._handles.items())
             ],
         }
 
