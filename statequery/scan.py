@@ -171,10 +171,12 @@ def _byte_ranges(
     handle: Any,
     key_groups: Sequence[int] | None,
     indexed: dict[int, Runs] | None = None,
+    gap: int = 0,
 ) -> tuple[tuple[int, int], ...]:
     """Adjacent spans of the bytes a task reads (the last one open-ended: -1) of a key-groups
     handle: the key groups', or for key groups in ``indexed`` (an uncompressed stream's run
-    index) only their runs, each from its state id on."""
+    index) only their runs, each from its state id on (runs at most ``gap`` bytes apart are
+    read as one span, as :func:`~statequery.backends.keygroups.read_key_group_spans` does)."""
     if not isinstance(handle, KeyGroupsHandle):
         return ()
     starts = sorted(
@@ -195,7 +197,7 @@ def _byte_ranges(
                 for i in range(0, len(flat) - 2, 3)
             ]
         for a, b in parts:
-            if spans and spans[-1][1] == a:
+            if spans and spans[-1][1] != -1 and 0 <= a - spans[-1][1] <= gap:
                 spans[-1] = (spans[-1][0], b)
             else:
                 spans.append((a, b))
@@ -327,9 +329,10 @@ def plan_states(
             mode=mode,
         )
         indexed = _handle_runs(savepoint, op, st)
+        gap = _read_gap(savepoint, st) if indexed else 0
         for chunk in _chunks(st, task_groups, split):
             runs = _task_runs(indexed, st, chunk, held, header.state_ids)
-            tasks.append(_with_groups(base, chunk, runs))
+            tasks.append(_with_groups(base, chunk, runs, gap))
     return tasks
 
 
@@ -368,7 +371,7 @@ def _chunks(
 
 
 def _with_groups(
-    base: ScanTask, groups: tuple[int, ...] | None, runs: IndexedRuns | None = None
+    base: ScanTask, groups: tuple[int, ...] | None, runs: IndexedRuns | None = None, gap: int = 0
 ) -> ScanTask:
     from dataclasses import replace
 
@@ -376,9 +379,19 @@ def _with_groups(
     return replace(
         base,
         key_groups=groups,
-        byte_ranges=_byte_ranges(base.handle, groups, indexed),
+        byte_ranges=_byte_ranges(base.handle, groups, indexed, gap),
         runs=runs,
     )
+
+
+def _read_gap(savepoint: Any, st: SubtaskInfo) -> int:
+    from statequery.backends.keygroups import read_gap
+    from statequery.exceptions import StorageError
+
+    try:
+        return read_gap(savepoint.resolver.location(st.keyed_handle))
+    except StorageError:
+        return 0
 
 
 def _plan_operator(

@@ -43,13 +43,17 @@ __all__ = [
 class HandleStream:
     """A :class:`~statequery.backends.keygroups.ByteStream` over a stream handle."""
 
-    __slots__ = ("_handle", "_resolver", "_size", "name")
+    __slots__ = ("_handle", "_resolver", "_size", "name", "read_gap")
 
     def __init__(self, resolver: Any, handle: Any) -> None:
+        from statequery.backends.keygroups import read_gap
+
         self._resolver = resolver
         self._handle = handle
         self._size: int | None = None
         self.name = resolver.source_name(handle)
+        #: bytes between two wanted runs read through instead of a second request
+        self.read_gap = read_gap(_location(resolver, handle))
 
     def size(self) -> int:
         if self._size is None:
@@ -58,6 +62,15 @@ class HandleStream:
 
     def read_range(self, start: int, length: int) -> bytes:
         return bytes(self._resolver.read(self._handle, start, length))
+
+
+def _location(resolver: Any, handle: Any) -> str | None:
+    from statequery.exceptions import StorageError
+
+    try:
+        return resolver.location(handle)  # type: ignore[no-any-return]
+    except (StorageError, AttributeError):
+        return None
 
 
 @dataclass
