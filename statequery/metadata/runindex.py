@@ -12,13 +12,15 @@ walk of a key group, and persisted on request in the StateMeta snapshot
 (``statequery snapshot PATH --index``, docs/statemeta.md). It is never trusted blindly: a read
 checks every run it uses against the bytes (docs/statemeta.md, "Trust").
 
-Layout: per keyed handle (operator id, subtask index), per key group a flat tuple of ints
-``(state id, start, length, state id, start, length, ...)`` in stream order.
+Layout: per keyed handle (operator id, subtask index), per key group a flat array of ints
+``(state id, start, length, state id, start, length, ...)`` in stream order (in memory an
+``array('q')``: 8 bytes per number).
 """
 
 from __future__ import annotations
 
 import threading
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -62,9 +64,11 @@ class RunIndex:
 
     __hash__ = None  # type: ignore[assignment]
 
-    def __init__(self, handles: Mapping[tuple[str, int], Mapping[int, Runs]] | None = None) -> None:
-        self._handles: dict[tuple[str, int], dict[int, Runs]] = {
-            k: dict(v) for k, v in (handles or {}).items()
+    def __init__(
+        self, handles: Mapping[tuple[str, int], Mapping[int, Sequence[int]]] | None = None
+    ) -> None:
+        self._handles: dict[tuple[str, int], dict[int, array[int]]] = {
+            k: {kg: array("q", runs) for kg, runs in v.items()} for k, v in (handles or {}).items()
         }
         self._lock = threading.Lock()
 
@@ -88,9 +92,9 @@ class RunIndex:
         if found is None:
             with self._lock:
                 found = self._handles.setdefault(key, {})
-        found[key_group] = tuple(runs)
+        found[key_group] = array("q", runs)
 
-    def runs(self, operator_id: str, subtask: int) -> Mapping[int, Runs]:
+    def runs(self, operator_id: str, subtask: int) -> Mapping[int, Sequence[int]]:
         """The key groups of one keyed handle that were indexed (empty when none)."""
         return self._handles.get((operator_id, subtask), {})
 
@@ -121,18 +125,18 @@ class RunIndex:
             raise CorruptStateError("StateMeta snapshot run index is not a map", source)
         if doc.get("version") != RUN_INDEX_VERSION:
             return cls()
-        handles: dict[tuple[str, int], dict[int, Runs]] = {}
+        handles: dict[tuple[str, int], dict[int, Sequence[int]]] = {}
         try:
             for op, subtask, groups in doc["handles"]:
                 if not isinstance(op, str) or not _is_int(subtask) or not isinstance(groups, dict):
                     raise ValueError(f"bad handle entry {op!r}, {subtask!r}")
-                by_kg: dict[int, Runs] = {}
+                by_kg: dict[int, Sequence[int]] = {}
                 for kg, runs in groups.items():
                     if not _is_int(kg) or not isinstance(runs, list) or len(runs) % 3:
                         raise ValueError(f"bad runs of key group {kg!r}")
-                    if not all(_is_int(x) and x >= 0 for x in runs):
+                    if not all(_is_int(x) and 0 <= x < 1 << 62 for x in runs):
                         raise ValueError(f"bad runs of key group {kg}")
-                    by_kg[kg] = tuple(runs)
+                    by_kg[kg] = runs
                 handles[(op, subtask)] = by_kg
         except (KeyError, TypeError, ValueError) as e:
             raise CorruptStateError(
