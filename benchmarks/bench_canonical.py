@@ -7,6 +7,11 @@ For every state of the operator (default ``large-state``): a full scan in a fres
 core — rows/s, MB/s of state files read, peak RSS — then single-key lookups: latency cold (open
 the savepoint, parse ``_metadata`` and the state headers, read one key group) and warm (headers
 cached), and the bytes each lookup read through the storage seam.
+
+``--index N``: single-state full scans without and with the run index (a StateMeta snapshot
+written with ``index=True`` into a temporary directory, never into the savepoint), N paired
+rounds in fresh processes: CPU and wall time, bytes read, the load average (``--pure``: on the
+pure-Python decode path).
 """
 
 from __future__ import annotations
@@ -29,13 +34,22 @@ def _rss_mb() -> float:
 
 
 def child_scan(
-    path: str, operator: str, state: str, mode: str | None, batch_size: int
+    path: str,
+    operator: str,
+    state: str,
+    mode: str | None,
+    batch_size: int,
+    snapshot: str | None = None,
 ) -> dict[str, Any]:
     import statequery
     from statequery.reader import list_states, read_state
 
     base_rss = _rss_mb()
-    sp = statequery.open(path, use_snapshot=False)
+    if snapshot:
+        sp = statequery.open(path, snapshot=snapshot)
+        assert sp.from_snapshot
+    else:
+        sp = statequery.open(path, use_snapshot=False)
     list_states(sp, operator)  # headers
     sp.io.stats.reset()
     t = time.perf_counter()
@@ -59,6 +73,8 @@ def child_scan(
         "arrow_mb": arrow_bytes / 1e6,
         "peak_rss_mb": _rss_mb(),
         "base_rss_mb": base_rss,
+        "indexed": bool(snapshot),
+        "load": os.getloadavg()[0],
     }
 
 
@@ -186,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "--child":
         kind, rest = argv[1], argv[2:]
         if kind == "scan":
-            res = child_scan(rest[0], rest[1], rest[2], rest[3] or None, int(rest[4]))
+            snapshot = rest[5] if len(rest) > 5 else None
+            res = child_scan(rest[0], rest[1], rest[2], rest[3] or None, int(rest[4]), snapshot)
         elif kind == "all":
             res = child_all(rest[0], rest[1])
         else:
@@ -213,9 +230,21 @@ def main(argv: list[str] | None = None) -> int:
         help="only the full scan of every state, N times on the compiled and the pure-Python "
         "decode path alternately (fresh processes); medians of wall and CPU time, and the ratio",
     )
+    ap.add_argument(
+        "--index",
+        type=int,
+        default=0,
+        metavar="N",
+        help="single-state full scans without and with the run index, N paired rounds",
+    )
+    ap.add_argument("--pure", action="store_true", help="with --index: the pure-Python path")
+    ap.add_argument("--states", help="with --index: comma-separated states (default: all)")
     args = ap.parse_args(argv)
     if args.paired:
         return _paired(args.savepoint, args.operator, args.paired)
+    if args.index:
+        states = args.states.split(",") if args.states else None
+        return _indexed(args.savepoint, args.operator, args.index, args.pure, states)
 
     import statequery
     from statequery.reader import list_states
@@ -309,6 +338,71 @@ def _paired(path: str, operator: str, n: int) -> int:
         f"median cpu: compiled {med['compiled'][1]:.2f} s, pure {med['pure'][1]:.2f} s; "
         f"pure/compiled cpu ratio {med['pure'][1] / med['compiled'][1]:.1f}x"
     )
+    return 0
+
+
+def _indexed(
+    path: str, operator: str, n: int, pure: bool, states: list[str] | None
+) -> int:
+    """Single-state full scans without the run index (today's walk of every state's entries)
+    and with it (a snapshot with the index, written to a temporary directory), paired."""
+    import statistics
+    import tempfile
+
+    import statequery
+    from statequery.reader import list_states
+
+    sp = statequery.open(path, use_snapshot=False)
+    names = states or [r.name for r in list_states(sp, operator)]
+    _warm_page_cache(sp)
+    tmp = tempfile.mkdtemp(prefix="statequery-bench-index-")
+    plain = sp.write_snapshot(os.path.join(tmp, "meta.msgpack"))
+    t = time.perf_counter()
+    cpu = time.process_time()
+    indexed = statequery.open(path, use_snapshot=False).write_snapshot(
+        os.path.join(tmp, "meta-index.msgpack"), index=True
+    )
+    build = (time.perf_counter() - t, time.process_time() - cpu)
+    size = os.path.getsize(indexed) - os.path.getsize(plain)
+    kgs = statequery.open(path, snapshot=indexed).run_index.key_group_count
+    print(f"savepoint {path}")
+    print(
+        f"  run index: {kgs} key groups, {size:,} bytes in the snapshot "
+        f"({os.path.getsize(indexed):,} with, {os.path.getsize(plain):,} without); "
+        f"built in {build[0]:.2f} s wall, {build[1]:.2f} s CPU (a walk of every key group)"
+    )
+    print(f"  decode path: {'pure Python' if pure else 'compiled'}; load {os.getloadavg()}")
+    print(
+        f"\n{'state':40s} {'index':6s} {'rows':>10s} {'cpu s':>7s} {'wall s':>7s} "
+        f"{'MB read':>8s} {'load':>5s}"
+    )
+    runs: dict[tuple[str, bool], list[dict[str, Any]]] = {}
+    for _ in range(n):
+        for state in names:
+            for snap in (None, indexed):
+                res = _run_child(
+                    ["scan", path, operator, state, "", "65536", *([snap] if snap else [])],
+                    pure=pure,
+                )
+                runs.setdefault((state, bool(snap)), []).append(res)
+                print(
+                    f"{state:40s} {'yes' if snap else 'no':6s} {res['rows']:>10,} "
+                    f"{res['cpu_s']:>7.3f} {res['seconds']:>7.3f} {res['mb_read']:>8.1f} "
+                    f"{res['load']:>5.1f}",
+                    flush=True,
+                )
+    print(f"\nmedians of {n} (CPU ratio = without / with the index):")
+    for state in names:
+        a, b = runs[(state, False)], runs[(state, True)]
+        ca = statistics.median(r["cpu_s"] for r in a)
+        cb = statistics.median(r["cpu_s"] for r in b)
+        wa = statistics.median(r["seconds"] for r in a)
+        wb = statistics.median(r["seconds"] for r in b)
+        print(
+            f"{state:40s} cpu {ca:6.3f} -> {cb:6.3f} s ({ca / cb:5.1f}x)  wall {wa:6.3f} -> "
+            f"{wb:6.3f} s ({wa / wb:5.1f}x)  read {a[0]['mb_read']:7.1f} -> "
+            f"{b[0]['mb_read']:6.1f} MB"
+        )
     return 0
 
 

@@ -87,6 +87,13 @@ class SnapshotIgnoredWarning(UserWarning):
     ignored and the listing is derived from ``_metadata``."""
 
 
+class RunIndexMismatchWarning(UserWarning):
+    """A key group's bytes do not match its run index (a run that does not start with the
+    recorded state id, ends elsewhere, or runs past the key group): the index is not used for that
+    key group, which is walked whole instead (docs/statemeta.md, "Trust"). The message names the
+    file and the key group."""
+
+
 class MissingExtraError(StatequeryError):
     """An optional package a feature needs is not installed; the message names the extra
     (``pip install 'statequery[sql]'``)."""

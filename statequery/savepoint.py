@@ -62,6 +62,7 @@ from statequery.metadata.proxy import (
     read_keyed_proxy,
     read_operator_proxy,
 )
+from statequery.metadata.runindex import RunIndex
 from statequery.metadata.statemeta import (
     SNAPSHOT_FILE_NAME,
     HeaderInfo,
@@ -128,6 +129,15 @@ class Savepoint:
         from statequery.backends.rocksdb import OpenDatabases
 
         self.resolver.open_databases = OpenDatabases()  # type: ignore[attr-defined]
+        #: where each state's run lies in each key group of the canonical streams: from the
+        #: snapshot's index, and recorded by every walk of a whole key group
+        #: (statequery.metadata.runindex); the scan planner reads only the wanted runs
+        self.run_index = (
+            state_meta.run_index
+            if state_meta is not None and state_meta.run_index is not None
+            else RunIndex()
+        )
+        self.resolver.run_index = self.run_index  # type: ignore[attr-defined]
         # headers read so far and operators modelled one at a time (before the whole model)
         self._headers: dict[tuple[int, int, str], Any] = {}
         self._lazy_operators: dict[int, OperatorInfo] = {}
@@ -393,15 +403,59 @@ class Savepoint:
     def default_snapshot_location(self) -> str:
         return join_location(self.location, SNAPSHOT_FILE_NAME)
 
-    def write_snapshot(self, location: str | None = None) -> str:
+    def write_snapshot(self, location: str | None = None, index: bool = False) -> str:
         """Write the StateMeta snapshot (next to ``_metadata`` by default); returns where. The
-        attached plan, if any, is kept in it."""
+        attached plan, if any, is kept in it. ``index``: also the run index of every canonical
+        keyed stream (:meth:`index_runs` walks every key group not indexed yet)."""
         self.meta  # noqa: B018  (derive)
         assert self._meta is not None
-        base = self._meta
+        base = replace(self._meta, run_index=self.index_runs() if index else None)
         if self.sql_plan is not None:
             base = replace(base, plan=self.sql_plan.text)
         return write_snapshot(self.io, location or self.default_snapshot_location, base)
+
+    def index_runs(self) -> RunIndex:
+        """Complete :attr:`run_index`: walk (without decoding) every key group of every
+        canonical keyed stream that is not indexed yet; returns the index. Reads every such
+        byte once (snappy key groups are decompressed)."""
+        from statequery.backends import (
+            CanonicalKeyedBackend,
+            KeyedContext,
+            is_heap_layout,
+            keyed_backend_from_model,
+        )
+        from statequery.scan import _header_order
+
+        index = self.run_index
+        for op in self.meta.operators:
+            for st in op.subtasks:
+                h, header = st.keyed_handle, st.keyed_header
+                if not isinstance(h, KeyGroupsHandle) or header is None or is_heap_layout(h):
+                    continue
+                have = index.runs(op.operator_id, st.index)
+                todo = [
+                    h.start_key_group + i
+                    for i, o in enumerate(h.offsets)
+                    if o > 0 and h.start_key_group + i not in have
+                ]
+                if not todo:
+                    continue
+                backend = keyed_backend_from_model(
+                    h,
+                    KeyedContext(self.resolver, op.max_parallelism, op.display_name),
+                    header.compressed,
+                    op.key_spec,
+                    _header_order(op, header.state_ids),
+                )
+                assert isinstance(backend, CanonicalKeyedBackend)
+
+                def record(kg: int, runs: list[int], op_id: str = op.operator_id,
+                           sub: int = st.index) -> None:
+                    index.record(op_id, sub, kg, runs)
+
+                for _kg in backend.scan_states([], None, todo, record=record):
+                    pass
+        return index
 
     # -- data (planned and executed by the scan layer, statequery.scan) --------------------------
 

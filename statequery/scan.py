@@ -34,6 +34,7 @@ from statequery.exceptions import (
 from statequery.io import FileIO
 from statequery.metadata.handles import HandleResolver, KeyGroupsHandle, OperatorStreamHandle
 from statequery.metadata.kinds import StateLayout
+from statequery.metadata.runindex import IndexedRuns, Runs, runs_of
 from statequery.serializers.spec import RowDataSpec, RowSpec, SerializerSpec, TupleSpec
 
 if TYPE_CHECKING:
@@ -66,6 +67,10 @@ class ScanTask:
     rows the task returns. ``key_groups`` None means every key group of the handle; ``keys``
     (normalised) keep only those keys' rows. ``byte_ranges`` are the ``(start, end)`` stream
     offsets the task reads (canonical and hashmap layouts; empty when not known up front).
+    ``runs``: the run index of the task's key groups for its wanted states (canonical layout,
+    when the savepoint has one, :mod:`statequery.metadata.runindex`): an uncompressed stream
+    then reads only those runs, and ``byte_ranges`` are theirs. A task whose ``wanted`` is
+    widened beyond ``runs.states`` walks its key groups whole.
     """
 
     operator: str
@@ -82,6 +87,7 @@ class ScanTask:
     keys: tuple[Any, ...] | None = None
     mode: str | None = None
     byte_ranges: tuple[tuple[int, int], ...] = ()
+    runs: IndexedRuns | None = None
 
     @property
     def keyed(self) -> bool:
@@ -161,24 +167,69 @@ def _header_order(op: OperatorInfo, ids: dict[str, int]) -> tuple[StateLayout, .
     return tuple(out)
 
 
-def _byte_ranges(handle: Any, key_groups: Sequence[int] | None) -> tuple[tuple[int, int], ...]:
-    """Runs of adjacent key groups' bytes (the last one open-ended: -1) of a key-groups handle."""
+def _byte_ranges(
+    handle: Any,
+    key_groups: Sequence[int] | None,
+    indexed: dict[int, Runs] | None = None,
+    gap: int = 0,
+) -> tuple[tuple[int, int], ...]:
+    """Adjacent spans of the bytes a task reads (the last one open-ended: -1) of a key-groups
+    handle: the key groups', or for key groups in ``indexed`` (an uncompressed stream's run
+    index) only their runs, each from its state id on (runs at most ``gap`` bytes apart are
+    read as one span, as :func:`~statequery.backends.keygroups.read_key_group_spans` does)."""
     if not isinstance(handle, KeyGroupsHandle):
         return ()
     starts = sorted(
         (o, handle.start_key_group + i) for i, o in enumerate(handle.offsets) if o > 0
     )
     wanted = None if key_groups is None else set(key_groups)
-    runs: list[tuple[int, int]] = []
+    spans: list[tuple[int, int]] = []
     for n, (start, kg) in enumerate(starts):
         if wanted is not None and kg not in wanted:
             continue
         end = starts[n + 1][0] if n + 1 < len(starts) else -1
-        if runs and runs[-1][1] == start:
-            runs[-1] = (runs[-1][0], end)
+        flat = None if indexed is None else indexed.get(kg)
+        if flat is None:
+            parts = [(start, end)]
         else:
-            runs.append((start, end))
-    return tuple(runs)
+            parts = [
+                (start + flat[i + 1] - 2, start + flat[i + 1] + flat[i + 2])
+                for i in range(0, len(flat) - 2, 3)
+            ]
+        for a, b in parts:
+            if spans and spans[-1][1] != -1 and 0 <= a - spans[-1][1] <= gap:
+                spans[-1] = (spans[-1][0], b)
+            else:
+                spans.append((a, b))
+    return tuple(spans)
+
+
+def _handle_runs(savepoint: Any, op: OperatorInfo, st: SubtaskInfo) -> Any:
+    """The savepoint's run index of one subtask's canonical keyed handle (empty: none)."""
+    from statequery.backends import is_heap_layout
+
+    index = getattr(savepoint, "run_index", None)
+    handle = st.keyed_handle
+    if index is None or not isinstance(handle, KeyGroupsHandle) or is_heap_layout(handle):
+        return {}
+    return index.runs(op.operator_id, st.index)
+
+
+def _task_runs(
+    indexed: Any,
+    st: SubtaskInfo,
+    groups: tuple[int, ...] | None,
+    names: Sequence[str],
+    state_ids: dict[str, int],
+) -> IndexedRuns | None:
+    """The runs of ``names`` in the key groups ``groups`` (None: the subtask's) the index has."""
+    if not indexed or st.key_groups is None:
+        return None
+    r = st.key_groups
+    kgs = groups if groups is not None else range(r.start, r.end + 1)
+    sids = [state_ids[n] for n in names]
+    pairs = tuple((kg, runs_of(indexed[kg], sids)) for kg in kgs if kg in indexed)
+    return IndexedRuns(tuple(names), pairs) if pairs else None
 
 
 def plan(
@@ -277,8 +328,11 @@ def plan_states(
             keys=normalized,
             mode=mode,
         )
+        indexed = _handle_runs(savepoint, op, st)
+        gap = _read_gap(savepoint, st) if indexed else 0
         for chunk in _chunks(st, task_groups, split):
-            tasks.append(_with_groups(base, chunk))
+            runs = _task_runs(indexed, st, chunk, held, header.state_ids)
+            tasks.append(_with_groups(base, chunk, runs, gap))
     return tasks
 
 
@@ -316,10 +370,28 @@ def _chunks(
         yield every[i : i + split]
 
 
-def _with_groups(base: ScanTask, groups: tuple[int, ...] | None) -> ScanTask:
+def _with_groups(
+    base: ScanTask, groups: tuple[int, ...] | None, runs: IndexedRuns | None = None, gap: int = 0
+) -> ScanTask:
     from dataclasses import replace
 
-    return replace(base, key_groups=groups, byte_ranges=_byte_ranges(base.handle, groups))
+    indexed = None if runs is None or base.compressed else runs.by_key_group()
+    return replace(
+        base,
+        key_groups=groups,
+        byte_ranges=_byte_ranges(base.handle, groups, indexed, gap),
+        runs=runs,
+    )
+
+
+def _read_gap(savepoint: Any, st: SubtaskInfo) -> int:
+    from statequery.backends.keygroups import read_gap
+    from statequery.exceptions import StorageError
+
+    try:
+        return read_gap(savepoint.resolver.location(st.keyed_handle))
+    except StorageError:
+        return 0
 
 
 def _plan_operator(
@@ -378,7 +450,7 @@ def execute(
 def _execute_keyed(
     task: ScanTask, resolver: HandleResolver, batch_size: int
 ) -> Iterator[tuple[str, pa.RecordBatch]]:
-    from statequery.backends import KeyedContext, keyed_backend_from_model
+    from statequery.backends import CanonicalKeyedBackend, KeyedContext, keyed_backend_from_model
 
     backend = keyed_backend_from_model(
         task.handle,
@@ -398,7 +470,31 @@ def _execute_keyed(
     one_key = keys[0] if keys is not None and len(keys) == 1 else None
     key_lists = {n: (b.column("key") if keys is not None else None) for n, b in builders.items()}
     wanted = None if task.key_groups is None else set(task.key_groups)
-    for _kg in backend.scan_states(requests, task.mode, wanted, key=one_key):
+    scanned: Iterator[int]
+    if isinstance(backend, CanonicalKeyedBackend):
+        # the run index: use the task's runs, and record what whole walks find (in the
+        # savepoint's index, when the resolver is a savepoint's)
+        runs = task.runs
+        usable = runs is not None and set(task.wanted) <= set(runs.states)
+        index = getattr(resolver, "run_index", None)
+        record = None
+        if index is not None:
+            op_id, sub = task.operator_id, task.subtask
+
+            def record(kg: int, found: list[int]) -> None:
+                index.record(op_id, sub, kg, found)
+
+        scanned = backend.scan_states(
+            requests,
+            task.mode,
+            wanted,
+            key=one_key,
+            runs=runs.by_key_group() if usable and runs is not None else None,
+            record=record,
+        )
+    else:
+        scanned = backend.scan_states(requests, task.mode, wanted, key=one_key)
+    for _kg in scanned:
         for name, builder in builders.items():
             if len(builder) >= batch_size:
                 yield from _flush(name, builder, key_lists[name], keys, batch_size)

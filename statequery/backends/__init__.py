@@ -17,7 +17,7 @@ to know the layout:
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -43,13 +43,17 @@ __all__ = [
 class HandleStream:
     """A :class:`~statequery.backends.keygroups.ByteStream` over a stream handle."""
 
-    __slots__ = ("_handle", "_resolver", "_size", "name")
+    __slots__ = ("_handle", "_resolver", "_size", "name", "read_gap")
 
     def __init__(self, resolver: Any, handle: Any) -> None:
+        from statequery.backends.keygroups import read_gap
+
         self._resolver = resolver
         self._handle = handle
         self._size: int | None = None
         self.name = resolver.source_name(handle)
+        #: bytes between two wanted runs read through instead of a second request
+        self.read_gap = read_gap(_location(resolver, handle))
 
     def size(self) -> int:
         if self._size is None:
@@ -58,6 +62,15 @@ class HandleStream:
 
     def read_range(self, start: int, length: int) -> bytes:
         return bytes(self._resolver.read(self._handle, start, length))
+
+
+def _location(resolver: Any, handle: Any) -> str | None:
+    from statequery.exceptions import StorageError
+
+    try:
+        return resolver.location(handle)  # type: ignore[no-any-return]
+    except (StorageError, AttributeError):
+        return None
 
 
 @dataclass
@@ -281,8 +294,13 @@ class CanonicalKeyedBackend(_KeyedBase):
         mode: str | None,
         key_groups: Iterable[int] | None = None,
         key: Any = None,
+        *,
+        runs: Mapping[int, Sequence[int]] | None = None,
+        record: Callable[[int, list[int]], None] | None = None,
     ) -> Iterator[int]:
-        """Decode several states in one pass (each key group is read once)."""
+        """Decode several states in one pass (each key group is read once). ``runs`` (this
+        stream's run index) and ``record`` (called with each key group's runs after a walk of the
+        whole key group): see :meth:`~statequery.backends.keygroups.KeyGroupStream.scan`."""
         from statequery.backends.keygroups import (
             CompositeEntryDecoder,
             KeyGroupStream,
@@ -306,7 +324,7 @@ class CanonicalKeyedBackend(_KeyedBase):
             self.compressed,
             key_group_prefix_bytes(self.max_parallelism),
         )
-        yield from stream.scan(handlers, finishers, wanted)
+        yield from stream.scan(handlers, finishers, wanted, runs=runs, record=record)
 
 
 class HeapKeyedBackend(_KeyedBase):

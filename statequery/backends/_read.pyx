@@ -523,13 +523,14 @@ cdef class EntrySink:
         return out
 
 
-def scan_key_group(buf, int kg, int prefix_len, handlers, finishers=()):
-    """The compiled twin of :func:`statequery.backends.keygroups.scan_key_group`."""
+def scan_key_group(buf, int kg, int prefix_len, handlers, finishers=(), list runs=None):
+    """The compiled twin of :func:`statequery.backends.keygroups.scan_key_group` (``runs``:
+    ``state id, start, length`` appended per run, the run index)."""
     cdef const uint8_t[::1] view = buf
     cdef Py_ssize_t n = view.shape[0]
     cdef const uint8_t* b = &view[0] if n else NULL
     cdef Py_ssize_t n_states = len(handlers)
-    cdef Py_ssize_t pos, entry, kpos, kend, vpos, vend, entries = 0
+    cdef Py_ssize_t pos, entry, kpos, kend, vpos, vend, entries = 0, run_start
     cdef int32_t klen, vlen
     cdef int sid, nxt, first, hi, lo, prefix
     cdef object handler
@@ -541,7 +542,7 @@ def scan_key_group(buf, int kg, int prefix_len, handlers, finishers=()):
     if sid >= n_states:
         raise DecodeError(f"state id {sid} but the header lists {n_states} states", 0)
     handler = handlers[sid]
-    pos = 2
+    pos = run_start = 2
     if prefix_len == 1:
         hi, lo = kg, -1
     else:
@@ -602,6 +603,10 @@ def scan_key_group(buf, int kg, int prefix_len, handlers, finishers=()):
                 pos = vend
                 if first & 0x80:
                     break
+        if runs is not None:
+            runs.append(sid)
+            runs.append(run_start)
+            runs.append(pos - run_start)
         if pos + 2 > n:
             raise DecodeError("key group ends inside its state-switch mark", pos)
         nxt = (b[pos] << 8) | b[pos + 1]
@@ -618,6 +623,7 @@ def scan_key_group(buf, int kg, int prefix_len, handlers, finishers=()):
             f()
         sid = nxt
         handler = handlers[sid]
+        run_start = pos
 
 
 cdef _call(handler, buf, Py_ssize_t kpos, Py_ssize_t kend, Py_ssize_t vpos, Py_ssize_t vend,

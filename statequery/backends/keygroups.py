@@ -23,13 +23,18 @@ into rows; the RocksDB backend reuses it unchanged.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from statequery.arrow.batches import BatchBuilder
 from statequery.arrow.schemas import StateLayout, resolve_mode
-from statequery.exceptions import CorruptStateError, UnsupportedFormatError
+from statequery.exceptions import (
+    CorruptStateError,
+    RunIndexMismatchWarning,
+    UnsupportedFormatError,
+)
 from statequery.serializers.readers import (
     DECODE_ERRORS,
     DecodeError,
@@ -624,10 +629,15 @@ def scan_key_group(
     prefix_len: int,
     handlers: Sequence[Callable[..., None] | None],
     finishers: Iterable[Callable[[], None]] = (),
+    runs: list[int] | None = None,
 ) -> int:
     """Walk one decompressed canonical key group, calling ``handlers[state_id]`` per entry.
 
     States whose handler is None are skipped without decoding. Returns the number of entries.
+    ``runs`` (a list) gets ``state id, start, length`` appended per run of one state's entries
+    (``start``: the offset of its first entry in ``buf``, 2 bytes after the state id; the run
+    ends where the next state id or the end-of-key-group mark begins): the run index
+    (:mod:`statequery.metadata.runindex`).
     Raises :class:`DecodeError` (positions relative to ``buf``) on anything that is not exactly
     the canonical format; the caller adds file and key group.
     """
@@ -639,7 +649,7 @@ def scan_key_group(
     if sid >= n_states:
         raise DecodeError(f"state id {sid} but the header lists {n_states} states", 0)
     handler = handlers[sid]
-    pos = 2
+    pos = run_start = 2
     entries = 0
     if prefix_len == 1:
         hi, lo = kg, -1
@@ -701,6 +711,8 @@ def scan_key_group(
                 if first & _FLAG:
                     break
         # the last entry of a run carried the flag: a state switch or the end of the key group
+        if runs is not None:
+            runs += (sid, run_start, pos - run_start)
         if pos + 2 > n:
             raise DecodeError("key group ends inside its state-switch mark", pos)
         nxt = _U16(buf, pos)[0]
@@ -717,6 +729,7 @@ def scan_key_group(
             f()
         sid = nxt
         handler = handlers[sid]
+        run_start = pos
 
 
 def iter_key_group_extents(
@@ -768,15 +781,34 @@ def read_key_group_bytes(stream: ByteStream, kg: int, start: int, end: int) -> b
 #: many small key groups; memory stays bounded by one span or one key group).
 MAX_COALESCED_READ = 8 << 20
 
+#: Reads of state runs (the run index) on remote storage also join runs separated by at most
+#: this many bytes of other states: reading through such a gap costs less than another request
+#: (about time-to-first-byte x bandwidth, ~30 ms x 100 MB/s on object storage). Local files read
+#: exactly the runs.
+REMOTE_READ_GAP = 4 << 20
+
+
+def read_gap(location: str | None) -> int:
+    """How many bytes between two wanted ranges of ``location`` are read through rather than
+    fetched with a second request: 0 for local files and inline bytes, else
+    :data:`REMOTE_READ_GAP`."""
+    from statequery.io import filesystem_of
+
+    if location is None or filesystem_of(location) == "file":
+        return 0
+    return REMOTE_READ_GAP
+
 
 def read_key_group_spans(
     stream: ByteStream,
     extents: Iterable[tuple[int, int, int]],
     max_span: int = MAX_COALESCED_READ,
+    max_gap: int = 0,
 ) -> Iterator[tuple[int, int, int, bytes]]:
     """``(kg, start, end, bytes)`` for ``(kg, start, end)`` extents in file order, reading runs
-    of adjacent extents with one ranged read each (at most ``max_span`` bytes, or one extent).
-    A short read is corrupt state, reported at the key group it cuts."""
+    of adjacent extents (or separated by at most ``max_gap`` bytes) with one ranged read each
+    (at most ``max_span`` bytes, or one extent). A short read is corrupt state, reported at the
+    key group it cuts."""
     run: list[tuple[int, int, int]] = []
 
     def flush() -> Iterator[tuple[int, int, int, bytes]]:
@@ -797,7 +829,9 @@ def read_key_group_spans(
             yield kg, start, end, piece
 
     for ext in list(extents):
-        if run and (ext[1] != run[-1][2] or ext[2] - run[0][1] > max_span):
+        if run and (
+            not 0 <= ext[1] - run[-1][2] <= max_gap or ext[2] - run[0][1] > max_span
+        ):
             yield from flush()
             run = []
         run.append(ext)
@@ -857,26 +891,181 @@ class KeyGroupStream:
         handlers: Sequence[Callable[..., None] | None],
         finishers: Sequence[Callable[[], None]] = (),
         key_groups: Iterable[int] | None = None,
+        *,
+        runs: Mapping[int, Sequence[int]] | None = None,
+        record: Callable[[int, list[int]], None] | None = None,
     ) -> Iterator[int]:
-        """Decode the requested key groups; yields each key group after its entries were handled."""
+        """Decode the requested key groups; yields each key group after its entries were handled.
+
+        ``runs`` (the run index of this stream: key group -> ``state id, start, length``
+        triples, :mod:`statequery.metadata.runindex`) lets an uncompressed stream read only the
+        runs of the states that have a handler, and a compressed one walk only those runs of the
+        decompressed key group; key groups it does not cover are read whole. Every run used is
+        checked against the bytes first: a mismatch warns (:class:`RunIndexMismatchWarning`) and
+        walks that key group whole. ``record(kg, runs)`` gets the runs of every key group walked
+        whole.
+        """
         from statequery.backends.fastpath import key_group_scanner
 
         scan = key_group_scanner()
-        for kg, start, _end, data in read_key_group_spans(
-            self.stream, self.iter_extents(key_groups)
-        ):
-            buf = self.decode_key_group(kg, start, data)
-            try:
-                scan(buf, kg, self.prefix_len, handlers, finishers)
-            except DecodeError as e:
-                where = f"offset {e.pos} of the decompressed key group" if self.compressed else None
-                offset = start if self.compressed else start + e.pos
-                msg = f"key group {kg}: {e.message}"
-                if where:
-                    msg += f" ({where})"
-                raise CorruptStateError(msg, self.stream.name, offset) from e
-            except DECODE_ERRORS as e:
-                raise CorruptStateError(
-                    f"key group {kg}: {type(e).__name__}: {e}", self.stream.name, start
-                ) from e
+        if runs is None:
+            for kg, start, _end, data in read_key_group_spans(
+                self.stream, self.iter_extents(key_groups)
+            ):
+                self._walk_whole(scan, kg, start, data, handlers, finishers, record)
+                yield kg
+            return
+        wanted = {sid for sid, h in enumerate(handlers) if h is not None}
+        units = self._plan_runs(runs, wanted, key_groups)
+        spans = read_key_group_spans(
+            self.stream,
+            (
+                (kg, start + a, start + b)
+                for kg, start, end, whole, pieces in units
+                for a, b in ([(0, end - start)] if whole else [(a, b) for a, b, _ in pieces])
+            ),
+            max_gap=getattr(self.stream, "read_gap", 0),
+        )
+        for kg, start, end, whole, pieces in units:
+            if whole:
+                buf: bytes | None = self.decode_key_group(kg, start, next(spans)[3])
+                assert buf is not None
+                if not pieces:
+                    self._walk_whole(scan, kg, start, buf, handlers, finishers, record, True)
+                    yield kg
+                    continue
+                # compressed (or a run outside the key group): cut the runs from the whole
+                cut: list[bytes | None] = [
+                    bytes(buf[a:b]) if 0 <= a and b <= len(buf) else None for a, b, _ in pieces
+                ]
+            elif not pieces:
+                yield kg  # indexed, and none of the wanted states has entries here
+                continue
+            else:
+                buf = None
+                cut = [next(spans)[3] for _ in pieces]
+            problem = self._check_runs(scan, kg, len(handlers), pieces, cut)
+            if problem is not None:
+                warnings.warn(
+                    f"{self.stream.name}: key group {kg}: the run index does not match the "
+                    f"bytes ({problem}); reading the whole key group",
+                    RunIndexMismatchWarning,
+                    stacklevel=2,
+                )
+                if buf is None:
+                    buf = self.decode_key_group(
+                        kg, start, read_key_group_bytes(self.stream, kg, start, end)
+                    )
+                self._walk_whole(scan, kg, start, buf, handlers, finishers, record, True)
+                yield kg
+                continue
+            for (a, _b, _e), piece in zip(pieces, cut, strict=True):
+                assert piece is not None
+                self._walk(scan, kg, start, a, piece + _END_MARK, handlers, finishers)
             yield kg
+
+    def _plan_runs(
+        self,
+        runs: Mapping[int, Sequence[int]],
+        wanted: set[int],
+        key_groups: Iterable[int] | None,
+    ) -> list[tuple[int, int, int, bool, list[tuple[int, int, tuple[int, ...]]]]]:
+        """Per key group ``(kg, start, end, whole, pieces)`` in file order. ``pieces`` are the
+        wanted runs as ``(a, b, expected runs)`` offsets in the (decompressed) key group, ``a``
+        2 bytes before the run (its state id), adjacent runs joined; ``whole``: read the whole
+        key group (compressed, not in the index, or a run outside it), else only the pieces."""
+        units: list[tuple[int, int, int, bool, list[tuple[int, int, tuple[int, ...]]]]] = []
+        for kg, start, end in self.iter_extents(key_groups):
+            flat = runs.get(kg)
+            if flat is None:
+                units.append((kg, start, end, True, []))
+                continue
+            pieces: list[tuple[int, int, tuple[int, ...]]] = []
+            for i in range(0, len(flat) - 2, 3):
+                sid, first, length = flat[i], flat[i + 1], flat[i + 2]
+                if sid not in wanted:
+                    continue
+                a, b = first - 2, first + length
+                if pieces and pieces[-1][1] == a:
+                    pa, _, expected = pieces[-1]
+                    pieces[-1] = (pa, b, (*expected, sid, first - pa, length))
+                else:
+                    pieces.append((a, b, (sid, 2, length)))
+            outside = any(a < 0 or b > end - start for a, b, _ in pieces)
+            whole = bool(pieces) and (self.compressed or outside)
+            units.append((kg, start, end, whole, pieces))
+        return units
+
+    def _check_runs(
+        self,
+        scan: Callable[..., int],
+        kg: int,
+        n_states: int,
+        pieces: Sequence[tuple[int, int, tuple[int, ...]]],
+        cut: Sequence[bytes | None],
+    ) -> str | None:
+        """Why the pieces do not hold exactly the runs the index says (None when they do): each
+        must start with the recorded state id and end, with a flagged entry, where recorded.
+        Checked for every piece of the key group before any entry is decoded."""
+        skip: list[Callable[..., None] | None] = [None] * n_states
+        for (a, b, expected), piece in zip(pieces, cut, strict=True):
+            if piece is None or a < 0 or len(piece) != b - a:
+                return f"a run at [{a}, {b}) is outside the key group"
+            found: list[int] = []
+            try:
+                scan(piece + _END_MARK, kg, self.prefix_len, skip, (), found)
+            except DecodeError as e:
+                return f"the run at offset {a + 2}: {e.message}"
+            if tuple(found) != expected:
+                return f"the runs at [{a}, {b}) are {found}, the index says {list(expected)}"
+        return None
+
+    def _walk_whole(
+        self,
+        scan: Callable[..., int],
+        kg: int,
+        start: int,
+        data: bytes,
+        handlers: Sequence[Callable[..., None] | None],
+        finishers: Sequence[Callable[[], None]],
+        record: Callable[[int, list[int]], None] | None,
+        decoded: bool = False,
+    ) -> None:
+        buf = data if decoded else self.decode_key_group(kg, start, data)
+        found: list[int] | None = [] if record is not None else None
+        self._walk(scan, kg, start, 0, buf, handlers, finishers, found)
+        if record is not None and found is not None:
+            record(kg, found)
+
+    def _walk(
+        self,
+        scan: Callable[..., int],
+        kg: int,
+        start: int,
+        base: int,
+        buf: bytes,
+        handlers: Sequence[Callable[..., None] | None],
+        finishers: Sequence[Callable[[], None]],
+        found: list[int] | None = None,
+    ) -> None:
+        """Walk ``buf`` (the key group's bytes from offset ``base`` on), errors named by file."""
+        try:
+            if found is None:
+                scan(buf, kg, self.prefix_len, handlers, finishers)
+            else:
+                scan(buf, kg, self.prefix_len, handlers, finishers, found)
+        except DecodeError as e:
+            pos = base + e.pos
+            where = f"offset {pos} of the decompressed key group" if self.compressed else None
+            offset = start if self.compressed else start + pos
+            msg = f"key group {kg}: {e.message}"
+            if where:
+                msg += f" ({where})"
+            raise CorruptStateError(msg, self.stream.name, offset) from e
+        except DECODE_ERRORS as e:
+            raise CorruptStateError(
+                f"key group {kg}: {type(e).__name__}: {e}", self.stream.name, start
+            ) from e
+
+
+_END_MARK = struct.pack(">H", END_OF_KEY_GROUP)

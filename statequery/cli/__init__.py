@@ -1,10 +1,11 @@
 """The ``statequery`` console script.
 
     statequery inspect PATH [--json]        operators and states of a savepoint/checkpoint
-    statequery snapshot PATH [--out FILE] [--plan PLAN.json]
+    statequery snapshot PATH [--out FILE] [--plan PLAN.json] [--index]
                                            write the StateMeta snapshot (next to _metadata);
                                            with a Flink SQL compiled plan, SQL state gets the
-                                           query's column names
+                                           query's column names; --index: with the run index
+                                           (reads of one state read only its runs)
     statequery read PATH TABLE | --operator OP --state NAME [--key K] [--mode M]
                     [--limit N] [--json | --out FILE.parquet|.csv|.arrow]
                                             the rows of one state
@@ -72,6 +73,12 @@ def _parser() -> argparse.ArgumentParser:
         "--plan",
         help="the job's Flink SQL compiled plan (COMPILE PLAN / EXPLAIN PLAN ... JSON): kept in "
         "the snapshot, it names SQL state tables and their RowData columns",
+    )
+    s.add_argument(
+        "--index",
+        action="store_true",
+        help="also record the run index (walks every key group of the canonical keyed state "
+        "files once): later reads of some states of uncompressed streams read only their runs",
     )
 
     r = sub.add_parser("read", help="the rows of one state", parents=[store])
@@ -546,9 +553,12 @@ def _main(argv: Sequence[str] | None) -> int:
                 args.path, use_snapshot=False, plan=args.plan,
                 storage_options=_storage_options(args),
             )
-            where = sp.write_snapshot(args.out)
+            where = sp.write_snapshot(args.out, index=args.index)
             named = f", {len(sp.plan_nodes)} operators named by the plan" if args.plan else ""
-            print(f"wrote StateMeta snapshot {where} ({len(sp.states)} states{named})")
+            indexed = (
+                f", run index of {sp.run_index.key_group_count} key groups" if args.index else ""
+            )
+            print(f"wrote StateMeta snapshot {where} ({len(sp.states)} states{named}{indexed})")
             return 0
     except StatequeryError as e:
         print(f"statequery: {e}", file=sys.stderr)

@@ -38,6 +38,7 @@ from statequery.metadata.handles import (
     handle_to_dict,
 )
 from statequery.metadata.kinds import OPERATOR_KINDS, StateLayout, layout_or_unknown
+from statequery.metadata.runindex import RunIndex
 from statequery.serializers.spec import (
     EnumSpec,
     GenericArraySpec,
@@ -77,7 +78,9 @@ __all__ = [
 ]
 
 MAGIC = "statequery-statemeta"
-FORMAT_VERSION = 3  # 2: RowData specs keep their stored field serializers; 3: checksummed body
+#: 2: RowData specs keep their stored field serializers; 3: checksummed body; 4: the optional
+#: ``run_index`` section (statequery.metadata.runindex)
+FORMAT_VERSION = 4
 SNAPSHOT_FILE_NAME = "_statequery_meta.msgpack"
 MAX_SNAPSHOT_BYTES = 256 << 20
 
@@ -227,6 +230,9 @@ class StateMeta:
     #: the RowData columns of the job's state (statequery.metadata.plan). The specs above stay as
     #: the headers say (``f0, f1, ...``); names are applied when the savepoint is opened.
     plan: str | None = None
+    #: Where each state's run of entries lies in each key group of the canonical streams
+    #: (``statequery snapshot --index``); None when the snapshot has no index.
+    run_index: RunIndex | None = None
 
     @property
     def states(self) -> tuple[StateInfo, ...]:
@@ -533,6 +539,8 @@ def dumps(meta: StateMeta) -> bytes:
         "operators": [_operator_to(op) for op in meta.operators],
         "plan": meta.plan,
     }
+    if meta.run_index is not None:
+        doc["run_index"] = meta.run_index.to_doc()
     body = msgpack.packb(doc, use_bin_type=True)
     envelope = {
         "magic": MAGIC,
@@ -588,6 +596,11 @@ def loads(data: bytes, source: str = "StateMeta snapshot") -> StateMeta:
             operators=tuple(_operator_from(op) for op in doc["operators"]),
             statequery_version=doc.get("statequery_version", ""),
             plan=doc.get("plan"),
+            run_index=(
+                None
+                if doc.get("run_index") is None
+                else RunIndex.from_doc(doc["run_index"], source)
+            ),
         )
     except CorruptStateError:
         raise

@@ -60,3 +60,25 @@ def test_requests_follow_the_tasks_not_the_key_groups(
     assert _rows(pa.Table.from_batches(again, schema=local.schema)) == _rows(local)
     assert set(got) <= {"HEAD", "GET (ranged)"}, got
     assert 0 < got["GET (ranged)"] <= len(small) and got.get("HEAD", 0) <= len(small), got
+
+
+def test_with_the_run_index_remote_reads_join_runs_across_small_gaps(
+    server: tuple[S3Server, str, RequestCounter],
+) -> None:
+    """On object storage the runs of one state are read through the other states' bytes between
+    them (gaps up to REMOTE_READ_GAP): one ranged GET per task, as without the index."""
+    from statequery.backends.keygroups import REMOTE_READ_GAP, read_gap
+
+    s3, uri, requests = server
+    assert read_gap(uri + "/x") == REMOTE_READ_GAP and read_gap(str(fixture_dir(NAME))) == 0
+    sp = statequery.open(uri, storage_options=s3.storage_options, use_snapshot=False)
+    local = statequery.open(str(fixture_dir(NAME))).read("user-state", "count")
+    sp.read("user-state", "recent-categories")  # a whole walk: records the run index
+    tasks = sp.plan("user-state", "count")
+    assert len(tasks) == 2 and all(t.runs is not None for t in tasks)
+    # each task's runs lie within REMOTE_READ_GAP of each other: one span per task
+    assert all(len(t.byte_ranges) == 1 for t in tasks)
+    requests.take()
+    batches = [b for t in tasks for _, b in execute(t, resolver=sp.resolver)]
+    assert requests.take() == {"GET (ranged)": len(tasks)}
+    assert _rows(pa.Table.from_batches(batches, schema=local.schema)) == _rows(local)
