@@ -552,18 +552,16 @@ class Savepoint:
             return found
         if isinstance(states, str):
             states = [states]
-        out = []
+        out: list[StateInfo] = []
         for name in states:
-            found = op.state(name) or next(
-                (s for s in op.states if s.table_name == name), None
-            )
-            if found is None:
+            info = op.state(name) or next((s for s in op.states if s.table_name == name), None)
+            if info is None:
                 raise NoSuchStateError(
                     f"operator {op.display_name!r} has no state {name!r}; states: "
                     + (", ".join(sorted(s.name for s in op.states)) or "none")
                 )
-            if found not in out:
-                out.append(found)
+            if info not in out:
+                out.append(info)
         return out
 
     def operator_tables(self) -> dict[str, str]:

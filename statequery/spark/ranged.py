@@ -31,7 +31,7 @@ def parse_options(
     """``options`` lower-cased and checked: no unknown name, the ``required`` ones present, and
     ``range_size`` (key groups per partition) a positive integer (default
     ``default_range_size``)."""
-    opts = {k.lower(): v for k, v in options.items() if k.lower() not in ignored}
+    opts: dict[str, Any] = {k.lower(): v for k, v in options.items() if k.lower() not in ignored}
     unknown = sorted(set(opts) - set(valid))
     if unknown:
         raise InvalidOptionError(
