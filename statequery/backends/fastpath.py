@@ -18,13 +18,19 @@ from typing import Any
 import pyarrow as pa
 
 from statequery.arrow.schemas import StateLayout
+from statequery.arrow.types import arrow_type, sql_arrow_type
 from statequery.serializers.readers import primitive_name
 from statequery.serializers.spec import (
+    EnumSpec,
     NamespaceSpec,
+    PojoSpec,
     PrimitiveArraySpec,
     PrimitiveSpec,
+    RowDataSpec,
+    RowSpec,
     SerializerSpec,
     TimerSpec,
+    TupleSpec,
 )
 
 __all__ = ["PURE_ENV", "bulk_feeder", "compiled", "entry_sink", "key_group_scanner"]
@@ -64,12 +70,35 @@ _TYPES: dict[str, tuple[str, pa.DataType]] = {
     "float": ("T_FLOAT", pa.float32()),
     "boolean": ("T_BOOL", pa.bool_()),
     "string": ("T_STRING", pa.string()),
+    "string_data": ("T_STRING_DATA", pa.string()),
 }
+
+# SQL type root -> compiled type code name of a BinaryRowData field (8-byte little-endian slot,
+# or inline/offset bytes); the field's Arrow type must equal sql_arrow_type's
+_SQL_CODES: dict[str, str] = {
+    "BOOLEAN": "T_BOOL",
+    "TINYINT": "T_BYTE",
+    "SMALLINT": "T_SHORT",
+    "INTEGER": "T_INT",
+    "DATE": "T_INT",
+    "TIME_WITHOUT_TIME_ZONE": "T_INT",
+    "INTERVAL_YEAR_MONTH": "T_INT",
+    "BIGINT": "T_LONG",
+    "INTERVAL_DAY_TIME": "T_LONG",
+    "FLOAT": "T_FLOAT",
+    "DOUBLE": "T_DOUBLE",
+    "CHAR": "T_STRING",
+    "VARCHAR": "T_STRING",
+    "BINARY": "T_BYTES",
+    "VARBINARY": "T_BYTES",
+}
+
+_TIMESTAMP_ROOTS = ("TIMESTAMP_WITHOUT_TIME_ZONE", "TIMESTAMP_WITH_LOCAL_TIME_ZONE")
 
 
 def _code(mod: ModuleType, spec: SerializerSpec | None, arrow: pa.DataType | None) -> int:
-    """The compiled type code for values of ``spec`` in a column of type ``arrow``; 0 when the
-    compiled path does not decode that shape."""
+    """The compiled type code for scalar values of ``spec`` in a column of type ``arrow``; 0
+    when the compiled path has no scalar column for that shape."""
     if spec is None or not spec.decodable or arrow is None:
         return 0
     entry: tuple[str, pa.DataType] | None = None
@@ -82,6 +111,70 @@ def _code(mod: ModuleType, spec: SerializerSpec | None, arrow: pa.DataType | Non
     return int(getattr(mod, entry[0]))
 
 
+def _column(mod: ModuleType, spec: SerializerSpec | None, arrow: pa.DataType | None) -> Any:
+    """A compiled column decoding values of ``spec`` into Arrow type ``arrow`` (a struct for
+    tuples, POJOs, rows, RowData and TimeWindow), or None when some part of the shape is not
+    compiled (the state then takes the pure-Python handlers, as a whole)."""
+    if spec is None or arrow is None or not spec.decodable:
+        return None
+    code = _code(mod, spec, arrow)
+    if code:
+        return mod.Column(code)
+    if isinstance(spec, EnumSpec):
+        if not arrow.equals(pa.string()):
+            return None
+        return mod.Column(mod.T_ENUM, spec.constants, spec.class_name)
+    if isinstance(spec, NamespaceSpec):
+        if spec.name == "count_window" and arrow.equals(pa.int64()):
+            return mod.Column(mod.T_LONG)
+        if spec.name == "time_window" and arrow.equals(arrow_type(spec)):
+            return mod.StructCol(mod.S_TUPLE, [mod.Column(mod.T_LONG), mod.Column(mod.T_LONG)],
+                                 "TimeWindow")
+        return None
+    if not pa.types.is_struct(arrow):
+        return None
+    if isinstance(spec, RowDataSpec):
+        return _row_data(mod, spec, arrow)
+    if isinstance(spec, TupleSpec):
+        specs: list[SerializerSpec | None] = list(spec.fields)
+        kind, mask = mod.S_TUPLE, 0
+    elif isinstance(spec, RowSpec):
+        specs = list(spec.fields)
+        kind, mask = mod.S_ROW, 2 if spec.supports_row_kind else 0
+    elif isinstance(spec, PojoSpec):
+        specs = [f.spec for f in spec.fields]
+        kind, mask = mod.S_POJO, 0
+    else:
+        return None
+    if len(specs) != arrow.num_fields:
+        return None
+    children = [_column(mod, s, arrow.field(i).type) for i, s in enumerate(specs)]
+    if any(c is None for c in children):
+        return None
+    what = spec.class_name if isinstance(spec, PojoSpec) else spec.display
+    return mod.StructCol(kind, children, what, mask)
+
+
+def _row_data(mod: ModuleType, spec: RowDataSpec, arrow: pa.DataType) -> Any:
+    """A ``BinaryRowData`` of scalar fields (numbers, booleans, strings, bytes, dates, times,
+    TIMESTAMP(p <= 3)); None for anything else (DECIMAL, nested ROW, ARRAY, MAP, RAW, ...)."""
+    fields = spec.type.fields
+    if spec.type.root != "ROW" or len(fields) != arrow.num_fields or not fields:
+        return None
+    children = []
+    for i, f in enumerate(fields):
+        t = f.type
+        while t.root == "DISTINCT_TYPE" and t.element is not None:
+            t = t.element
+        name = _SQL_CODES.get(t.root)
+        if t.root in _TIMESTAMP_ROOTS and t.precision is not None and t.precision <= 3:
+            name = "T_LONG"
+        if name is None or not arrow.field(i).type.equals(sql_arrow_type(t, spec.field_spec(i))):
+            return None
+        children.append(mod.Column(getattr(mod, name)))
+    return mod.StructCol(mod.S_ROWDATA, children, spec.display)
+
+
 def _is_void(spec: SerializerSpec | None) -> bool:
     return isinstance(spec, NamespaceSpec) and spec.name == "void"
 
@@ -91,47 +184,68 @@ def _field(schema: pa.Schema, name: str) -> pa.DataType | None:
     return None if i < 0 else schema.field(i).type
 
 
+_NO_COLUMN = object()
+
+
+def _namespace(mod: ModuleType, spec: SerializerSpec | None, schema: pa.Schema) -> Any:
+    """None for the VoidNamespace, a compiled column for other namespaces, or ``_NO_COLUMN``."""
+    if _is_void(spec):
+        return None
+    col = _column(mod, spec, _field(schema, "namespace"))
+    return _NO_COLUMN if col is None else col
+
+
 def entry_sink(layout: StateLayout, mode: str, schema: pa.Schema) -> Any | None:
     """A compiled entry handler decoding ``layout``'s entries straight into Arrow buffers, or
     None when the compiled path is off or does not cover this shape (the caller then uses the
-    pure-Python handlers). Shapes: VoidNamespace, no TTL; value/reducing/aggregating, timers,
-    map entries (``rows``) and lists (``rows``, ``flat``) of primitives, strings and byte arrays.
+    pure-Python handlers).
+
+    Shapes: value/reducing/aggregating, timers, map entries (``rows``) and lists (``rows``,
+    ``flat``), with TTL or not; keys, namespaces, user keys, values and elements that are
+    primitives, strings, byte arrays, enums, TimeWindows, or structs of those (Tuple, POJO,
+    including nested POJOs, Row, and RowData of scalar SQL fields).
     """
     mod = compiled()
-    if mod is None or layout.ttl or not pa.types.is_null(_field(schema, "namespace") or pa.int8()):
+    if mod is None:
         return None
     key_type = _field(schema, "key")
     if layout.is_timer:
         spec = layout.value
         key_spec = spec.key if isinstance(spec, TimerSpec) else layout.key
         ns_spec = spec.namespace if isinstance(spec, TimerSpec) else layout.namespace
-        key = _code(mod, key_spec, key_type)
-        if not key or not _is_void(ns_spec):
+        key = _column(mod, key_spec, key_type)
+        ns = _namespace(mod, ns_spec, schema)
+        if key is None or ns is _NO_COLUMN:
             return None
-        return mod.EntrySink(mod.K_TIMER, key, 0)
-    if not _is_void(layout.namespace):
+        return mod.EntrySink(mod.K_TIMER, key, None, None, ns)
+    key = _column(mod, layout.key, key_type)
+    ns = _namespace(mod, layout.namespace, schema)
+    if key is None or ns is _NO_COLUMN:
         return None
-    key = _code(mod, layout.key, key_type)
-    if not key:
-        return None
+    from statequery.backends.keygroups import flink_length
+
+    if flink_length(layout.key) < 0 and flink_length(layout.namespace) < 0:
+        return None  # key and namespace delimited by length suffixes: the pure path
+    ttl = bool(layout.ttl)
     kind = layout.kind
     if kind in ("value", "reducing", "aggregating"):
-        value = _code(mod, layout.value, _field(schema, "value"))
-        return mod.EntrySink(mod.K_VALUE, key, value) if value else None
+        value = _column(mod, layout.value, _field(schema, "value"))
+        return None if value is None else mod.EntrySink(mod.K_VALUE, key, value, None, ns, ttl)
     if kind == "map" and mode == "rows":
-        value = _code(mod, layout.value, _field(schema, "value"))
-        user_key = _code(mod, layout.user_key, _field(schema, "user_key"))
-        if value and user_key:
-            return mod.EntrySink(mod.K_MAP, key, value, user_key)
-        return None
+        value = _column(mod, layout.value, _field(schema, "value"))
+        user_key = _column(mod, layout.user_key, _field(schema, "user_key"))
+        if value is None or user_key is None:
+            return None
+        return mod.EntrySink(mod.K_MAP, key, value, user_key, ns, ttl)
     if kind == "list":
         value_type = _field(schema, "value")
         if mode == "flat":
-            value = _code(mod, layout.value, value_type)
-            return mod.EntrySink(mod.K_LIST_FLAT, key, value) if value else None
+            value = _column(mod, layout.value, value_type)
+            return None if value is None else mod.EntrySink(
+                mod.K_LIST_FLAT, key, value, None, ns, ttl)
         if value_type is not None and pa.types.is_list(value_type):
-            value = _code(mod, layout.value, value_type.value_type)
-            return mod.EntrySink(mod.K_LIST, key, value) if value else None
+            value = _column(mod, layout.value, value_type.value_type)
+            return None if value is None else mod.EntrySink(mod.K_LIST, key, value, None, ns, ttl)
     return None
 
 
