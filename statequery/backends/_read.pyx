@@ -22,6 +22,12 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 
 import pyarrow as pa
 
+cdef extern from *:
+    """
+    typedef __int128 sq_i128;
+    """
+    ctypedef long long sq_i128  # a 128-bit integer in C (never converted to Python)
+
 from statequery.decoder import DecodeError
 from statequery.serializers.readers import DECODE_ERRORS
 
@@ -37,6 +43,8 @@ cdef enum:
     _T_BYTES = 9
     _T_STRING_DATA = 10
     _T_ENUM = 11
+    _T_DECIMAL = 12
+    _T_TIMESTAMP = 13
     _S_TUPLE = 1
     _S_POJO = 2
     _S_ROW = 3
@@ -58,6 +66,8 @@ T_STRING = 8
 T_BYTES = 9
 T_STRING_DATA = 10  # StringDataSerializer: int32 length + UTF-8
 T_ENUM = 11  # EnumSerializer: int32 index -> the constant's name
+T_DECIMAL = 12  # SQL DECIMAL(p <= 38) in a BinaryRowData: decimal128
+T_TIMESTAMP = 13  # SQL TIMESTAMP(p > 3) in a BinaryRowData (millis + nanos of milli)
 
 S_TUPLE = 1  # fields concatenated (Tuple, TimeWindow)
 S_POJO = 2  # flags byte, per field a null flag
@@ -208,6 +218,28 @@ cdef object _bitmap(_Buf valid, Py_ssize_t n, Py_ssize_t nulls):
     return pa.py_buffer(bits)
 
 
+cdef int var_region(const uint8_t* buf, Py_ssize_t slot, Py_ssize_t size, Py_ssize_t* off,
+                    Py_ssize_t* n) except -1:
+    """A variable-length field of a BinaryRowData: its slot holds ``offset << 32 | length``."""
+    cdef uint64_t v
+    memcpy(&v, buf + slot, 8)
+    cdef uint64_t o = v >> 32, k = v & 0xFFFFFFFF
+    if o + k > <uint64_t>size:
+        raise DecodeError(
+            f"variable-length field [{o}, {o + k}) outside its {size}-byte binary section", slot)
+    off[0] = <Py_ssize_t>o
+    n[0] = <Py_ssize_t>k
+    return 0
+
+
+cdef sq_i128 pow10(int p) noexcept:
+    cdef sq_i128 r = 1
+    cdef int i
+    for i in range(p):
+        r *= 10
+    return r
+
+
 cdef class Col:
     """A column being decoded: values are appended in C, :meth:`array` turns them into an Arrow
     array of the schema's type. Subclasses: :class:`Column` (scalars), :class:`StructCol`."""
@@ -252,12 +284,16 @@ cdef class Column(Col):
     cdef int width
     cdef _Buf data
     cdef _Buf offsets
-    cdef tuple constants  # _T_ENUM: the constant names, UTF-8
+    cdef tuple constants  # T_ENUM: the constant names, UTF-8
+    cdef int precision  # T_DECIMAL, T_TIMESTAMP
+    cdef sq_i128 limit  # T_DECIMAL: 10 ** precision
 
-    def __cinit__(self, int typ, constants=(), what=None):
+    def __cinit__(self, int typ, constants=(), what=None, int precision=0):
         self.typ = typ
         self.width = {_T_LONG: 8, _T_INT: 4, _T_SHORT: 2, _T_BYTE: 1, _T_DOUBLE: 8, _T_FLOAT: 4,
-                      _T_BOOL: 1}.get(typ, 0)
+                      _T_BOOL: 1, _T_DECIMAL: 16, _T_TIMESTAMP: 8}.get(typ, 0)
+        self.precision = precision
+        self.limit = pow10(precision)
         self.what = what or _NAMES.get(typ, "value")
         self.constants = tuple(c.encode("utf-8") for c in constants)
         self.data = _Buf()
@@ -366,8 +402,13 @@ cdef class Column(Col):
     cdef int sql_get(self, const uint8_t* buf, Py_ssize_t base, Py_ssize_t slot,
                      Py_ssize_t size) except -1:
         cdef uint8_t b7
-        cdef uint64_t v, off, n
+        cdef uint64_t n
+        cdef Py_ssize_t voff, vn
         cdef const uint8_t* src
+        if self.typ == _T_DECIMAL:
+            return self._sql_decimal(buf, base, slot, size)
+        if self.typ == _T_TIMESTAMP:
+            return self._sql_timestamp(buf, base, slot, size)
         if self.width:
             if self.typ == _T_BOOL:
                 self.data.grow(1)[0] = buf[slot] != 0
@@ -382,17 +423,62 @@ cdef class Column(Col):
                 raise DecodeError(f"inline binary length {n} > 7", slot)
             src = buf + slot
         else:
-            memcpy(&v, buf + slot, 8)
-            off = v >> 32
-            n = v & 0xFFFFFFFF
-            if off + n > <uint64_t>size:
-                raise DecodeError(
-                    f"variable-length field [{off}, {off + n}) outside its {size}-byte binary "
-                    "section", slot)
-            src = buf + base + off
+            var_region(buf, slot, size, &voff, &vn)
+            n = <uint64_t>vn
+            src = buf + base + voff
         if self.typ == _T_STRING and not utf8_valid(src, <Py_ssize_t>n):
             raise DecodeError("string field is not valid UTF-8", slot)
         self._put(src, <Py_ssize_t>n)
+        return 0
+
+    cdef int _sql_decimal(self, const uint8_t* buf, Py_ssize_t base, Py_ssize_t slot,
+                          Py_ssize_t size) except -1:
+        """DECIMAL(p, s): p <= 18 the unscaled long in the slot, else up to 16 big-endian bytes
+        in the variable part; more than p digits is corrupt data (as on the pure path)."""
+        cdef int64_t compact
+        cdef sq_i128 v
+        cdef Py_ssize_t off, n, i
+        if self.precision <= 18:
+            memcpy(&compact, buf + slot, 8)
+            v = compact
+        else:
+            var_region(buf, slot, size, &off, &n)
+            if n > 16:
+                raise DecodeError(f"decimal of {n} bytes (at most 16)", slot)
+            v = 0
+            if n:
+                v = -1 if buf[base + off] & 0x80 else 0
+            for i in range(n):
+                v = (v << 8) | buf[base + off + i]
+        if not (-self.limit < v < self.limit):
+            raise DecodeError(
+                f"decimal unscaled value exceeds DECIMAL({self.precision}, ...)", slot)
+        memcpy(self.data.grow(16), &v, 16)
+        self._end_row(True)
+        return 0
+
+    cdef int _sql_timestamp(self, const uint8_t* buf, Py_ssize_t base, Py_ssize_t slot,
+                            Py_ssize_t size) except -1:
+        """TIMESTAMP(p > 3): the slot holds ``offset << 32 | nanos of the milli``, the millis
+        are at the offset; microseconds (p <= 6) or nanoseconds."""
+        cdef uint64_t v
+        cdef uint64_t off, nanos
+        cdef int64_t millis
+        cdef sq_i128 t
+        memcpy(&v, buf + slot, 8)
+        off = v >> 32
+        nanos = v & 0xFFFFFFFF
+        if off + 8 > <uint64_t>size or nanos >= 1000000:
+            raise DecodeError("invalid non-compact timestamp slot", slot)
+        memcpy(&millis, buf + base + off, 8)
+        if self.precision > 6:
+            t = <sq_i128>millis * 1000000 + <sq_i128>nanos
+        else:
+            t = <sq_i128>millis * 1000 + <sq_i128>(nanos // 1000)
+        if t < <sq_i128>LONG_MIN or t > -(<sq_i128>LONG_MIN) - 1:
+            raise DecodeError("TIMESTAMP is out of the 64-bit range of its Arrow type", slot)
+        (<int64_t*>self.data.grow(8))[0] = <int64_t>t
+        self._end_row(True)
         return 0
 
     cdef Py_ssize_t _read_string(self, const uint8_t* buf, Py_ssize_t pos,
@@ -650,6 +736,15 @@ cdef class StructCol(Col):
         self._row()
         return 0
 
+    cdef int sql_get(self, const uint8_t* buf, Py_ssize_t base, Py_ssize_t slot,
+                     Py_ssize_t size) except -1:
+        """A nested ROW field: a BinaryRowData in the variable part."""
+        cdef Py_ssize_t off, n
+        if self.skind != _S_ROWDATA:
+            raise NotImplementedError
+        var_region(buf, slot, size, &off, &n)
+        return self._row_data(buf, base + off, n)
+
     cdef int slot(self, const uint8_t* buf, Py_ssize_t start, Py_ssize_t end) except -1:
         if self.skind == _S_ROWDATA:
             # SQL keys: int32 size, then exactly that many BinaryRowData bytes
@@ -669,6 +764,65 @@ cdef class StructCol(Col):
         self.nulls = 0
         self.valid.size = 0
         return out
+
+
+cdef class NullCol(Col):
+    """Values that are always null: ``NullValue`` (no bytes) and Flink SQL's ``NullSerializer``
+    placeholders of state-backed data views (one byte, as VoidSerializer)."""
+    cdef Py_ssize_t size
+
+    def __cinit__(self, Py_ssize_t size, str what="null"):
+        self.size = size
+        self.what = what
+        self.n = 0
+
+    cdef Py_ssize_t read(self, const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end) except -1:
+        if pos + self.size > end:
+            raise DecodeError(f"{self.what} runs past the end of the data", pos)
+        self.n += 1
+        return pos + self.size
+
+    cdef void null(self) except *:
+        self.n += 1
+
+    cdef void dup_last(self) except *:
+        self.n += 1
+
+    cdef void drop_last(self) except *:
+        self.n -= 1
+
+    cdef object array(self, object type):
+        out = pa.nulls(self.n, type)
+        self.n = 0
+        return out
+
+
+cdef class VarCol(Col):
+    """A BinaryRowData field stored in the variable part and written by another serializer
+    (``RAW``: ``RawValueDataSerializer``): the inner column decodes exactly those bytes."""
+    cdef Col inner
+
+    def __cinit__(self, Col inner):
+        self.inner = inner
+        self.what = inner.what
+
+    cdef int sql_get(self, const uint8_t* buf, Py_ssize_t base, Py_ssize_t slot,
+                     Py_ssize_t size) except -1:
+        cdef Py_ssize_t off, n
+        var_region(buf, slot, size, &off, &n)
+        return self.inner.slot(buf, base + off, base + off + n)
+
+    cdef void null(self) except *:
+        self.inner.null()
+
+    cdef void dup_last(self) except *:
+        self.inner.dup_last()
+
+    cdef void drop_last(self) except *:
+        self.inner.drop_last()
+
+    cdef object array(self, object type):
+        return self.inner.array(type)
 
 
 cdef class EntrySink:

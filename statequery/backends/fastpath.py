@@ -26,9 +26,11 @@ from statequery.serializers.spec import (
     PojoSpec,
     PrimitiveArraySpec,
     PrimitiveSpec,
+    RawValueSpec,
     RowDataSpec,
     RowSpec,
     SerializerSpec,
+    SqlType,
     TimerSpec,
     TupleSpec,
 )
@@ -120,6 +122,9 @@ def _column(mod: ModuleType, spec: SerializerSpec | None, arrow: pa.DataType | N
     code = _code(mod, spec, arrow)
     if code:
         return mod.Column(code)
+    if isinstance(spec, PrimitiveSpec) and spec.name in ("void", "null_value"):
+        # always null: VoidSerializer / NullSerializer write one byte, NullValue none
+        return mod.NullCol(1 if spec.name == "void" else 0) if pa.types.is_null(arrow) else None
     if isinstance(spec, EnumSpec):
         if not arrow.equals(pa.string()):
             return None
@@ -156,23 +161,61 @@ def _column(mod: ModuleType, spec: SerializerSpec | None, arrow: pa.DataType | N
 
 
 def _row_data(mod: ModuleType, spec: RowDataSpec, arrow: pa.DataType) -> Any:
-    """A ``BinaryRowData`` of scalar fields (numbers, booleans, strings, bytes, dates, times,
-    TIMESTAMP(p <= 3)); None for anything else (DECIMAL, nested ROW, ARRAY, MAP, RAW, ...)."""
-    fields = spec.type.fields
-    if spec.type.root != "ROW" or len(fields) != arrow.num_fields or not fields:
+    """A ``BinaryRowData`` column, or None when a field is not compiled."""
+    return _sql_row(mod, spec.type, spec.field_specs, arrow)
+
+
+def _sql_row(
+    mod: ModuleType, t: SqlType, field_specs: tuple[SerializerSpec, ...], arrow: pa.DataType
+) -> Any:
+    """A ``BinaryRowData`` of fields that are numbers, booleans, strings, bytes, dates, times,
+    timestamps, DECIMAL(p <= 38), nested ROWs, or RAW fields whose serializer is compiled (the
+    ``NullSerializer`` placeholders of SQL data views); None for anything else (ARRAY, MAP,
+    MULTISET, RAW bytes, ...)."""
+    fields = t.fields
+    if t.root not in ("ROW", "STRUCTURED_TYPE") or not pa.types.is_struct(arrow):
         return None
+    if len(fields) != arrow.num_fields or not fields:
+        return None
+    specs = field_specs if len(field_specs) == len(fields) else (None,) * len(fields)
     children = []
     for i, f in enumerate(fields):
-        t = f.type
-        while t.root == "DISTINCT_TYPE" and t.element is not None:
-            t = t.element
-        name = _SQL_CODES.get(t.root)
-        if t.root in _TIMESTAMP_ROOTS and t.precision is not None and t.precision <= 3:
-            name = "T_LONG"
-        if name is None or not arrow.field(i).type.equals(sql_arrow_type(t, spec.field_spec(i))):
+        child = _sql_field(mod, f.type, specs[i], arrow.field(i).type)
+        if child is None:
             return None
-        children.append(mod.Column(getattr(mod, name)))
-    return mod.StructCol(mod.S_ROWDATA, children, spec.display)
+        children.append(child)
+    return mod.StructCol(mod.S_ROWDATA, children, str(t))
+
+
+def _sql_field(
+    mod: ModuleType, t: SqlType, spec: SerializerSpec | None, arrow: pa.DataType
+) -> Any:
+    """The compiled column of one BinaryRowData field of SQL type ``t`` (Arrow type ``arrow``,
+    which must be what :func:`sql_arrow_type` gives), or None."""
+    while t.root == "DISTINCT_TYPE" and t.element is not None:
+        t = t.element
+    if not arrow.equals(sql_arrow_type(t, spec)):
+        return None
+    root = t.root
+    if root in ("ROW", "STRUCTURED_TYPE"):
+        return _sql_row(mod, t, spec.field_specs if isinstance(spec, RowDataSpec) else (), arrow)
+    if root == "RAW":
+        if not isinstance(spec, RawValueSpec) or not spec.inner.decodable:
+            return None  # raw bytes with a reason: the pure path
+        inner = _column(mod, spec.inner, arrow)
+        return None if inner is None else mod.VarCol(inner)
+    if root == "DECIMAL":
+        p = 10 if t.precision is None else t.precision
+        if not 1 <= p <= 38:
+            return None
+        return mod.Column(mod.T_DECIMAL, (), None, p)
+    if root in _TIMESTAMP_ROOTS:
+        p = 6 if t.precision is None else t.precision
+        if p <= 3:
+            return mod.Column(mod.T_LONG)
+        return mod.Column(mod.T_TIMESTAMP, (), None, p)
+    name = _SQL_CODES.get(root)
+    return None if name is None else mod.Column(getattr(mod, name))
 
 
 def _is_void(spec: SerializerSpec | None) -> bool:

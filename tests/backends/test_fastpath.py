@@ -167,9 +167,13 @@ _COMPILED = [
     ("sql-ops-rocksdb-native", "session-window-mapping", "rows"),  # TimeWindow user key/value
     ("sql-ops-rocksdb-native", "left-records", "rows"),  # Tuple2<RowData, int>, RowData keys
     ("sql-ops-rocksdb-native", "agg1$list", "flat"),  # StringData elements
+    # RowData with DECIMAL(12, 2), DECIMAL(30, 6), TIMESTAMP(6), strings past 7 bytes and a
+    # NullSerializer RAW field (MapView placeholder)
+    ("sql-hashmap-canonical", "accState", "rows"),
 ]
 _PURE_ONLY = [
-    ("sql-hashmap-canonical", "accState", "rows"),  # DECIMAL, TIMESTAMP(6), RAW fields
+    ("sql-ops-rocksdb-native", "values", "rows"),  # a list of rows inside the value
+    ("sql-ops-rocksdb-native", "agg5$orderToValueMap", "rows"),  # SQL ARRAY values
     ("ttl-kryo-hashmap-canonical", "kryo-value", "rows"),  # Kryo: raw bytes
     ("datastream-hashmap-canonical", "amount-by-category", "nested"),  # nested maps
 ]
@@ -216,7 +220,8 @@ def test_reads_take_the_compiled_sinks(name: str, monkeypatch: pytest.MonkeyPatc
                                          "_timer_state/event_window-timers"},
         "ttl-kryo-hashmap-canonical": {"ttl-count", "ttl-list", "ttl-map"},
         "sql-ops-rocksdb-native": {"window-aggs", "session-window-mapping", "left-records",
-                                   "deduplicate-state", "_timer_state/event_window-timers"},
+                                   "deduplicate-state", "accState",
+                                   "_timer_state/event_window-timers"},
     }[name]
     assert want <= attached, attached
 
@@ -241,7 +246,8 @@ def _string_value(s: str | None) -> bytes:
 
 
 def _binary_row(fields: list[Any]) -> bytes:
-    """A BinaryRowData of BIGINT (int), VARCHAR (str) and null fields, with its int32 size."""
+    """A BinaryRowData with its int32 size: int fields in their slot (BIGINT, compact DECIMAL),
+    str (VARCHAR) inline or in the variable part, bytes in the variable part, None null."""
     import struct
 
     n = len(fields)
@@ -255,8 +261,8 @@ def _binary_row(fields: list[Any]) -> bytes:
         elif isinstance(v, int):
             head[slot : slot + 8] = struct.pack("<q", v)
         else:
-            b = v.encode("utf-8")
-            if len(b) <= 7:
+            b = v if isinstance(v, bytes) else v.encode("utf-8")
+            if isinstance(v, str) and len(b) <= 7:
                 head[slot : slot + len(b)] = b
                 head[slot + 7] = 0x80 | len(b)
             else:
@@ -307,6 +313,11 @@ def test_null_markers_match_the_pure_readers() -> None:
                                     SqlField("b", SqlType("VARCHAR", length=2147483647))))
     )
 
+    decimals = RowDataSpec(
+        type=SqlType("ROW", fields=(SqlField("a", SqlType("DECIMAL", precision=10, scale=2)),
+                                    SqlField("b", SqlType("DECIMAL", precision=30, scale=3))))
+    )
+
     def pojo_bytes(address: str | None | bool, n: int | None, tier: int | None) -> bytes:
         if address is False:
             return b"\x01"  # the whole POJO is null
@@ -329,6 +340,9 @@ def test_null_markers_match_the_pure_readers() -> None:
         # fields 0 and 2 null
         (row_data, [_binary_row([1, "short"]), _binary_row([None, "a longer string €"]),
                     _binary_row([7, None])]),
+        (decimals, [_binary_row([-12345, (-(10**25)).to_bytes(16, "big", signed=True)]),
+                    _binary_row([99_999_999, b"\x7f" + b"\xff" * 3]),
+                    _binary_row([None, b""])]),
     ]
     for spec, values in cases:
         t = arrow_type(spec)
@@ -400,6 +414,8 @@ def test_bad_struct_bytes_fail_on_both_paths() -> None:
         (RowSpec(fields=(long_, long_)), b"\x00" + struct.pack(">q", 1)),  # second field missing
         (row_data, _binary_row(["x"])[:-1]),  # size prefix past the end
         (row_data, bytes(bad_region)),
+        (RowDataSpec(type=SqlType("ROW", fields=(
+            SqlField("a", SqlType("DECIMAL", precision=4, scale=2)),))), _binary_row([10_000])),
         (row_data, _binary_row([b"\xff".decode("latin-1")]).replace(b"\xc3\xbf", b"\xff\xbf")),
     ]
     for spec, v in cases:
