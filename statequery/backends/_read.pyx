@@ -269,6 +269,10 @@ cdef class Col:
     cdef object array(self, object type):
         raise NotImplementedError
 
+    cdef void reset(self) except *:
+        """Drops the buffered values."""
+        raise NotImplementedError
+
     cdef int slot(self, const uint8_t* buf, Py_ssize_t start, Py_ssize_t end) except -1:
         """Decodes a value that must fill ``[start, end)`` exactly."""
         cdef Py_ssize_t p = self.read(buf, start, end)
@@ -309,6 +313,9 @@ cdef class Column(Col):
         self.offsets.size = 0
         if self.width == 0:
             (<int32_t*>self.offsets.grow(4))[0] = 0
+
+    cdef void reset(self) except *:
+        self._start()
 
     cdef inline void _end_row(self, bint ok) except *:
         self.valid.grow(1)[0] = ok
@@ -636,6 +643,14 @@ cdef class StructCol(Col):
         self.valid.grow(1)[0] = 1
         self.n += 1
 
+    cdef void reset(self) except *:
+        cdef Col c
+        for c in self.children:
+            c.reset()
+        self.n = 0
+        self.nulls = 0
+        self.valid.size = 0
+
     cdef void null(self) except *:
         cdef Col c
         for c in self.children:
@@ -791,6 +806,9 @@ cdef class NullCol(Col):
     cdef void drop_last(self) except *:
         self.n -= 1
 
+    cdef void reset(self) except *:
+        self.n = 0
+
     cdef object array(self, object type):
         out = pa.nulls(self.n, type)
         self.n = 0
@@ -821,6 +839,9 @@ cdef class VarCol(Col):
     cdef void drop_last(self) except *:
         self.inner.drop_last()
 
+    cdef void reset(self) except *:
+        self.inner.reset()
+
     cdef object array(self, object type):
         return self.inner.array(type)
 
@@ -843,9 +864,12 @@ cdef class EntrySink:
     cdef _Buf ints  # timestamps (timers), list offsets (rows) or element indexes (flat)
     cdef Py_ssize_t rows
     cdef Py_ssize_t elements
+    cdef bint skip
 
-    def __cinit__(self, int kind, key, value, user_key=None, ns=None, bint ttl=False):
+    def __cinit__(self, int kind, key, value, user_key=None, ns=None, bint ttl=False,
+                  bint skip=False):
         self.kind = kind
+        self.skip = skip
         self.key = _as_col(key)
         self.value = _as_col(value)
         self.user_key = _as_col(user_key)
@@ -985,6 +1009,126 @@ cdef class EntrySink:
         (<int32_t*>self.kgs.grow(4))[0] = kg
         self.rows += 1
         return 0
+
+    # -- the hashmap checkpoint format (statequery.backends.heap) ------------------------------
+
+    def walk(self, buf, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t n, int kg):
+        """Decodes one state block of a heap key group: ``n`` entries from ``pos`` (namespace,
+        key and the state's full value, or timers), reading at most to ``end``; returns where
+        the block ends. A skipping sink (``skip``) drops what it decoded."""
+        cdef const uint8_t[::1] view = buf
+        cdef Py_ssize_t i
+        if not (0 <= pos <= end <= view.shape[0]):
+            raise DecodeError("state block outside its buffer", pos)
+        cdef const uint8_t* b = &view[0] if view.shape[0] else NULL
+        for i in range(n):
+            pos = self._heap_entry(b, pos, end, kg)
+        if self.skip:
+            self.reset()
+        return pos
+
+    cdef void reset(self) except *:
+        self.key.reset()
+        if self.value is not None:
+            self.value.reset()
+        if self.user_key is not None:
+            self.user_key.reset()
+        if self.ns is not None:
+            self.ns.reset()
+        if self.last is not None:
+            self.last.reset()
+        self._start()
+
+    cdef inline Py_ssize_t _heap_ns(self, const uint8_t* b, Py_ssize_t pos,
+                                    Py_ssize_t end) except -1:
+        if self.ns is not None:
+            return self.ns.read(b, pos, end)
+        if pos >= end:
+            raise DecodeError("VoidNamespace runs past the end of the data", pos)
+        if b[pos] != 0:
+            raise DecodeError(f"VoidNamespace byte is {b[pos]}, expected 0", pos)
+        return pos + 1
+
+    cdef inline void _heap_drop(self) except *:
+        self.key.drop_last()
+        if self.ns is not None:
+            self.ns.drop_last()
+
+    cdef inline void _heap_dup(self) except *:
+        self.key.dup_last()
+        if self.ns is not None:
+            self.ns.dup_last()
+
+    cdef inline void _heap_row(self, int kg) except *:
+        (<int32_t*>self.kgs.grow(4))[0] = kg
+        self.rows += 1
+
+    cdef Py_ssize_t _heap_entry(self, const uint8_t* b, Py_ssize_t pos, Py_ssize_t end,
+                                int kg) except -1:
+        cdef int kind = self.kind
+        cdef int64_t ts
+        cdef int32_t count, j
+        if kind == _K_TIMER:
+            # TimerSerializer: timestamp (sign bit flipped), key, namespace
+            if pos + 8 > end:
+                raise DecodeError("timer runs past the end of the data", pos)
+            ts = be_i64(b, pos) ^ LONG_MIN
+            pos = self.key.read(b, pos + 8, end)
+            pos = self._heap_ns(b, pos, end)
+            (<int64_t*>self.ints.grow(8))[0] = ts
+            self._heap_row(kg)
+            return pos
+        pos = self._heap_ns(b, pos, end)
+        pos = self.key.read(b, pos, end)
+        if kind == _K_VALUE:
+            if self.last is not None:
+                pos = self.last.read(b, pos, end)
+            pos = self.value.read(b, pos, end)
+            self._heap_row(kg)
+            return pos
+        # ListSerializer / MapSerializer: int32 size, then the elements or entries
+        if pos + 4 > end:
+            raise DecodeError("collection size runs past the end of the data", pos)
+        count = be_i32(b, pos)
+        pos += 4
+        if count < 0 or count > end - pos:
+            raise DecodeError(f"collection size {count} exceeds the {end - pos} bytes left",
+                              pos - 4)
+        if count == 0:
+            self._heap_drop()  # no rows (Flink keeps no empty lists or maps)
+            return pos
+        if kind == _K_MAP:
+            for j in range(count):
+                if j:
+                    self._heap_dup()
+                pos = self.user_key.read(b, pos, end)
+                if pos >= end:
+                    raise DecodeError("map entry null flag runs past the end of the data", pos)
+                if b[pos]:
+                    pos += 1
+                    self.value.null()
+                    if self.last is not None:
+                        self.last.null()
+                else:
+                    pos += 1
+                    if self.last is not None:
+                        pos = self.last.read(b, pos, end)
+                    pos = self.value.read(b, pos, end)
+                self._heap_row(kg)
+            return pos
+        for j in range(count):
+            if kind == _K_LIST_FLAT:
+                if j:
+                    self._heap_dup()
+                (<int32_t*>self.ints.grow(4))[0] = j
+            pos = self._element(b, pos, end)
+            if kind == _K_LIST_FLAT:
+                self._heap_row(kg)
+        if kind == _K_LIST:
+            self.elements += count
+            (<int32_t*>self.ints.grow(4))[0] = <int32_t>self.elements
+            self._heap_row(kg)
+        return pos
 
     def arrays(self, schema):
         """``{column: pa.Array}`` for the columns of ``schema`` this sink fills; starts over."""

@@ -17,11 +17,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from statequery.arrow.schemas import StateLayout
+from statequery.arrow.schemas import StateLayout, state_schema
 from statequery.arrow.types import arrow_type, sql_arrow_type
 from statequery.serializers.readers import primitive_name
 from statequery.serializers.spec import (
     EnumSpec,
+    ListSpec,
+    MapSpec,
     NamespaceSpec,
     PojoSpec,
     PrimitiveArraySpec,
@@ -32,10 +34,18 @@ from statequery.serializers.spec import (
     SerializerSpec,
     SqlType,
     TimerSpec,
+    TtlSpec,
     TupleSpec,
 )
 
-__all__ = ["PURE_ENV", "bulk_feeder", "compiled", "entry_sink", "key_group_scanner"]
+__all__ = [
+    "PURE_ENV",
+    "bulk_feeder",
+    "compiled",
+    "entry_sink",
+    "heap_sink",
+    "key_group_scanner",
+]
 
 PURE_ENV = "STATEQUERY_PURE_PYTHON"
 
@@ -246,11 +256,62 @@ def entry_sink(layout: StateLayout, mode: str, schema: pa.Schema) -> Any | None:
     Shapes: value/reducing/aggregating, timers, map entries (``rows``) and lists (``rows``,
     ``flat``), with TTL or not; keys, namespaces, user keys, values and elements that are
     primitives, strings, byte arrays, enums, TimeWindows, or structs of those (Tuple, POJO,
-    including nested POJOs, Row, and RowData of scalar SQL fields).
+    including nested POJOs, Row, and RowData; see :func:`_sql_field` for its fields).
     """
     mod = compiled()
     if mod is None:
         return None
+    from statequery.backends.keygroups import flink_length
+
+    if (
+        not layout.is_timer
+        and flink_length(layout.key) < 0
+        and flink_length(layout.namespace) < 0
+    ):
+        return None  # key and namespace delimited by length suffixes: the pure path
+    return _sink(mod, layout, mode, schema, False)
+
+
+def heap_sink(layout: StateLayout, mode: str, schema: pa.Schema | None) -> Any | None:
+    """A compiled walker of ``layout``'s blocks in the hashmap checkpoint format
+    (:mod:`statequery.backends.heap`): ``sink.walk(buf, pos, end, n, kg) -> pos`` decodes a
+    block's ``n`` entries into Arrow buffers (the same shapes as :func:`entry_sink`). With
+    ``schema`` None it only walks (a state nobody asked for: what it decodes is dropped).
+    None when the compiled path is off or does not cover the shape."""
+    mod = compiled()
+    if mod is None:
+        return None
+    full = layout.state_value
+    if layout.kind == "list":
+        if not isinstance(full, ListSpec) or _ttl_inner(full.element, layout.ttl) != layout.value:
+            return None
+    elif layout.kind == "map":
+        if (
+            not isinstance(full, MapSpec)
+            or full.is_set
+            or full.key != layout.user_key
+            or _ttl_inner(full.value, layout.ttl) != layout.value
+        ):
+            return None
+    elif layout.kind in ("value", "reducing", "aggregating"):
+        if _ttl_inner(full, layout.ttl) != layout.value:
+            return None
+    elif not layout.is_timer:
+        return None
+    skip = schema is None
+    if skip:
+        mode = "rows" if layout.kind == "list" or layout.kind == "map" else mode
+        schema = state_schema(layout, mode)
+    return _sink(mod, layout, mode, schema, skip)
+
+
+def _ttl_inner(spec: SerializerSpec | None, ttl: bool) -> SerializerSpec | None:
+    if not ttl:
+        return spec
+    return spec.inner if isinstance(spec, TtlSpec) else None
+
+
+def _sink(mod: ModuleType, layout: StateLayout, mode: str, schema: pa.Schema, skip: bool) -> Any:
     key_type = _field(schema, "key")
     if layout.is_timer:
         spec = layout.value
@@ -260,35 +321,36 @@ def entry_sink(layout: StateLayout, mode: str, schema: pa.Schema) -> Any | None:
         ns = _namespace(mod, ns_spec, schema)
         if key is None or ns is _NO_COLUMN:
             return None
-        return mod.EntrySink(mod.K_TIMER, key, None, None, ns)
+        return mod.EntrySink(mod.K_TIMER, key, None, None, ns, False, skip)
     key = _column(mod, layout.key, key_type)
     ns = _namespace(mod, layout.namespace, schema)
     if key is None or ns is _NO_COLUMN:
         return None
-    from statequery.backends.keygroups import flink_length
-
-    if flink_length(layout.key) < 0 and flink_length(layout.namespace) < 0:
-        return None  # key and namespace delimited by length suffixes: the pure path
     ttl = bool(layout.ttl)
     kind = layout.kind
     if kind in ("value", "reducing", "aggregating"):
         value = _column(mod, layout.value, _field(schema, "value"))
-        return None if value is None else mod.EntrySink(mod.K_VALUE, key, value, None, ns, ttl)
+        if value is None:
+            return None
+        return mod.EntrySink(mod.K_VALUE, key, value, None, ns, ttl, skip)
     if kind == "map" and mode == "rows":
         value = _column(mod, layout.value, _field(schema, "value"))
         user_key = _column(mod, layout.user_key, _field(schema, "user_key"))
         if value is None or user_key is None:
             return None
-        return mod.EntrySink(mod.K_MAP, key, value, user_key, ns, ttl)
+        return mod.EntrySink(mod.K_MAP, key, value, user_key, ns, ttl, skip)
     if kind == "list":
         value_type = _field(schema, "value")
         if mode == "flat":
             value = _column(mod, layout.value, value_type)
-            return None if value is None else mod.EntrySink(
-                mod.K_LIST_FLAT, key, value, None, ns, ttl)
+            if value is None:
+                return None
+            return mod.EntrySink(mod.K_LIST_FLAT, key, value, None, ns, ttl, skip)
         if value_type is not None and pa.types.is_list(value_type):
             value = _column(mod, layout.value, value_type.value_type)
-            return None if value is None else mod.EntrySink(mod.K_LIST, key, value, None, ns, ttl)
+            if value is None:
+                return None
+            return mod.EntrySink(mod.K_LIST, key, value, None, ns, ttl, skip)
     return None
 
 

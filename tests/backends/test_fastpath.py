@@ -189,7 +189,14 @@ def test_compiled_shapes_of_real_fixtures(name: str, state: str, mode: str) -> N
 
 
 @pytest.mark.parametrize(
-    "name", ["datastream-hashmap-canonical", "ttl-kryo-hashmap-canonical", "sql-ops-rocksdb-native"]
+    "name",
+    [
+        "datastream-hashmap-canonical",
+        "ttl-kryo-hashmap-canonical",
+        "sql-ops-rocksdb-native",
+        "sql-ops-hashmap-native",  # the heap format: HeapBlockDecoder walks with the sinks
+        "datastream-hashmap-checkpoint-snappy",
+    ],
 )
 def test_reads_take_the_compiled_sinks(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A full read on the compiled path attaches a sink for the windowed, POJO, tuple, TTL and
@@ -222,6 +229,13 @@ def test_reads_take_the_compiled_sinks(name: str, monkeypatch: pytest.MonkeyPatc
         "sql-ops-rocksdb-native": {"window-aggs", "session-window-mapping", "left-records",
                                    "deduplicate-state", "accState",
                                    "_timer_state/event_window-timers"},
+        "sql-ops-hashmap-native": {"window-aggs", "session-window-mapping", "left-records",
+                                   "deduplicate-state", "accState", "agg1$list",
+                                   "_timer_state/event_window-timers"},
+        "datastream-hashmap-checkpoint-snappy": {"window-contents", "profile", "avg-amount",
+                                                 "count", "recent-categories",
+                                                 "amount-by-category",
+                                                 "_timer_state/event_window-timers"},
     }[name]
     assert want <= attached, attached
 
