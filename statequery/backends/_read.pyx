@@ -846,6 +846,83 @@ cdef class VarCol(Col):
         return self.inner.array(type)
 
 
+cdef class ListCol(Col):
+    """``ListSerializer``/``ArrayListSerializer`` values: int32 size, then the elements (an
+    Arrow list over the element column). Only for values (not keys or namespaces, which flat
+    lists repeat)."""
+    cdef Col inner
+    cdef _Buf offsets
+    cdef Py_ssize_t elements
+    cdef Py_ssize_t min_size
+
+    def __cinit__(self, Col inner, Py_ssize_t min_size, str what="list"):
+        self.inner = inner
+        self.min_size = min_size
+        self.what = what
+        self.offsets = _Buf()
+        self.valid = _Buf()
+        self.reset()
+
+    cdef void reset(self) except *:
+        self.inner.reset()
+        self.n = 0
+        self.nulls = 0
+        self.elements = 0
+        self.valid.size = 0
+        self.offsets.size = 0
+        (<int32_t*>self.offsets.grow(4))[0] = 0
+
+    cdef inline void _end_row(self, bint ok) except *:
+        self.valid.grow(1)[0] = ok
+        if not ok:
+            self.nulls += 1
+        if self.elements > 0x7FFFFFFF:
+            raise OverflowError("more than 2**31 list elements in one batch")
+        (<int32_t*>self.offsets.grow(4))[0] = <int32_t>self.elements
+        self.n += 1
+
+    cdef Py_ssize_t read(self, const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end) except -1:
+        cdef int32_t count, i
+        if pos + 4 > end:
+            raise DecodeError("list size runs past the end of the data", pos)
+        count = be_i32(buf, pos)
+        pos += 4
+        if count < 0:
+            raise DecodeError(f"negative list size {count}", pos)
+        if self.min_size > 0:
+            if <int64_t>count * self.min_size > end - pos:
+                raise DecodeError(f"list size {count} exceeds the {end - pos} bytes left", pos)
+        elif count > (1 << 20):
+            raise DecodeError(f"list size {count} is implausibly large", pos)
+        for i in range(count):
+            pos = self.inner.read(buf, pos, end)
+        self.elements += count
+        self._end_row(True)
+        return pos
+
+    cdef void null(self) except *:
+        self._end_row(False)
+
+    cdef void dup_last(self) except *:
+        raise NotImplementedError("list keys are not compiled")
+
+    cdef void drop_last(self) except *:
+        raise NotImplementedError("list keys are not compiled")
+
+    cdef object array(self, object type):
+        cdef Py_ssize_t n = self.n
+        values = self.inner.array(type.value_type)
+        out = pa.Array.from_buffers(
+            type, n, [_bitmap(self.valid, n, self.nulls), pa.py_buffer(self.offsets.take())],
+            self.nulls, 0, [values])
+        self.n = 0
+        self.nulls = 0
+        self.elements = 0
+        self.valid.size = 0
+        (<int32_t*>self.offsets.grow(4))[0] = 0
+        return out
+
+
 cdef class EntrySink:
     """Decodes one state's composite-key entries (``kpos`` after the key-group prefix) into
     column buffers. Callable like a pure-Python entry handler.

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from statequery.arrow.schemas import StateLayout, state_schema
 from statequery.arrow.types import arrow_type, sql_arrow_type
-from statequery.serializers.readers import primitive_name
+from statequery.serializers.readers import primitive_name, reader_for
 from statequery.serializers.spec import (
     EnumSpec,
     ListSpec,
@@ -123,10 +123,14 @@ def _code(mod: ModuleType, spec: SerializerSpec | None, arrow: pa.DataType | Non
     return int(getattr(mod, entry[0]))
 
 
-def _column(mod: ModuleType, spec: SerializerSpec | None, arrow: pa.DataType | None) -> Any:
+def _column(
+    mod: ModuleType, spec: SerializerSpec | None, arrow: pa.DataType | None, lists: bool = True
+) -> Any:
     """A compiled column decoding values of ``spec`` into Arrow type ``arrow`` (a struct for
-    tuples, POJOs, rows, RowData and TimeWindow), or None when some part of the shape is not
-    compiled (the state then takes the pure-Python handlers, as a whole)."""
+    tuples, POJOs, rows, RowData and TimeWindow; a list for ``ListSerializer`` values when
+    ``lists``), or None when some part of the shape is not compiled (the state then takes the
+    pure-Python handlers, as a whole). Keys and namespaces take no lists (flat lists repeat
+    them row by row, which list columns do not do)."""
     if spec is None or arrow is None or not spec.decodable:
         return None
     code = _code(mod, spec, arrow)
@@ -146,10 +150,15 @@ def _column(mod: ModuleType, spec: SerializerSpec | None, arrow: pa.DataType | N
             return mod.StructCol(mod.S_TUPLE, [mod.Column(mod.T_LONG), mod.Column(mod.T_LONG)],
                                  "TimeWindow")
         return None
+    if isinstance(spec, ListSpec) and lists and pa.types.is_list(arrow):
+        inner = _column(mod, spec.element, arrow.value_type, lists)
+        if inner is None:
+            return None
+        return mod.ListCol(inner, reader_for(spec.element).min_size, spec.display)
     if not pa.types.is_struct(arrow):
         return None
     if isinstance(spec, RowDataSpec):
-        return _row_data(mod, spec, arrow)
+        return _sql_row(mod, spec.type, spec.field_specs, arrow, lists)
     if isinstance(spec, TupleSpec):
         specs: list[SerializerSpec | None] = list(spec.fields)
         kind, mask = mod.S_TUPLE, 0
@@ -163,20 +172,19 @@ def _column(mod: ModuleType, spec: SerializerSpec | None, arrow: pa.DataType | N
         return None
     if len(specs) != arrow.num_fields:
         return None
-    children = [_column(mod, s, arrow.field(i).type) for i, s in enumerate(specs)]
+    children = [_column(mod, s, arrow.field(i).type, lists) for i, s in enumerate(specs)]
     if any(c is None for c in children):
         return None
     what = spec.class_name if isinstance(spec, PojoSpec) else spec.display
     return mod.StructCol(kind, children, what, mask)
 
 
-def _row_data(mod: ModuleType, spec: RowDataSpec, arrow: pa.DataType) -> Any:
-    """A ``BinaryRowData`` column, or None when a field is not compiled."""
-    return _sql_row(mod, spec.type, spec.field_specs, arrow)
-
-
 def _sql_row(
-    mod: ModuleType, t: SqlType, field_specs: tuple[SerializerSpec, ...], arrow: pa.DataType
+    mod: ModuleType,
+    t: SqlType,
+    field_specs: tuple[SerializerSpec, ...],
+    arrow: pa.DataType,
+    lists: bool,
 ) -> Any:
     """A ``BinaryRowData`` of fields that are numbers, booleans, strings, bytes, dates, times,
     timestamps, DECIMAL(p <= 38), nested ROWs, or RAW fields whose serializer is compiled (the
@@ -190,7 +198,7 @@ def _sql_row(
     specs = field_specs if len(field_specs) == len(fields) else (None,) * len(fields)
     children = []
     for i, f in enumerate(fields):
-        child = _sql_field(mod, f.type, specs[i], arrow.field(i).type)
+        child = _sql_field(mod, f.type, specs[i], arrow.field(i).type, lists)
         if child is None:
             return None
         children.append(child)
@@ -198,7 +206,7 @@ def _sql_row(
 
 
 def _sql_field(
-    mod: ModuleType, t: SqlType, spec: SerializerSpec | None, arrow: pa.DataType
+    mod: ModuleType, t: SqlType, spec: SerializerSpec | None, arrow: pa.DataType, lists: bool
 ) -> Any:
     """The compiled column of one BinaryRowData field of SQL type ``t`` (Arrow type ``arrow``,
     which must be what :func:`sql_arrow_type` gives), or None."""
@@ -208,11 +216,12 @@ def _sql_field(
         return None
     root = t.root
     if root in ("ROW", "STRUCTURED_TYPE"):
-        return _sql_row(mod, t, spec.field_specs if isinstance(spec, RowDataSpec) else (), arrow)
+        specs = spec.field_specs if isinstance(spec, RowDataSpec) else ()
+        return _sql_row(mod, t, specs, arrow, lists)
     if root == "RAW":
         if not isinstance(spec, RawValueSpec) or not spec.inner.decodable:
             return None  # raw bytes with a reason: the pure path
-        inner = _column(mod, spec.inner, arrow)
+        inner = _column(mod, spec.inner, arrow, lists)
         return None if inner is None else mod.VarCol(inner)
     if root == "DECIMAL":
         p = 10 if t.precision is None else t.precision
@@ -244,7 +253,7 @@ def _namespace(mod: ModuleType, spec: SerializerSpec | None, schema: pa.Schema) 
     """None for the VoidNamespace, a compiled column for other namespaces, or ``_NO_COLUMN``."""
     if _is_void(spec):
         return None
-    col = _column(mod, spec, _field(schema, "namespace"))
+    col = _column(mod, spec, _field(schema, "namespace"), False)
     return _NO_COLUMN if col is None else col
 
 
@@ -317,12 +326,12 @@ def _sink(mod: ModuleType, layout: StateLayout, mode: str, schema: pa.Schema, sk
         spec = layout.value
         key_spec = spec.key if isinstance(spec, TimerSpec) else layout.key
         ns_spec = spec.namespace if isinstance(spec, TimerSpec) else layout.namespace
-        key = _column(mod, key_spec, key_type)
+        key = _column(mod, key_spec, key_type, False)
         ns = _namespace(mod, ns_spec, schema)
         if key is None or ns is _NO_COLUMN:
             return None
         return mod.EntrySink(mod.K_TIMER, key, None, None, ns, False, skip)
-    key = _column(mod, layout.key, key_type)
+    key = _column(mod, layout.key, key_type, False)
     ns = _namespace(mod, layout.namespace, schema)
     if key is None or ns is _NO_COLUMN:
         return None

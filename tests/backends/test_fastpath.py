@@ -170,9 +170,11 @@ _COMPILED = [
     # RowData with DECIMAL(12, 2), DECIMAL(30, 6), TIMESTAMP(6), strings past 7 bytes and a
     # NullSerializer RAW field (MapView placeholder)
     ("sql-hashmap-canonical", "accState", "rows"),
+    ("sql-ops-rocksdb-native", "values", "rows"),  # a list of rows inside the value
+    ("sql-ops-rocksdb-native", "IntervalJoinLeftCache", "rows"),  # List<Tuple2<RowData, bool>>
+    ("sql-ops-rocksdb-native", "window_rank", "rows"),  # long namespace, List<RowData>
 ]
 _PURE_ONLY = [
-    ("sql-ops-rocksdb-native", "values", "rows"),  # a list of rows inside the value
     ("sql-ops-rocksdb-native", "agg5$orderToValueMap", "rows"),  # SQL ARRAY values
     ("ttl-kryo-hashmap-canonical", "kryo-value", "rows"),  # Kryo: raw bytes
     ("datastream-hashmap-canonical", "amount-by-category", "nested"),  # nested maps
@@ -289,8 +291,8 @@ def _binary_row(fields: list[Any]) -> bytes:
 
 def test_null_markers_match_the_pure_readers() -> None:
     """POJO null values and null fields, Row null masks, BinaryRowData null fields and strings
-    past the inline limit, TTL map entries with a null value: compiled columns equal the pure
-    readers' values."""
+    past the inline limit, null and empty lists, negative decimals, TTL map entries with a null
+    value: compiled columns equal the pure readers' values."""
     mod = fastpath.compiled()
     if mod is None:
         assert os.environ.get("STATEQUERY_NO_EXTENSIONS"), "compiled path not built"
@@ -301,6 +303,7 @@ def test_null_markers_match_the_pure_readers() -> None:
     from statequery.serializers.readers import reader_for
     from statequery.serializers.spec import (
         EnumSpec,
+        ListSpec,
         PojoField,
         PojoSpec,
         PrimitiveSpec,
@@ -327,6 +330,7 @@ def test_null_markers_match_the_pure_readers() -> None:
                                     SqlField("b", SqlType("VARCHAR", length=2147483647))))
     )
 
+    with_list = PojoSpec(class_name="L", fields=(PojoField("xs", "L", ListSpec(element=long_)),))
     decimals = RowDataSpec(
         type=SqlType("ROW", fields=(SqlField("a", SqlType("DECIMAL", precision=10, scale=2)),
                                     SqlField("b", SqlType("DECIMAL", precision=30, scale=3))))
@@ -354,6 +358,8 @@ def test_null_markers_match_the_pure_readers() -> None:
         # fields 0 and 2 null
         (row_data, [_binary_row([1, "short"]), _binary_row([None, "a longer string €"]),
                     _binary_row([7, None])]),
+        (with_list, [b"\x02\x00" + struct.pack(">iqq", 2, 5, -6), b"\x02\x01",
+                     b"\x02\x00" + struct.pack(">i", 0), b"\x01"]),
         (decimals, [_binary_row([-12345, (-(10**25)).to_bytes(16, "big", signed=True)]),
                     _binary_row([99_999_999, b"\x7f" + b"\xff" * 3]),
                     _binary_row([None, b""])]),
