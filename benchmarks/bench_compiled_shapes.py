@@ -126,6 +126,63 @@ def _decode(layout: Any, mode: str, buf: bytes, sid: int, prefix_len: int, pure:
     return dt, 0 if batch is None else batch.num_rows, compiled
 
 
+HEAP_STATES = [
+    ("datastream-hashmap-native", "count", "rows"),
+    ("datastream-hashmap-native", "recent-categories", "rows"),
+    ("datastream-hashmap-native", "amount-by-category", "rows"),
+    ("datastream-hashmap-native", "window-contents", "rows"),
+    ("datastream-hashmap-native", "profile", "rows"),
+    ("datastream-hashmap-native", "_timer_state/event_window-timers", "rows"),
+    ("sql-ops-hashmap-native", "accState", "rows"),
+    ("sql-ops-hashmap-native", "window-aggs", "rows"),
+    ("sql-ops-hashmap-native", "values", "rows"),
+]
+
+
+def _heap_block(sp: Any, op: Any, ref: Any, mode: str) -> tuple[bytes, int] | None:
+    """(the entries of one state block, their count) caught from a pure-Python read of a
+    hashmap checkpoint / native savepoint fixture; None if the state is not in that format."""
+    from statequery.backends import heap
+
+    caught: list[tuple[bytes, int]] = []
+    walk = heap.HeapBlockDecoder.walk
+
+    def spy(self: Any, buf: bytes, pos: int, end: int, kg: int) -> int:
+        out = walk(self, buf, pos, end, kg)
+        if self.layout.name == ref.name and self.builder is not None:
+            n = struct.unpack_from(">i", buf, pos)[0]
+            if n:
+                caught.append((buf[pos + 4 : out], n))
+        return out
+
+    _use(True)
+    heap.HeapBlockDecoder.walk = spy  # type: ignore[method-assign]
+    try:
+        sp.read(op, ref.name, mode=mode)
+    finally:
+        heap.HeapBlockDecoder.walk = walk  # type: ignore[method-assign]
+    if not caught:
+        return None
+    return b"".join(b for b, _ in caught), sum(n for _, n in caught)
+
+
+def _heap_decode(layout: Any, mode: str, block: bytes, n: int, pure: bool) -> tuple[float, int,
+                                                                                    bool]:
+    from statequery.arrow.batches import BatchBuilder
+    from statequery.arrow.schemas import state_schema
+    from statequery.backends.heap import HeapBlockDecoder
+
+    _use(pure)
+    builder = BatchBuilder(state_schema(layout, mode), layout)
+    decoder = HeapBlockDecoder(layout, builder, mode)
+    buf = struct.pack(">i", n) + block
+    t = time.process_time()
+    decoder.walk(buf, 0, len(buf), 0)
+    batch = builder.flush()
+    dt = time.process_time() - t
+    return dt, 0 if batch is None else batch.num_rows, builder._sink is not None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--entries", type=int, default=200_000)
@@ -163,6 +220,27 @@ def main() -> None:
         print(f"{label:46} {mode:5} {args.entries:8d} {rows:8d} {best[False]:10.3f} "
               f"{best[True]:8.3f} {best[True] / best[False]:7.1f}x  "
               f"{args.entries / best[False]:,.0f}{'' if took else '  (NOT compiled)'}")
+    print("\nhashmap checkpoint format (HeapBlockDecoder), state blocks repeated:")
+    for name, state, mode in HEAP_STATES:
+        sp = opened.setdefault(
+            name, statequery.open(str(fixture_dir(name)), io=FileIO(), use_snapshot=False))
+        op, ref = _find(sp, state)
+        caught = _heap_block(sp, op, ref, mode)
+        if caught is None:
+            continue
+        block, n = caught
+        times = max(1, args.entries // n)
+        best = {}
+        for pure in (False, True):
+            for _ in range(args.repeat):
+                dt, rows, compiled = _heap_decode(ref.layout, mode, block * times, n * times, pure)
+                best[pure] = min(best.get(pure, dt), dt)
+                if not pure:
+                    took = compiled
+        label = f"{name.split('-')[0]}:{state}"
+        print(f"{label:46} {mode:5} {n * times:8d} {rows:8d} {best[False]:10.3f} "
+              f"{best[True]:8.3f} {best[True] / best[False]:7.1f}x  "
+              f"{n * times / best[False]:,.0f}{'' if took else '  (NOT compiled)'}")
     print(f"\nfull reads of the fixtures' states ({args.reads} reads each, CPU s per read):")
     for name, state, mode in STATES:
         sp = opened[name]
