@@ -16,7 +16,7 @@ byte arrays.
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, realloc
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
@@ -54,6 +54,8 @@ cdef enum:
     _K_MAP = 2
     _K_LIST = 3
     _K_LIST_FLAT = 4
+    _K_MAP_NESTED = 5
+K_MAP_NESTED = 5  # one map<user_key, value> per key and namespace
 
 T_LONG = 1
 T_INT = 2
@@ -942,6 +944,9 @@ cdef class EntrySink:
     cdef Py_ssize_t rows
     cdef Py_ssize_t elements
     cdef bint skip
+    cdef _Buf cur  # K_MAP_NESTED: the composite key prefix (key and namespace) of the open row
+    cdef int cur_kg
+    cdef bint open_row
 
     def __cinit__(self, int kind, key, value, user_key=None, ns=None, bint ttl=False,
                   bint skip=False):
@@ -953,10 +958,11 @@ cdef class EntrySink:
         self.ns = _as_col(ns)
         self.last = Column(_T_LONG) if ttl else None
         if self.key is None or (kind != _K_TIMER and self.value is None) or (
-                kind == _K_MAP and self.user_key is None):
+                (kind == _K_MAP or kind == _K_MAP_NESTED) and self.user_key is None):
             raise ValueError("an entry sink needs key, value (and user key) columns")
         self.kgs = _Buf()
         self.ints = _Buf()
+        self.cur = _Buf()
         self._start()
 
     cdef void _start(self) except *:
@@ -964,8 +970,20 @@ cdef class EntrySink:
         self.elements = 0
         self.kgs.size = 0
         self.ints.size = 0
-        if self.kind == _K_LIST:
+        self.open_row = False
+        if self.kind == _K_LIST or self.kind == _K_MAP_NESTED:
             (<int32_t*>self.ints.grow(4))[0] = 0
+
+    def finish(self):
+        """Completes the open row of a nested map (at the end of every key group)."""
+        self._finish_open()
+
+    cdef inline void _finish_open(self) except *:
+        if self.open_row:
+            self.open_row = False
+            (<int32_t*>self.ints.grow(4))[0] = <int32_t>self.elements
+            (<int32_t*>self.kgs.grow(4))[0] = self.cur_kg
+            self.rows += 1
 
     def __len__(self):
         return self.rows
@@ -1026,6 +1044,9 @@ cdef class EntrySink:
                 raise DecodeError("timer key shorter than its namespace", kpos)
             self._key_ns(buf, kpos + 8, kend, "timer key bytes left after the namespace")
             (<int64_t*>self.ints.grow(8))[0] = ts
+        elif kind == _K_MAP_NESTED:
+            self._nested_entry(buf, kpos, kend, vb, vpos, vend, kg)
+            return 0
         elif kind == _K_MAP:
             p = self.key.read(buf, kpos, kend)
             if self.ns is None:
@@ -1085,6 +1106,41 @@ cdef class EntrySink:
                 (<int32_t*>self.ints.grow(4))[0] = <int32_t>self.elements
         (<int32_t*>self.kgs.grow(4))[0] = kg
         self.rows += 1
+        return 0
+
+    cdef int _nested_entry(self, const uint8_t* buf, Py_ssize_t kpos, Py_ssize_t kend,
+                           const uint8_t* vb, Py_ssize_t vpos, Py_ssize_t vend,
+                           int kg) except -1:
+        """A map entry of a nested map: consecutive entries with the same key and namespace
+        bytes (and key group) form one row."""
+        cdef Py_ssize_t p, size
+        p = self.key.read(buf, kpos, kend)
+        if self.ns is None:
+            if p >= kend:
+                raise DecodeError("key runs into the end of the composite key", p)
+            if buf[p] != 0:
+                raise DecodeError(f"VoidNamespace byte is {buf[p]}, expected 0", p)
+            p += 1
+        else:
+            p = self.ns.read(buf, p, kend)
+        size = p - kpos
+        if (self.open_row and kg == self.cur_kg and size == self.cur.size
+                and memcmp(self.cur.data, buf + kpos, size) == 0):
+            self._heap_drop()  # the row's key and namespace are there already
+        else:
+            self._finish_open()
+            self.cur.size = 0
+            memcpy(self.cur.grow(size), buf + kpos, size)
+            self.cur_kg = kg
+            self.open_row = True
+        self.user_key.slot(buf, p, kend)
+        if vpos >= vend:
+            raise DecodeError("map value without its null flag", vpos)
+        if vb[vpos]:
+            self.value.null()
+        else:
+            self.value.slot(vb, vpos + 1, vend)
+        self.elements += 1
         return 0
 
     # -- the hashmap checkpoint format (statequery.backends.heap) ------------------------------
@@ -1174,6 +1230,20 @@ cdef class EntrySink:
         if count == 0:
             self._heap_drop()  # no rows (Flink keeps no empty lists or maps)
             return pos
+        if kind == _K_MAP_NESTED:
+            for j in range(count):
+                pos = self.user_key.read(b, pos, end)
+                if pos >= end:
+                    raise DecodeError("map entry null flag runs past the end of the data", pos)
+                if b[pos]:
+                    pos += 1
+                    self.value.null()
+                else:
+                    pos = self.value.read(b, pos + 1, end)
+            self.elements += count
+            (<int32_t*>self.ints.grow(4))[0] = <int32_t>self.elements
+            self._heap_row(kg)
+            return pos
         if kind == _K_MAP:
             for j in range(count):
                 if j:
@@ -1238,6 +1308,12 @@ cdef class EntrySink:
             out["timestamp"] = pa.Array.from_buffers(
                 schema.field("timestamp").type, n, [pa.py_buffer(bits) if nulls else None, data],
                 nulls)
+        elif self.kind == _K_MAP_NESTED:
+            t = schema.field("map").type
+            offsets = pa.Array.from_buffers(
+                pa.int32(), n + 1, [None, pa.py_buffer(self.ints.take())])
+            out["map"] = pa.MapArray.from_arrays(
+                offsets, self.user_key.array(t.key_type), self.value.array(t.item_type), type=t)
         elif self.kind == _K_MAP:
             out["user_key"] = self.user_key.array(schema.field("user_key").type)
             out["value"] = self.value.array(schema.field("value").type)
@@ -1403,10 +1479,12 @@ def feed_key_group(EntrySink sink, it, int prefix_len, pending, bytes stop, want
         if item is None:
             item = next(it, None)
             if item is None:
+                sink._finish_open()
                 return kg, entries, None
         key = <bytes>item[0]
         value = <bytes>item[1]
         if stop is not None and key >= stop:
+            sink._finish_open()
             return kg, entries, None
         klen = len(key)
         kb = <const uint8_t*><char*>key
@@ -1416,6 +1494,7 @@ def feed_key_group(EntrySink sink, it, int prefix_len, pending, bytes stop, want
         for i in range(prefix_len):
             k2 = (k2 << 8) | kb[i]
         if kg >= 0 and k2 != kg:
+            sink._finish_open()
             return kg, entries, item
         item = None
         if wanted is not None and k2 not in wanted:

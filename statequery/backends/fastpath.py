@@ -342,6 +342,24 @@ def _sink(mod: ModuleType, layout: StateLayout, mode: str, schema: pa.Schema, sk
         if value is None:
             return None
         return mod.EntrySink(mod.K_VALUE, key, value, None, ns, ttl, skip)
+    if kind == "map" and mode == "nested":
+        map_type = _field(schema, "map")
+        if map_type is None or not pa.types.is_map(map_type):
+            return None
+        user_key = _column(mod, layout.user_key, map_type.key_type)
+        item = map_type.item_type
+        if ttl:
+            # the map value is the TtlValue itself: struct<last_access, value>
+            if not pa.types.is_struct(item) or item.num_fields != 2:
+                return None
+            inner = _column(mod, layout.value, item.field(1).type)
+            value = None if inner is None else mod.StructCol(
+                mod.S_TUPLE, [mod.Column(mod.T_LONG), inner], "TtlValue")
+        else:
+            value = _column(mod, layout.value, item)
+        if value is None or user_key is None:
+            return None
+        return mod.EntrySink(mod.K_MAP_NESTED, key, value, user_key, ns, False, skip)
     if kind == "map" and mode == "rows":
         value = _column(mod, layout.value, _field(schema, "value"))
         user_key = _column(mod, layout.user_key, _field(schema, "user_key"))

@@ -173,11 +173,15 @@ _COMPILED = [
     ("sql-ops-rocksdb-native", "values", "rows"),  # a list of rows inside the value
     ("sql-ops-rocksdb-native", "IntervalJoinLeftCache", "rows"),  # List<Tuple2<RowData, bool>>
     ("sql-ops-rocksdb-native", "window_rank", "rows"),  # long namespace, List<RowData>
+    ("datastream-hashmap-canonical", "amount-by-category", "nested"),  # one map per key
+    ("ttl-kryo-hashmap-canonical", "ttl-map", "nested"),  # map<user key, TtlValue>
+    ("sql-ops-rocksdb-native", "left-records", "nested"),
 ]
 _PURE_ONLY = [
     ("sql-ops-rocksdb-native", "agg5$orderToValueMap", "rows"),  # SQL ARRAY values
+    ("sql-ops-rocksdb-native", "agg5$orderToValueMap", "nested"),
     ("ttl-kryo-hashmap-canonical", "kryo-value", "rows"),  # Kryo: raw bytes
-    ("datastream-hashmap-canonical", "amount-by-category", "nested"),  # nested maps
+    ("ttl-kryo-hashmap-canonical", "kryo-map", "nested"),
 ]
 
 
