@@ -925,6 +925,52 @@ cdef class ListCol(Col):
         return out
 
 
+cdef class SqlArrayCol(ListCol):
+    """SQL ``ARRAY``: a ``BinaryArrayData`` (int32 n little-endian, null bits, ``min_size``-byte
+    element slots) as a RowData field (in the variable part) or as a serializer's value (int32
+    size first, ``ArrayDataSerializer``)."""
+
+    cdef Py_ssize_t read(self, const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end) except -1:
+        cdef int32_t size
+        if pos + 4 > end:
+            raise DecodeError("binary data size runs past the end of the data", pos)
+        size = be_i32(buf, pos)
+        pos += 4
+        if size < 0 or pos + size > end:
+            raise DecodeError(
+                f"binary data of {size} bytes exceeds the {end - pos} bytes left", pos - 4)
+        self._array(buf, pos, size)
+        return pos + size
+
+    cdef int sql_get(self, const uint8_t* buf, Py_ssize_t base, Py_ssize_t slot,
+                     Py_ssize_t size) except -1:
+        cdef Py_ssize_t off, n
+        var_region(buf, slot, size, &off, &n)
+        return self._array(buf, base + off, n)
+
+    cdef int _array(self, const uint8_t* buf, Py_ssize_t start, Py_ssize_t size) except -1:
+        cdef int32_t n, i
+        cdef int64_t null_len
+        cdef Py_ssize_t slot
+        if size < 4:
+            raise DecodeError(f"binary array of {size} bytes", start)
+        memcpy(&n, buf + start, 4)
+        null_len = ((<int64_t>n + 31) // 32) * 4
+        if n < 0 or 4 + null_len + <int64_t>n * self.min_size > size:
+            raise DecodeError(f"binary array of {n} elements does not fit its {size} bytes",
+                              start)
+        slot = start + 4 + null_len
+        for i in range(n):
+            if buf[start + 4 + (i >> 3)] & (1 << (i & 7)):
+                self.inner.null()
+            else:
+                self.inner.sql_get(buf, start, slot, size)
+            slot += self.min_size
+        self.elements += n
+        self._end_row(True)
+        return 0
+
+
 cdef class EntrySink:
     """Decodes one state's composite-key entries (``kpos`` after the key-group prefix) into
     column buffers. Callable like a pure-Python entry handler.

@@ -19,8 +19,9 @@ import pyarrow as pa
 
 from statequery.arrow.schemas import StateLayout, state_schema
 from statequery.arrow.types import arrow_type, sql_arrow_type
-from statequery.serializers.readers import primitive_name, reader_for
+from statequery.serializers.readers import primitive_name, reader_for, sql_fixed_size
 from statequery.serializers.spec import (
+    ArrayDataSpec,
     EnumSpec,
     ListSpec,
     MapSpec,
@@ -155,6 +156,8 @@ def _column(
         if inner is None:
             return None
         return mod.ListCol(inner, reader_for(spec.element).min_size, spec.display)
+    if isinstance(spec, ArrayDataSpec) and lists and pa.types.is_list(arrow):
+        return _sql_array(mod, spec.element, arrow, lists)
     if not pa.types.is_struct(arrow):
         return None
     if isinstance(spec, RowDataSpec):
@@ -223,6 +226,8 @@ def _sql_field(
             return None  # raw bytes with a reason: the pure path
         inner = _column(mod, spec.inner, arrow, lists)
         return None if inner is None else mod.VarCol(inner)
+    if root == "ARRAY":
+        return _sql_array(mod, t.element, arrow, lists) if lists else None
     if root == "DECIMAL":
         p = 10 if t.precision is None else t.precision
         if not 1 <= p <= 38:
@@ -235,6 +240,19 @@ def _sql_field(
         return mod.Column(mod.T_TIMESTAMP, (), None, p)
     name = _SQL_CODES.get(root)
     return None if name is None else mod.Column(getattr(mod, name))
+
+
+def _sql_array(mod: ModuleType, element: SqlType | None, arrow: pa.DataType, lists: bool) -> Any:
+    """A SQL ARRAY (``BinaryArrayData``) of compiled elements, or None."""
+    if element is None or not pa.types.is_list(arrow):
+        return None
+    inner = _sql_field(mod, element, None, arrow.value_type, lists)
+    if inner is None:
+        return None
+    t = element
+    while t.root == "DISTINCT_TYPE" and t.element is not None:
+        t = t.element
+    return mod.SqlArrayCol(inner, sql_fixed_size(t), str(element))
 
 
 def _is_void(spec: SerializerSpec | None) -> bool:
