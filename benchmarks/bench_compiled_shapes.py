@@ -3,11 +3,13 @@ a timed test).
 
     python benchmarks/bench_compiled_shapes.py [--entries 200000] [--repeat 3]
 
-For each canonical fixture state below (windowed, POJO, tuple, TTL, RowData keys and values),
+For each canonical fixture state below (windowed, POJO, tuple, TTL, RowData keys and values,
+nested maps),
 the state's real entries (as Flink 2.3 wrote them in ``tests/fixtures``) are copied into one
 key group of about ``--entries`` entries, which is then decoded into a RecordBatch with the
 compiled sink and with the pure-Python handlers: CPU seconds (``time.process_time``, best of
-``--repeat``) and entries per CPU-second. Then full reads (``Savepoint.read``) of the same states
+``--repeat``) and entries per CPU-second. The same for state blocks of the hashmap checkpoint
+format (native savepoint fixtures), repeated. Then full reads (``Savepoint.read``) of the same states
 on the fixtures, as they are (tens of rows: per-read overhead dominates). The load average is
 printed: the machine may be shared.
 """
@@ -35,7 +37,8 @@ STATES = [
     ("ttl-kryo-hashmap-canonical", "ttl-list", "flat"),
     ("ttl-kryo-hashmap-canonical", "ttl-map", "rows"),
     ("sql-hashmap-canonical", "distinctAcc_0", "rows"),
-    ("sql-hashmap-canonical", "_timer_state/processing_user-timers", "rows"),
+    ("sql-hashmap-canonical", "accState", "rows"),
+    ("datastream-hashmap-canonical", "amount-by-category", "nested"),
 ]
 
 
@@ -136,6 +139,8 @@ HEAP_STATES = [
     ("sql-ops-hashmap-native", "accState", "rows"),
     ("sql-ops-hashmap-native", "window-aggs", "rows"),
     ("sql-ops-hashmap-native", "values", "rows"),
+    ("sql-ops-hashmap-native", "agg5$orderToValueMap", "rows"),
+    ("datastream-hashmap-native", "amount-by-category", "nested"),
 ]
 
 
