@@ -1,17 +1,19 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Compiled decode path for canonical key-group streams (the optional fast twin of
-:mod:`statequery.backends._read_py`; see :mod:`statequery.backends.fastpath`).
+"""Compiled decode path (the optional fast twin of the pure-Python handlers; see
+:mod:`statequery.backends.fastpath` and docs/decoding.md).
 
-:func:`scan_key_group` walks a decompressed key group exactly like the pure-Python
+:func:`scan_key_group` walks a decompressed canonical key group exactly like the pure-Python
 :func:`statequery.backends.keygroups.scan_key_group` (same checks, same error messages).
 Entries of a state whose handler is an :class:`EntrySink` are decoded in C straight into column
 buffers (no Python object per value); :meth:`EntrySink.arrays` turns them into Arrow arrays.
-Other handlers are called as Python callables, so every state still decodes.
+Other handlers are called as Python callables, so every state still decodes. The same sinks take
+RocksDB entries in bulk (:func:`feed_key_group`) and walk state blocks of the hashmap checkpoint
+format (:meth:`EntrySink.walk`).
 
-Shapes (VoidNamespace, no TTL): value/reducing/aggregating, timers, map entries (``rows``), list
-(``rows`` and ``flat``), with keys, values and user keys that are Flink primitives (``long``,
-``int``, ``short``, ``byte``, ``double``, ``float``, ``boolean``, ``StringValue`` strings) or
-byte arrays.
+Columns (:class:`Col`): :class:`Column` (primitives, strings, StringData, byte arrays, enums,
+SQL decimals and timestamps), :class:`StructCol` (Tuple, TimeWindow, POJO, Row, BinaryRowData),
+:class:`ListCol` and :class:`SqlArrayCol` (lists inside values), :class:`NullCol`,
+:class:`VarCol` (RAW fields of a BinaryRowData).
 """
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
