@@ -9,9 +9,9 @@ the state's real entries (as Flink 2.3 wrote them in ``tests/fixtures``) are cop
 key group of about ``--entries`` entries, which is then decoded into a RecordBatch with the
 compiled sink and with the pure-Python handlers: CPU seconds (``time.process_time``, best of
 ``--repeat``) and entries per CPU-second. The same for state blocks of the hashmap checkpoint
-format (native savepoint fixtures), repeated. Then full reads (``Savepoint.read``) of the same states
-on the fixtures, as they are (tens of rows: per-read overhead dominates). The load average is
-printed: the machine may be shared.
+format (native savepoint fixtures), repeated. Then full reads (``Savepoint.read``) of the same
+states on the fixtures, as they are (tens of rows: per-read overhead dominates). The load average
+is printed: the machine may be shared.
 """
 
 from __future__ import annotations
@@ -195,8 +195,9 @@ def main() -> None:
     ap.add_argument("--reads", type=int, default=50)
     args = ap.parse_args()
 
-    import statequery
     from conftest import fixture_dir
+
+    import statequery
     from statequery.io import FileIO
 
     print(f"load average before: {os.getloadavg()}")
