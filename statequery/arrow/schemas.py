@@ -147,7 +147,13 @@ def state_schema(layout: Any, mode: str | None = None) -> pa.Schema:
             vt = column_type(layout.value)
             if layout.ttl:
                 vt = pa.struct([("last_access", EPOCH_MS), ("value", vt)])
-            fields.append(pa.field("map", pa.map_(column_type(layout.user_key), vt)))
+            kt = column_type(layout.user_key)
+            if pa.types.is_null(kt):
+                # no user-key serializer (the header could not be read past an unknown one, as
+                # in CEP's shared buffer): Arrow map keys cannot be null-typed, so the keys are
+                # raw bytes; such a state's entries raise UnsupportedFormatError in every mode
+                kt = pa.binary()
+            fields.append(pa.field("map", pa.map_(kt, vt)))
             for name, spec in (("user_key", layout.user_key), ("value", layout.value)):
                 if spec is not None and not spec.decodable:
                     fields.append(pa.field(f"{name}_reason", pa.string()))

@@ -1,29 +1,63 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Compiled decode path for canonical key-group streams (the optional fast twin of
-:mod:`statequery.backends._read_py`; see :mod:`statequery.backends.fastpath`).
+"""Compiled decode path (the optional fast twin of the pure-Python handlers; see
+:mod:`statequery.backends.fastpath` and docs/decoding.md).
 
-:func:`scan_key_group` walks a decompressed key group exactly like the pure-Python
+:func:`scan_key_group` walks a decompressed canonical key group exactly like the pure-Python
 :func:`statequery.backends.keygroups.scan_key_group` (same checks, same error messages).
 Entries of a state whose handler is an :class:`EntrySink` are decoded in C straight into column
 buffers (no Python object per value); :meth:`EntrySink.arrays` turns them into Arrow arrays.
-Other handlers are called as Python callables, so every state still decodes.
+Other handlers are called as Python callables, so every state still decodes. The same sinks take
+RocksDB entries in bulk (:func:`feed_key_group`) and walk state blocks of the hashmap checkpoint
+format (:meth:`EntrySink.walk`).
 
-Shapes (VoidNamespace, no TTL): value/reducing/aggregating, timers, map entries (``rows``), list
-(``rows`` and ``flat``), with keys, values and user keys that are Flink primitives (``long``,
-``int``, ``short``, ``byte``, ``double``, ``float``, ``boolean``, ``StringValue`` strings) or
-byte arrays.
+Columns (:class:`Col`): :class:`Column` (primitives, strings, StringData, byte arrays, enums,
+SQL decimals and timestamps), :class:`StructCol` (Tuple, TimeWindow, POJO, Row, BinaryRowData),
+:class:`ListCol` and :class:`SqlArrayCol` (lists inside values), :class:`NullCol`,
+:class:`VarCol` (RAW fields of a BinaryRowData).
 """
 
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, realloc
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
 import pyarrow as pa
 
+cdef extern from *:
+    """
+    typedef __int128 sq_i128;
+    """
+    ctypedef long long sq_i128  # a 128-bit integer in C (never converted to Python)
+
 from statequery.decoder import DecodeError
 from statequery.serializers.readers import DECODE_ERRORS
+
+cdef enum:
+    _T_LONG = 1
+    _T_INT = 2
+    _T_SHORT = 3
+    _T_BYTE = 4
+    _T_DOUBLE = 5
+    _T_FLOAT = 6
+    _T_BOOL = 7
+    _T_STRING = 8
+    _T_BYTES = 9
+    _T_STRING_DATA = 10
+    _T_ENUM = 11
+    _T_DECIMAL = 12
+    _T_TIMESTAMP = 13
+    _S_TUPLE = 1
+    _S_POJO = 2
+    _S_ROW = 3
+    _S_ROWDATA = 4
+    _K_VALUE = 0
+    _K_TIMER = 1
+    _K_MAP = 2
+    _K_LIST = 3
+    _K_LIST_FLAT = 4
+    _K_MAP_NESTED = 5
+K_MAP_NESTED = 5  # one map<user_key, value> per key and namespace
 
 T_LONG = 1
 T_INT = 2
@@ -34,6 +68,15 @@ T_FLOAT = 6
 T_BOOL = 7
 T_STRING = 8
 T_BYTES = 9
+T_STRING_DATA = 10  # StringDataSerializer: int32 length + UTF-8
+T_ENUM = 11  # EnumSerializer: int32 index -> the constant's name
+T_DECIMAL = 12  # SQL DECIMAL(p <= 38) in a BinaryRowData: decimal128
+T_TIMESTAMP = 13  # SQL TIMESTAMP(p > 3) in a BinaryRowData (millis + nanos of milli)
+
+S_TUPLE = 1  # fields concatenated (Tuple, TimeWindow)
+S_POJO = 2  # flags byte, per field a null flag
+S_ROW = 3  # RowSerializer: null mask (+ 2 RowKind bits)
+S_ROWDATA = 4  # int32 size + BinaryRowData
 
 K_VALUE = 0
 K_TIMER = 1
@@ -113,22 +156,154 @@ cdef inline void put_utf8(_Buf out, uint32_t cp) except *:
         d[3] = <char>(0x80 | (cp & 0x3F))
 
 
-cdef class Column:
+cdef bint utf8_valid(const uint8_t* s, Py_ssize_t n) noexcept:
+    """Strict UTF-8 (as Python's ``bytes.decode("utf-8")``: no overlong forms, no surrogates,
+    nothing above U+10FFFF)."""
+    cdef Py_ssize_t i = 0
+    cdef uint8_t c, c1
+    while i < n:
+        c = s[i]
+        if c < 0x80:
+            i += 1
+            continue
+        if c < 0xC2:
+            return False
+        if c < 0xE0:
+            if i + 1 >= n or (s[i + 1] & 0xC0) != 0x80:
+                return False
+            i += 2
+        elif c < 0xF0:
+            if i + 2 >= n:
+                return False
+            c1 = s[i + 1]
+            if c == 0xE0:
+                if c1 < 0xA0 or c1 > 0xBF:
+                    return False
+            elif c == 0xED:
+                if c1 < 0x80 or c1 > 0x9F:
+                    return False
+            elif (c1 & 0xC0) != 0x80:
+                return False
+            if (s[i + 2] & 0xC0) != 0x80:
+                return False
+            i += 3
+        elif c < 0xF5:
+            if i + 3 >= n:
+                return False
+            c1 = s[i + 1]
+            if c == 0xF0:
+                if c1 < 0x90 or c1 > 0xBF:
+                    return False
+            elif c == 0xF4:
+                if c1 < 0x80 or c1 > 0x8F:
+                    return False
+            elif (c1 & 0xC0) != 0x80:
+                return False
+            if (s[i + 2] & 0xC0) != 0x80 or (s[i + 3] & 0xC0) != 0x80:
+                return False
+            i += 4
+        else:
+            return False
+    return True
+
+
+cdef object _bitmap(_Buf valid, Py_ssize_t n, Py_ssize_t nulls):
+    """A validity bitmap from one byte per row (None without nulls)."""
+    cdef Py_ssize_t i
+    cdef bytearray bits
+    cdef unsigned char* bp
+    if nulls == 0:
+        return None
+    bits = bytearray((n + 7) // 8)
+    bp = bits
+    for i in range(n):
+        if valid.data[i]:
+            bp[i >> 3] |= 1 << (i & 7)
+    return pa.py_buffer(bits)
+
+
+cdef int var_region(const uint8_t* buf, Py_ssize_t slot, Py_ssize_t size, Py_ssize_t* off,
+                    Py_ssize_t* n) except -1:
+    """A variable-length field of a BinaryRowData: its slot holds ``offset << 32 | length``."""
+    cdef uint64_t v
+    memcpy(&v, buf + slot, 8)
+    cdef uint64_t o = v >> 32, k = v & 0xFFFFFFFF
+    if o + k > <uint64_t>size:
+        raise DecodeError(
+            f"variable-length field [{o}, {o + k}) outside its {size}-byte binary section", slot)
+    off[0] = <Py_ssize_t>o
+    n[0] = <Py_ssize_t>k
+    return 0
+
+
+cdef sq_i128 pow10(int p) noexcept:
+    cdef sq_i128 r = 1
+    cdef int i
+    for i in range(p):
+        r *= 10
+    return r
+
+
+cdef class Col:
+    """A column being decoded: values are appended in C, :meth:`array` turns them into an Arrow
+    array of the schema's type. Subclasses: :class:`Column` (scalars), :class:`StructCol`."""
+    cdef Py_ssize_t n
+    cdef Py_ssize_t nulls
+    cdef _Buf valid
+    cdef str what
+
+    cdef Py_ssize_t read(self, const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end) except -1:
+        raise NotImplementedError
+
+    cdef int sql_get(self, const uint8_t* buf, Py_ssize_t base, Py_ssize_t slot,
+                     Py_ssize_t size) except -1:
+        """Decodes the field in the 8-byte slot ``slot`` of a ``BinaryRowData`` of ``size``
+        bytes at ``base``."""
+        raise NotImplementedError
+
+    cdef void null(self) except *:
+        raise NotImplementedError
+
+    cdef void dup_last(self) except *:
+        raise NotImplementedError
+
+    cdef void drop_last(self) except *:
+        raise NotImplementedError
+
+    cdef object array(self, object type):
+        raise NotImplementedError
+
+    cdef void reset(self) except *:
+        """Drops the buffered values."""
+        raise NotImplementedError
+
+    cdef int slot(self, const uint8_t* buf, Py_ssize_t start, Py_ssize_t end) except -1:
+        """Decodes a value that must fill ``[start, end)`` exactly."""
+        cdef Py_ssize_t p = self.read(buf, start, end)
+        if p != end:
+            raise DecodeError(f"{self.what} used {p - start} of its {end - start} bytes", start)
+        return 0
+
+
+cdef class Column(Col):
     """One column of values of one primitive type: data, int32 offsets (variable width) and a
     validity byte per row."""
     cdef int typ
     cdef int width
     cdef _Buf data
     cdef _Buf offsets
-    cdef _Buf valid
-    cdef Py_ssize_t n
-    cdef Py_ssize_t nulls
-    cdef Py_ssize_t last_start
+    cdef tuple constants  # T_ENUM: the constant names, UTF-8
+    cdef int precision  # T_DECIMAL, T_TIMESTAMP
+    cdef sq_i128 limit  # T_DECIMAL: 10 ** precision
 
-    def __cinit__(self, int typ):
+    def __cinit__(self, int typ, constants=(), what=None, int precision=0):
         self.typ = typ
-        self.width = {T_LONG: 8, T_INT: 4, T_SHORT: 2, T_BYTE: 1, T_DOUBLE: 8, T_FLOAT: 4,
-                      T_BOOL: 1}.get(typ, 0)
+        self.width = {_T_LONG: 8, _T_INT: 4, _T_SHORT: 2, _T_BYTE: 1, _T_DOUBLE: 8, _T_FLOAT: 4,
+                      _T_BOOL: 1, _T_DECIMAL: 16, _T_TIMESTAMP: 8}.get(typ, 0)
+        self.precision = precision
+        self.limit = pow10(precision)
+        self.what = what or _NAMES.get(typ, "value")
+        self.constants = tuple(c.encode("utf-8") for c in constants)
         self.data = _Buf()
         self.offsets = _Buf()
         self.valid = _Buf()
@@ -143,6 +318,9 @@ cdef class Column:
         if self.width == 0:
             (<int32_t*>self.offsets.grow(4))[0] = 0
 
+    cdef void reset(self) except *:
+        self._start()
+
     cdef inline void _end_row(self, bint ok) except *:
         self.valid.grow(1)[0] = ok
         if not ok:
@@ -152,6 +330,11 @@ cdef class Column:
                 raise OverflowError("more than 2 GiB of string data in one batch")
             (<int32_t*>self.offsets.grow(4))[0] = <int32_t>self.data.size
         self.n += 1
+
+    cdef inline void _put(self, const uint8_t* src, Py_ssize_t n) except *:
+        cdef char* d = self.data.grow(n)
+        memcpy(d, src, n)
+        self._end_row(True)
 
     cdef void drop_last(self) except *:
         self.n -= 1
@@ -190,30 +373,124 @@ cdef class Column:
         cdef int i
         cdef char* d
         cdef int32_t n
+        cdef bytes name
         if w:
             if pos + w > end:
                 raise DecodeError("value runs past the end of the data", pos)
             d = self.data.grow(w)
-            if self.typ == T_BOOL:
+            if self.typ == _T_BOOL:
                 d[0] = buf[pos] != 0
             else:
                 for i in range(w):
                     d[i] = buf[pos + w - 1 - i]
             self._end_row(True)
             return pos + w
-        if self.typ == T_BYTES:
+        if self.typ == _T_BYTES or self.typ == _T_STRING_DATA:
             if pos + 4 > end:
-                raise DecodeError("byte array length runs past the end of the data", pos)
+                raise DecodeError(f"{self.what} length runs past the end of the data", pos)
             n = be_i32(buf, pos)
             pos += 4
             if n < 0 or pos + n > end:
                 raise DecodeError(
-                    f"byte array of {n} bytes exceeds the {end - pos} bytes left", pos - 4)
-            d = self.data.grow(n)
-            memcpy(d, buf + pos, n)
-            self._end_row(True)
+                    f"{self.what} of {n} bytes exceeds the {end - pos} bytes left", pos - 4)
+            if self.typ == _T_STRING_DATA and not utf8_valid(buf + pos, n):
+                raise DecodeError("string is not valid UTF-8", pos)
+            self._put(buf + pos, n)
             return pos + n
+        if self.typ == _T_ENUM:
+            if pos + 4 > end:
+                raise DecodeError("enum index runs past the end of the data", pos)
+            n = be_i32(buf, pos)
+            if n < 0 or n >= len(self.constants):
+                raise DecodeError(
+                    f"enum index {n} outside the {len(self.constants)} constants of {self.what}",
+                    pos)
+            name = <bytes>self.constants[n]
+            self._put(<const uint8_t*><char*>name, len(name))
+            return pos + 4
         return self._read_string(buf, pos, end)
+
+    cdef int sql_get(self, const uint8_t* buf, Py_ssize_t base, Py_ssize_t slot,
+                     Py_ssize_t size) except -1:
+        cdef uint8_t b7
+        cdef uint64_t n
+        cdef Py_ssize_t voff, vn
+        cdef const uint8_t* src
+        if self.typ == _T_DECIMAL:
+            return self._sql_decimal(buf, base, slot, size)
+        if self.typ == _T_TIMESTAMP:
+            return self._sql_timestamp(buf, base, slot, size)
+        if self.width:
+            if self.typ == _T_BOOL:
+                self.data.grow(1)[0] = buf[slot] != 0
+            else:  # little-endian inside BinaryRowData, as this host
+                memcpy(self.data.grow(self.width), buf + slot, self.width)
+            self._end_row(True)
+            return 0
+        b7 = buf[slot + 7]
+        if b7 & 0x80:
+            n = b7 & 0x7F
+            if n > 7:
+                raise DecodeError(f"inline binary length {n} > 7", slot)
+            src = buf + slot
+        else:
+            var_region(buf, slot, size, &voff, &vn)
+            n = <uint64_t>vn
+            src = buf + base + voff
+        if self.typ == _T_STRING and not utf8_valid(src, <Py_ssize_t>n):
+            raise DecodeError("string field is not valid UTF-8", slot)
+        self._put(src, <Py_ssize_t>n)
+        return 0
+
+    cdef int _sql_decimal(self, const uint8_t* buf, Py_ssize_t base, Py_ssize_t slot,
+                          Py_ssize_t size) except -1:
+        """DECIMAL(p, s): p <= 18 the unscaled long in the slot, else up to 16 big-endian bytes
+        in the variable part; more than p digits is corrupt data (as on the pure path)."""
+        cdef int64_t compact
+        cdef sq_i128 v
+        cdef Py_ssize_t off, n, i
+        if self.precision <= 18:
+            memcpy(&compact, buf + slot, 8)
+            v = compact
+        else:
+            var_region(buf, slot, size, &off, &n)
+            if n > 16:
+                raise DecodeError(f"decimal of {n} bytes (at most 16)", slot)
+            v = 0
+            if n:
+                v = -1 if buf[base + off] & 0x80 else 0
+            for i in range(n):
+                v = (v << 8) | buf[base + off + i]
+        if not (-self.limit < v < self.limit):
+            raise DecodeError(
+                f"decimal unscaled value exceeds DECIMAL({self.precision}, ...)", slot)
+        memcpy(self.data.grow(16), &v, 16)
+        self._end_row(True)
+        return 0
+
+    cdef int _sql_timestamp(self, const uint8_t* buf, Py_ssize_t base, Py_ssize_t slot,
+                            Py_ssize_t size) except -1:
+        """TIMESTAMP(p > 3): the slot holds ``offset << 32 | nanos of the milli``, the millis
+        are at the offset; microseconds (p <= 6) or nanoseconds."""
+        cdef uint64_t v
+        cdef uint64_t off, nanos
+        cdef int64_t millis
+        cdef sq_i128 t
+        memcpy(&v, buf + slot, 8)
+        off = v >> 32
+        nanos = v & 0xFFFFFFFF
+        if off + 8 > <uint64_t>size or nanos >= 1000000:
+            raise DecodeError("invalid non-compact timestamp slot", slot)
+        memcpy(&millis, buf + base + off, 8)
+        if self.precision > 6:
+            t = <sq_i128>millis * 1000000 + <sq_i128>nanos
+        else:
+            t = <sq_i128>millis * 1000 + <sq_i128>(nanos // 1000)
+        if t < <sq_i128>LONG_MIN or t > -(<sq_i128>LONG_MIN) - 1:
+            raise DecodeError("TIMESTAMP is out of the 64-bit range of its Arrow type", slot)
+        (<int64_t*>self.data.grow(8))[0] = <int64_t>t
+        self._end_row(True)
+        return 0
 
     cdef Py_ssize_t _read_string(self, const uint8_t* buf, Py_ssize_t pos,
                                  Py_ssize_t end) except -1:
@@ -303,36 +580,21 @@ cdef class Column:
     cdef int slot(self, const uint8_t* buf, Py_ssize_t start, Py_ssize_t end) except -1:
         """Decodes a value that must fill ``[start, end)`` exactly."""
         cdef Py_ssize_t p
-        if self.width and self.typ != T_BOOL and end - start != self.width:
+        if self.width and self.typ != _T_BOOL and end - start != self.width:
             raise DecodeError(
-                f"{_NAMES[self.typ]} value of {end - start} bytes ({self.width} expected)", start)
+                f"{self.what} value of {end - start} bytes ({self.width} expected)", start)
         p = self.read(buf, start, end)
         if p != end:
-            raise DecodeError(
-                f"{_NAMES[self.typ]} used {p - start} of its {end - start} bytes", start)
+            raise DecodeError(f"{self.what} used {p - start} of its {end - start} bytes", start)
         return 0
-
-    cdef object validity(self):
-        """The validity bitmap (None without nulls)."""
-        cdef Py_ssize_t i
-        cdef bytearray bits
-        cdef unsigned char* bp
-        if self.nulls == 0:
-            return None
-        bits = bytearray((self.n + 7) // 8)
-        bp = bits
-        for i in range(self.n):
-            if self.valid.data[i]:
-                bp[i >> 3] |= 1 << (i & 7)
-        return pa.py_buffer(bits)
 
     cdef object array(self, object type):
         """The column as an Arrow array of ``type``; the buffers start over."""
         cdef Py_ssize_t i, n = self.n
         cdef bytearray bits
         cdef unsigned char* bp
-        validity = self.validity()
-        if self.typ == T_BOOL:
+        validity = _bitmap(self.valid, n, self.nulls)
+        if self.typ == _T_BOOL:
             bits = bytearray((n + 7) // 8)
             bp = bits
             for i in range(n):
@@ -351,29 +613,404 @@ cdef class Column:
         return out
 
 
-_NAMES = {T_LONG: "long", T_INT: "int", T_SHORT: "short", T_BYTE: "byte", T_DOUBLE: "double",
-          T_FLOAT: "float", T_BOOL: "boolean", T_STRING: "string", T_BYTES: "byte array"}
+_NAMES = {_T_LONG: "long", _T_INT: "int", _T_SHORT: "short", _T_BYTE: "byte", _T_DOUBLE: "double",
+          _T_FLOAT: "float", _T_BOOL: "boolean", _T_STRING: "string", _T_BYTES: "byte array",
+          _T_STRING_DATA: "string", _T_ENUM: "enum"}
+
+
+cdef class StructCol(Col):
+    """A struct column: Tuple and TimeWindow (fields concatenated), POJO (flags byte, a null
+    flag per field; nested POJOs are struct children), Row (null mask, RowKind bits) and
+    ``BinaryRowData`` (int32 size, null bits, 8-byte little-endian slots)."""
+    cdef int skind
+    cdef list children
+    cdef Py_ssize_t arity
+    cdef int mask_offset
+    cdef Py_ssize_t mask_bytes
+    cdef Py_ssize_t null_bytes
+    cdef Py_ssize_t fixed_end
+
+    def __cinit__(self, int skind, list children, str what="value", int mask_offset=0):
+        self.skind = skind
+        self.children = children
+        self.arity = len(children)
+        self.what = what
+        self.mask_offset = mask_offset
+        self.mask_bytes = (mask_offset + self.arity + 7) // 8
+        self.null_bytes = ((self.arity + 63 + 8) // 64) * 8
+        self.fixed_end = self.null_bytes + 8 * self.arity
+        self.valid = _Buf()
+        self.n = 0
+        self.nulls = 0
+
+    cdef inline void _row(self) except *:
+        self.valid.grow(1)[0] = 1
+        self.n += 1
+
+    cdef void reset(self) except *:
+        cdef Col c
+        for c in self.children:
+            c.reset()
+        self.n = 0
+        self.nulls = 0
+        self.valid.size = 0
+
+    cdef void null(self) except *:
+        cdef Col c
+        for c in self.children:
+            c.null()
+        self.valid.grow(1)[0] = 0
+        self.nulls += 1
+        self.n += 1
+
+    cdef void dup_last(self) except *:
+        cdef Col c
+        cdef bint ok = self.valid.data[self.n - 1]
+        for c in self.children:
+            c.dup_last()
+        self.valid.grow(1)[0] = ok
+        if not ok:
+            self.nulls += 1
+        self.n += 1
+
+    cdef void drop_last(self) except *:
+        cdef Col c
+        for c in self.children:
+            c.drop_last()
+        self.n -= 1
+        self.valid.size -= 1
+        if not self.valid.data[self.n]:
+            self.nulls -= 1
+
+    cdef Py_ssize_t read(self, const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end) except -1:
+        cdef Col c
+        cdef int flags, bit
+        cdef Py_ssize_t m, i
+        cdef int32_t size
+        if self.skind == _S_TUPLE:
+            for c in self.children:
+                pos = c.read(buf, pos, end)
+        elif self.skind == _S_POJO:
+            if pos >= end:
+                raise DecodeError(f"POJO {self.what} runs past the end of the data", pos)
+            flags = buf[pos]
+            pos += 1
+            if flags == 2:
+                for c in self.children:
+                    if pos >= end:
+                        raise DecodeError(f"POJO {self.what} runs past the end of the data", pos)
+                    if buf[pos]:
+                        c.null()
+                        pos += 1
+                    else:
+                        pos = c.read(buf, pos + 1, end)
+            elif flags & 1:
+                self.null()
+                return pos
+            elif flags & 12:
+                raise DecodeError(
+                    f"POJO {self.what} value written as a subclass (flags {flags}); subclass "
+                    "values are not decodable", pos - 1)
+            else:
+                raise DecodeError(f"POJO {self.what}: invalid flags byte {flags}", pos - 1)
+        elif self.skind == _S_ROW:
+            if pos + self.mask_bytes > end:
+                raise DecodeError("row null mask runs past the end of the data", pos)
+            m = pos
+            pos += self.mask_bytes
+            i = 0
+            for c in self.children:
+                bit = self.mask_offset + i
+                if buf[m + (bit >> 3)] & (0x80 >> (bit & 7)):
+                    c.null()
+                else:
+                    pos = c.read(buf, pos, end)
+                i += 1
+        else:
+            if pos + 4 > end:
+                raise DecodeError("binary row size runs past the end of the data", pos)
+            size = be_i32(buf, pos)
+            pos += 4
+            if size < 0 or pos + size > end:
+                raise DecodeError(
+                    f"binary data of {size} bytes exceeds the {end - pos} bytes left", pos - 4)
+            self._row_data(buf, pos, size)
+            return pos + size
+        self._row()
+        return pos
+
+    cdef int _row_data(self, const uint8_t* buf, Py_ssize_t base, Py_ssize_t size) except -1:
+        cdef Col c
+        cdef Py_ssize_t i = 0
+        if size < self.fixed_end:
+            raise DecodeError(
+                f"binary row of {size} bytes is shorter than its {self.fixed_end}-byte fixed part "
+                f"({self.arity} fields)", base)
+        for c in self.children:
+            if buf[base + ((i + 8) >> 3)] & (1 << ((i + 8) & 7)):
+                c.null()
+            else:
+                c.sql_get(buf, base, base + self.null_bytes + 8 * i, size)
+            i += 1
+        self._row()
+        return 0
+
+    cdef int sql_get(self, const uint8_t* buf, Py_ssize_t base, Py_ssize_t slot,
+                     Py_ssize_t size) except -1:
+        """A nested ROW field: a BinaryRowData in the variable part."""
+        cdef Py_ssize_t off, n
+        if self.skind != _S_ROWDATA:
+            raise NotImplementedError
+        var_region(buf, slot, size, &off, &n)
+        return self._row_data(buf, base + off, n)
+
+    cdef int slot(self, const uint8_t* buf, Py_ssize_t start, Py_ssize_t end) except -1:
+        if self.skind == _S_ROWDATA:
+            # SQL keys: int32 size, then exactly that many BinaryRowData bytes
+            if end - start < 4 or be_i32(buf, start) != end - start - 4:
+                raise DecodeError(
+                    f"RowData size prefix does not match its {end - start}-byte slot", start)
+            return self._row_data(buf, start + 4, end - start - 4)
+        return Col.slot(self, buf, start, end)
+
+    cdef object array(self, object type):
+        cdef Col c
+        cdef Py_ssize_t i
+        children = [(<Col>self.children[i]).array(type.field(i).type) for i in range(self.arity)]
+        out = pa.Array.from_buffers(
+            type, self.n, [_bitmap(self.valid, self.n, self.nulls)], self.nulls, 0, children)
+        self.n = 0
+        self.nulls = 0
+        self.valid.size = 0
+        return out
+
+
+cdef class NullCol(Col):
+    """Values that are always null: ``NullValue`` (no bytes) and Flink SQL's ``NullSerializer``
+    placeholders of state-backed data views (one byte, as VoidSerializer)."""
+    cdef Py_ssize_t size
+
+    def __cinit__(self, Py_ssize_t size, str what="null"):
+        self.size = size
+        self.what = what
+        self.n = 0
+
+    cdef Py_ssize_t read(self, const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end) except -1:
+        if pos + self.size > end:
+            raise DecodeError(f"{self.what} runs past the end of the data", pos)
+        self.n += 1
+        return pos + self.size
+
+    cdef void null(self) except *:
+        self.n += 1
+
+    cdef void dup_last(self) except *:
+        self.n += 1
+
+    cdef void drop_last(self) except *:
+        self.n -= 1
+
+    cdef void reset(self) except *:
+        self.n = 0
+
+    cdef object array(self, object type):
+        out = pa.nulls(self.n, type)
+        self.n = 0
+        return out
+
+
+cdef class VarCol(Col):
+    """A BinaryRowData field stored in the variable part and written by another serializer
+    (``RAW``: ``RawValueDataSerializer``): the inner column decodes exactly those bytes."""
+    cdef Col inner
+
+    def __cinit__(self, Col inner):
+        self.inner = inner
+        self.what = inner.what
+
+    cdef int sql_get(self, const uint8_t* buf, Py_ssize_t base, Py_ssize_t slot,
+                     Py_ssize_t size) except -1:
+        cdef Py_ssize_t off, n
+        var_region(buf, slot, size, &off, &n)
+        return self.inner.slot(buf, base + off, base + off + n)
+
+    cdef void null(self) except *:
+        self.inner.null()
+
+    cdef void dup_last(self) except *:
+        self.inner.dup_last()
+
+    cdef void drop_last(self) except *:
+        self.inner.drop_last()
+
+    cdef void reset(self) except *:
+        self.inner.reset()
+
+    cdef object array(self, object type):
+        return self.inner.array(type)
+
+
+cdef class ListCol(Col):
+    """``ListSerializer``/``ArrayListSerializer`` values: int32 size, then the elements (an
+    Arrow list over the element column). Only for values (not keys or namespaces, which flat
+    lists repeat)."""
+    cdef Col inner
+    cdef _Buf offsets
+    cdef Py_ssize_t elements
+    cdef Py_ssize_t min_size
+
+    def __cinit__(self, Col inner, Py_ssize_t min_size, str what="list"):
+        self.inner = inner
+        self.min_size = min_size
+        self.what = what
+        self.offsets = _Buf()
+        self.valid = _Buf()
+        self.reset()
+
+    cdef void reset(self) except *:
+        self.inner.reset()
+        self.n = 0
+        self.nulls = 0
+        self.elements = 0
+        self.valid.size = 0
+        self.offsets.size = 0
+        (<int32_t*>self.offsets.grow(4))[0] = 0
+
+    cdef inline void _end_row(self, bint ok) except *:
+        self.valid.grow(1)[0] = ok
+        if not ok:
+            self.nulls += 1
+        if self.elements > 0x7FFFFFFF:
+            raise OverflowError("more than 2**31 list elements in one batch")
+        (<int32_t*>self.offsets.grow(4))[0] = <int32_t>self.elements
+        self.n += 1
+
+    cdef Py_ssize_t read(self, const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end) except -1:
+        cdef int32_t count, i
+        if pos + 4 > end:
+            raise DecodeError("list size runs past the end of the data", pos)
+        count = be_i32(buf, pos)
+        pos += 4
+        if count < 0:
+            raise DecodeError(f"negative list size {count}", pos)
+        if self.min_size > 0:
+            if <int64_t>count * self.min_size > end - pos:
+                raise DecodeError(f"list size {count} exceeds the {end - pos} bytes left", pos)
+        elif count > (1 << 20):
+            raise DecodeError(f"list size {count} is implausibly large", pos)
+        for i in range(count):
+            pos = self.inner.read(buf, pos, end)
+        self.elements += count
+        self._end_row(True)
+        return pos
+
+    cdef void null(self) except *:
+        self._end_row(False)
+
+    cdef void dup_last(self) except *:
+        raise NotImplementedError("list keys are not compiled")
+
+    cdef void drop_last(self) except *:
+        raise NotImplementedError("list keys are not compiled")
+
+    cdef object array(self, object type):
+        cdef Py_ssize_t n = self.n
+        values = self.inner.array(type.value_type)
+        out = pa.Array.from_buffers(
+            type, n, [_bitmap(self.valid, n, self.nulls), pa.py_buffer(self.offsets.take())],
+            self.nulls, 0, [values])
+        self.n = 0
+        self.nulls = 0
+        self.elements = 0
+        self.valid.size = 0
+        (<int32_t*>self.offsets.grow(4))[0] = 0
+        return out
+
+
+cdef class SqlArrayCol(ListCol):
+    """SQL ``ARRAY``: a ``BinaryArrayData`` (int32 n little-endian, null bits, ``min_size``-byte
+    element slots) as a RowData field (in the variable part) or as a serializer's value (int32
+    size first, ``ArrayDataSerializer``)."""
+
+    cdef Py_ssize_t read(self, const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end) except -1:
+        cdef int32_t size
+        if pos + 4 > end:
+            raise DecodeError("binary data size runs past the end of the data", pos)
+        size = be_i32(buf, pos)
+        pos += 4
+        if size < 0 or pos + size > end:
+            raise DecodeError(
+                f"binary data of {size} bytes exceeds the {end - pos} bytes left", pos - 4)
+        self._array(buf, pos, size)
+        return pos + size
+
+    cdef int sql_get(self, const uint8_t* buf, Py_ssize_t base, Py_ssize_t slot,
+                     Py_ssize_t size) except -1:
+        cdef Py_ssize_t off, n
+        var_region(buf, slot, size, &off, &n)
+        return self._array(buf, base + off, n)
+
+    cdef int _array(self, const uint8_t* buf, Py_ssize_t start, Py_ssize_t size) except -1:
+        cdef int32_t n, i
+        cdef int64_t null_len
+        cdef Py_ssize_t slot
+        if size < 4:
+            raise DecodeError(f"binary array of {size} bytes", start)
+        memcpy(&n, buf + start, 4)
+        null_len = ((<int64_t>n + 31) // 32) * 4
+        if n < 0 or 4 + null_len + <int64_t>n * self.min_size > size:
+            raise DecodeError(f"binary array of {n} elements does not fit its {size} bytes",
+                              start)
+        slot = start + 4 + null_len
+        for i in range(n):
+            if buf[start + 4 + (i >> 3)] & (1 << (i & 7)):
+                self.inner.null()
+            else:
+                self.inner.sql_get(buf, start, slot, size)
+            slot += self.min_size
+        self.elements += n
+        self._end_row(True)
+        return 0
 
 
 cdef class EntrySink:
     """Decodes one state's composite-key entries (``kpos`` after the key-group prefix) into
-    column buffers. Callable like a pure-Python entry handler."""
+    column buffers. Callable like a pure-Python entry handler.
+
+    ``key``, ``value``, ``user_key`` and ``ns`` are :class:`Col` instances (or type codes of
+    scalar columns); ``ns`` None is the VoidNamespace (one 0 byte). ``ttl``: values are
+    ``TtlValue``s (int64 last access, then the value), ``last_access`` is a column of its own.
+    """
     cdef int kind
-    cdef Column key
-    cdef Column user_key
-    cdef Column value
+    cdef Col key
+    cdef Col user_key
+    cdef Col value
+    cdef Col ns
+    cdef Column last
     cdef _Buf kgs
     cdef _Buf ints  # timestamps (timers), list offsets (rows) or element indexes (flat)
     cdef Py_ssize_t rows
     cdef Py_ssize_t elements
+    cdef bint skip
+    cdef _Buf cur  # K_MAP_NESTED: the composite key prefix (key and namespace) of the open row
+    cdef int cur_kg
+    cdef bint open_row
 
-    def __cinit__(self, int kind, int key_type, int value_type, int user_key_type=0):
+    def __cinit__(self, int kind, key, value, user_key=None, ns=None, bint ttl=False,
+                  bint skip=False):
         self.kind = kind
-        self.key = Column(key_type)
-        self.value = Column(value_type) if value_type else None
-        self.user_key = Column(user_key_type) if user_key_type else None
+        self.skip = skip
+        self.key = _as_col(key)
+        self.value = _as_col(value)
+        self.user_key = _as_col(user_key)
+        self.ns = _as_col(ns)
+        self.last = Column(_T_LONG) if ttl else None
+        if self.key is None or (kind != _K_TIMER and self.value is None) or (
+                (kind == _K_MAP or kind == _K_MAP_NESTED) and self.user_key is None):
+            raise ValueError("an entry sink needs key, value (and user key) columns")
         self.kgs = _Buf()
         self.ints = _Buf()
+        self.cur = _Buf()
         self._start()
 
     cdef void _start(self) except *:
@@ -381,8 +1018,20 @@ cdef class EntrySink:
         self.elements = 0
         self.kgs.size = 0
         self.ints.size = 0
-        if self.kind == K_LIST:
+        self.open_row = False
+        if self.kind == _K_LIST or self.kind == _K_MAP_NESTED:
             (<int32_t*>self.ints.grow(4))[0] = 0
+
+    def finish(self):
+        """Completes the open row of a nested map (at the end of every key group)."""
+        self._finish_open()
+
+    cdef inline void _finish_open(self) except *:
+        if self.open_row:
+            self.open_row = False
+            (<int32_t*>self.ints.grow(4))[0] = <int32_t>self.elements
+            (<int32_t*>self.kgs.grow(4))[0] = self.cur_kg
+            self.rows += 1
 
     def __len__(self):
         return self.rows
@@ -395,66 +1044,94 @@ cdef class EntrySink:
         cdef const uint8_t* b = &view[0] if view.shape[0] else NULL
         self.add(b, kpos, kend, b, vpos, vend, kg)
 
-    cdef int add(self, const uint8_t* buf, Py_ssize_t kpos, Py_ssize_t kend, const uint8_t* vb,
-                 Py_ssize_t vpos, Py_ssize_t vend, int kg) except -1:
-        """One entry: its composite key in ``buf[kpos:kend]`` (after the key-group prefix), its
-        value in ``vb[vpos:vend]`` (the same buffer for canonical streams, not for RocksDB)."""
-        cdef int kind = self.kind
+    cdef int _key_ns(self, const uint8_t* buf, Py_ssize_t kpos, Py_ssize_t kend,
+                     str left) except -1:
+        """Key and namespace filling ``[kpos, kend)`` (value, list and timer entries)."""
         cdef Py_ssize_t e, p
-        cdef int64_t ts
-        cdef int32_t i
-        if kind == K_VALUE:
+        if self.ns is None:
             e = kend - 1
             if e < kpos:
                 raise DecodeError("key shorter than its namespace", kpos)
             if buf[e] != 0:
                 raise DecodeError(f"VoidNamespace byte is {buf[e]}, expected 0", e)
             self.key.slot(buf, kpos, e)
+            return 0
+        p = self.key.read(buf, kpos, kend)
+        p = self.ns.read(buf, p, kend)
+        if p != kend:
+            raise DecodeError(left, p)
+        return 0
+
+    cdef inline Py_ssize_t _element(self, const uint8_t* vb, Py_ssize_t p,
+                                    Py_ssize_t vend) except -1:
+        if self.last is not None:
+            p = self.last.read(vb, p, vend)
+        return self.value.read(vb, p, vend)
+
+    cdef int add(self, const uint8_t* buf, Py_ssize_t kpos, Py_ssize_t kend, const uint8_t* vb,
+                 Py_ssize_t vpos, Py_ssize_t vend, int kg) except -1:
+        """One entry: its composite key in ``buf[kpos:kend]`` (after the key-group prefix), its
+        value in ``vb[vpos:vend]`` (the same buffer for canonical streams, not for RocksDB)."""
+        cdef int kind = self.kind
+        cdef Py_ssize_t p
+        cdef int64_t ts
+        cdef int32_t i
+        if kind == _K_VALUE:
+            self._key_ns(buf, kpos, kend, "key bytes left after the namespace")
+            if self.last is not None:
+                vpos = self.last.read(vb, vpos, vend)
             self.value.slot(vb, vpos, vend)
-        elif kind == K_TIMER:
+        elif kind == _K_TIMER:
             if vend != vpos:
                 raise DecodeError(
                     f"timer entry with a {vend - vpos}-byte value (expected empty)", vpos)
             if kpos + 8 > kend:
                 raise DecodeError("timer key shorter than its timestamp", kpos)
             ts = be_i64(buf, kpos) ^ LONG_MIN
-            e = kend - 1
-            if e < kpos + 8:
+            if self.ns is None and kend - 1 < kpos + 8:
                 raise DecodeError("timer key shorter than its namespace", kpos)
-            if buf[e] != 0:
-                raise DecodeError(f"VoidNamespace byte is {buf[e]}, expected 0", e)
-            self.key.slot(buf, kpos + 8, e)
+            self._key_ns(buf, kpos + 8, kend, "timer key bytes left after the namespace")
             (<int64_t*>self.ints.grow(8))[0] = ts
-        elif kind == K_MAP:
+        elif kind == _K_MAP_NESTED:
+            self._nested_entry(buf, kpos, kend, vb, vpos, vend, kg)
+            return 0
+        elif kind == _K_MAP:
             p = self.key.read(buf, kpos, kend)
-            if p >= kend:
-                raise DecodeError("key runs into the end of the composite key", p)
-            p += 1  # VoidNamespace (VoidSerializer reads one byte)
+            if self.ns is None:
+                if p >= kend:
+                    raise DecodeError("key runs into the end of the composite key", p)
+                if buf[p] != 0:
+                    raise DecodeError(f"VoidNamespace byte is {buf[p]}, expected 0", p)
+                p += 1
+            else:
+                p = self.ns.read(buf, p, kend)
             self.user_key.slot(buf, p, kend)
             if vpos >= vend:
                 raise DecodeError("map value without its null flag", vpos)
             if vb[vpos]:
                 self.value.null()
+                if self.last is not None:
+                    self.last.null()
             else:
-                self.value.slot(vb, vpos + 1, vend)
+                vpos += 1
+                if self.last is not None:
+                    vpos = self.last.read(vb, vpos, vend)
+                self.value.slot(vb, vpos, vend)
         else:
-            e = kend - 1
-            if e < kpos:
-                raise DecodeError("key shorter than its namespace", kpos)
-            if buf[e] != 0:
-                raise DecodeError(f"VoidNamespace byte is {buf[e]}, expected 0", e)
-            self.key.slot(buf, kpos, e)
+            self._key_ns(buf, kpos, kend, "key bytes left after the namespace")
             i = 0
             p = vpos
             if p < vend:
                 while True:
-                    if kind == K_LIST_FLAT:
+                    if kind == _K_LIST_FLAT:
                         if i:
                             self.key.dup_last()
+                            if self.ns is not None:
+                                self.ns.dup_last()
                             (<int32_t*>self.kgs.grow(4))[0] = kg
                             self.rows += 1
                         (<int32_t*>self.ints.grow(4))[0] = i
-                    p = self.value.read(vb, p, vend)
+                    p = self._element(vb, p, vend)
                     i += 1
                     if p >= vend:
                         if p > vend:
@@ -465,10 +1142,12 @@ cdef class EntrySink:
                     p += 1
                     if p == vend:
                         raise DecodeError("list value ends with a delimiter", p)
-            if kind == K_LIST_FLAT:
+            if kind == _K_LIST_FLAT:
                 if i == 0:
                     # no elements: no row (the key decoded above is dropped)
                     self.key.drop_last()
+                    if self.ns is not None:
+                        self.ns.drop_last()
                     return 0
             else:
                 self.elements += i
@@ -476,6 +1155,175 @@ cdef class EntrySink:
         (<int32_t*>self.kgs.grow(4))[0] = kg
         self.rows += 1
         return 0
+
+    cdef int _nested_entry(self, const uint8_t* buf, Py_ssize_t kpos, Py_ssize_t kend,
+                           const uint8_t* vb, Py_ssize_t vpos, Py_ssize_t vend,
+                           int kg) except -1:
+        """A map entry of a nested map: consecutive entries with the same key and namespace
+        bytes (and key group) form one row."""
+        cdef Py_ssize_t p, size
+        p = self.key.read(buf, kpos, kend)
+        if self.ns is None:
+            if p >= kend:
+                raise DecodeError("key runs into the end of the composite key", p)
+            if buf[p] != 0:
+                raise DecodeError(f"VoidNamespace byte is {buf[p]}, expected 0", p)
+            p += 1
+        else:
+            p = self.ns.read(buf, p, kend)
+        size = p - kpos
+        if (self.open_row and kg == self.cur_kg and size == self.cur.size
+                and memcmp(self.cur.data, buf + kpos, size) == 0):
+            self._heap_drop()  # the row's key and namespace are there already
+        else:
+            self._finish_open()
+            self.cur.size = 0
+            memcpy(self.cur.grow(size), buf + kpos, size)
+            self.cur_kg = kg
+            self.open_row = True
+        self.user_key.slot(buf, p, kend)
+        if vpos >= vend:
+            raise DecodeError("map value without its null flag", vpos)
+        if vb[vpos]:
+            self.value.null()
+        else:
+            self.value.slot(vb, vpos + 1, vend)
+        self.elements += 1
+        return 0
+
+    # -- the hashmap checkpoint format (statequery.backends.heap) ------------------------------
+
+    def walk(self, buf, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t n, int kg):
+        """Decodes one state block of a heap key group: ``n`` entries from ``pos`` (namespace,
+        key and the state's full value, or timers), reading at most to ``end``; returns where
+        the block ends. A skipping sink (``skip``) drops what it decoded."""
+        cdef const uint8_t[::1] view = buf
+        cdef Py_ssize_t i
+        if not (0 <= pos <= end <= view.shape[0]):
+            raise DecodeError("state block outside its buffer", pos)
+        cdef const uint8_t* b = &view[0] if view.shape[0] else NULL
+        for i in range(n):
+            pos = self._heap_entry(b, pos, end, kg)
+        if self.skip:
+            self.reset()
+        return pos
+
+    cdef void reset(self) except *:
+        self.key.reset()
+        if self.value is not None:
+            self.value.reset()
+        if self.user_key is not None:
+            self.user_key.reset()
+        if self.ns is not None:
+            self.ns.reset()
+        if self.last is not None:
+            self.last.reset()
+        self._start()
+
+    cdef inline Py_ssize_t _heap_ns(self, const uint8_t* b, Py_ssize_t pos,
+                                    Py_ssize_t end) except -1:
+        if self.ns is not None:
+            return self.ns.read(b, pos, end)
+        if pos >= end:
+            raise DecodeError("VoidNamespace runs past the end of the data", pos)
+        if b[pos] != 0:
+            raise DecodeError(f"VoidNamespace byte is {b[pos]}, expected 0", pos)
+        return pos + 1
+
+    cdef inline void _heap_drop(self) except *:
+        self.key.drop_last()
+        if self.ns is not None:
+            self.ns.drop_last()
+
+    cdef inline void _heap_dup(self) except *:
+        self.key.dup_last()
+        if self.ns is not None:
+            self.ns.dup_last()
+
+    cdef inline void _heap_row(self, int kg) except *:
+        (<int32_t*>self.kgs.grow(4))[0] = kg
+        self.rows += 1
+
+    cdef Py_ssize_t _heap_entry(self, const uint8_t* b, Py_ssize_t pos, Py_ssize_t end,
+                                int kg) except -1:
+        cdef int kind = self.kind
+        cdef int64_t ts
+        cdef int32_t count, j
+        if kind == _K_TIMER:
+            # TimerSerializer: timestamp (sign bit flipped), key, namespace
+            if pos + 8 > end:
+                raise DecodeError("timer runs past the end of the data", pos)
+            ts = be_i64(b, pos) ^ LONG_MIN
+            pos = self.key.read(b, pos + 8, end)
+            pos = self._heap_ns(b, pos, end)
+            (<int64_t*>self.ints.grow(8))[0] = ts
+            self._heap_row(kg)
+            return pos
+        pos = self._heap_ns(b, pos, end)
+        pos = self.key.read(b, pos, end)
+        if kind == _K_VALUE:
+            if self.last is not None:
+                pos = self.last.read(b, pos, end)
+            pos = self.value.read(b, pos, end)
+            self._heap_row(kg)
+            return pos
+        # ListSerializer / MapSerializer: int32 size, then the elements or entries
+        if pos + 4 > end:
+            raise DecodeError("collection size runs past the end of the data", pos)
+        count = be_i32(b, pos)
+        pos += 4
+        if count < 0 or count > end - pos:
+            raise DecodeError(f"collection size {count} exceeds the {end - pos} bytes left",
+                              pos - 4)
+        if count == 0:
+            self._heap_drop()  # no rows (Flink keeps no empty lists or maps)
+            return pos
+        if kind == _K_MAP_NESTED:
+            for j in range(count):
+                pos = self.user_key.read(b, pos, end)
+                if pos >= end:
+                    raise DecodeError("map entry null flag runs past the end of the data", pos)
+                if b[pos]:
+                    pos += 1
+                    self.value.null()
+                else:
+                    pos = self.value.read(b, pos + 1, end)
+            self.elements += count
+            (<int32_t*>self.ints.grow(4))[0] = <int32_t>self.elements
+            self._heap_row(kg)
+            return pos
+        if kind == _K_MAP:
+            for j in range(count):
+                if j:
+                    self._heap_dup()
+                pos = self.user_key.read(b, pos, end)
+                if pos >= end:
+                    raise DecodeError("map entry null flag runs past the end of the data", pos)
+                if b[pos]:
+                    pos += 1
+                    self.value.null()
+                    if self.last is not None:
+                        self.last.null()
+                else:
+                    pos += 1
+                    if self.last is not None:
+                        pos = self.last.read(b, pos, end)
+                    pos = self.value.read(b, pos, end)
+                self._heap_row(kg)
+            return pos
+        for j in range(count):
+            if kind == _K_LIST_FLAT:
+                if j:
+                    self._heap_dup()
+                (<int32_t*>self.ints.grow(4))[0] = j
+            pos = self._element(b, pos, end)
+            if kind == _K_LIST_FLAT:
+                self._heap_row(kg)
+        if kind == _K_LIST:
+            self.elements += count
+            (<int32_t*>self.ints.grow(4))[0] = <int32_t>self.elements
+            self._heap_row(kg)
+        return pos
 
     def arrays(self, schema):
         """``{column: pa.Array}`` for the columns of ``schema`` this sink fills; starts over."""
@@ -489,8 +1337,11 @@ cdef class EntrySink:
         out["key_group"] = pa.Array.from_buffers(
             pa.int32(), n, [None, pa.py_buffer(self.kgs.take())])
         out["key"] = self.key.array(schema.field("key").type)
-        out["namespace"] = pa.nulls(n, schema.field("namespace").type)
-        if self.kind == K_TIMER:
+        if self.ns is None:
+            out["namespace"] = pa.nulls(n, schema.field("namespace").type)
+        else:
+            out["namespace"] = self.ns.array(schema.field("namespace").type)
+        if self.kind == _K_TIMER:
             bits = bytearray((n + 7) // 8)
             bp = bits
             tsp = <int64_t*>self.ints.data
@@ -505,22 +1356,43 @@ cdef class EntrySink:
             out["timestamp"] = pa.Array.from_buffers(
                 schema.field("timestamp").type, n, [pa.py_buffer(bits) if nulls else None, data],
                 nulls)
-        elif self.kind == K_MAP:
+        elif self.kind == _K_MAP_NESTED:
+            t = schema.field("map").type
+            offsets = pa.Array.from_buffers(
+                pa.int32(), n + 1, [None, pa.py_buffer(self.ints.take())])
+            out["map"] = pa.MapArray.from_arrays(
+                offsets, self.user_key.array(t.key_type), self.value.array(t.item_type), type=t)
+        elif self.kind == _K_MAP:
             out["user_key"] = self.user_key.array(schema.field("user_key").type)
             out["value"] = self.value.array(schema.field("value").type)
-        elif self.kind == K_LIST:
+        elif self.kind == _K_LIST:
             t = schema.field("value").type
-            values = self.value.array(t.value_type)
+            offsets = pa.py_buffer(self.ints.take())
             out["value"] = pa.Array.from_buffers(
-                t, n, [None, pa.py_buffer(self.ints.take())], 0, 0, [values])
-        elif self.kind == K_LIST_FLAT:
+                t, n, [None, offsets], 0, 0, [self.value.array(t.value_type)])
+            if self.last is not None:
+                t = schema.field("last_access").type
+                out["last_access"] = pa.Array.from_buffers(
+                    t, n, [None, offsets], 0, 0, [self.last.array(t.value_type)])
+        elif self.kind == _K_LIST_FLAT:
             out["index"] = pa.Array.from_buffers(
                 pa.int32(), n, [None, pa.py_buffer(self.ints.take())])
             out["value"] = self.value.array(schema.field("value").type)
         else:
             out["value"] = self.value.array(schema.field("value").type)
+        if self.last is not None and self.kind != _K_LIST:
+            out["last_access"] = self.last.array(schema.field("last_access").type)
         self._start()
         return out
+
+
+cdef Col _as_col(c):
+    """A column from a :class:`Col` or a scalar type code (0 or None: no column)."""
+    if c is None or isinstance(c, Col):
+        return c
+    if c == 0:
+        return None
+    return Column(c)
 
 
 def scan_key_group(buf, int kg, int prefix_len, handlers, finishers=(), list runs=None):
@@ -655,10 +1527,12 @@ def feed_key_group(EntrySink sink, it, int prefix_len, pending, bytes stop, want
         if item is None:
             item = next(it, None)
             if item is None:
+                sink._finish_open()
                 return kg, entries, None
         key = <bytes>item[0]
         value = <bytes>item[1]
         if stop is not None and key >= stop:
+            sink._finish_open()
             return kg, entries, None
         klen = len(key)
         kb = <const uint8_t*><char*>key
@@ -668,6 +1542,7 @@ def feed_key_group(EntrySink sink, it, int prefix_len, pending, bytes stop, want
         for i in range(prefix_len):
             k2 = (k2 << 8) | kb[i]
         if kg >= 0 and k2 != kg:
+            sink._finish_open()
             return kg, entries, item
         item = None
         if wanted is not None and k2 not in wanted:

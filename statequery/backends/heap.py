@@ -88,6 +88,22 @@ class HeapBlockDecoder:
             self._walk = self._build()
         except UnsupportedFormatError as e:
             self._error = e
+        else:
+            if key is None:
+                # the compiled path, when built and the shape is covered: the walk above stays
+                # the reference (and checks the layout), the sink decodes into Arrow buffers
+                self._walk = self._compiled_walk() or self._walk
+
+    def _compiled_walk(self) -> Callable[..., int] | None:
+        from statequery.backends.fastpath import heap_sink
+
+        b = self.builder
+        sink = heap_sink(self.layout, self.mode, None if b is None else b.schema)
+        if sink is None:
+            return None
+        if b is not None:
+            sink = b.attach(sink)
+        return sink.walk  # type: ignore[no-any-return]
 
     def walk(self, buf: bytes, pos: int, end: int, kg: int) -> int:
         n = _I32(buf, pos)[0]

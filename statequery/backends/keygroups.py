@@ -186,6 +186,7 @@ class CompositeEntryDecoder:
             sink = entry_sink(layout, self.mode, builder.schema)
             if sink is not None:
                 on_entry = builder.attach(sink)
+                self.finish = on_entry.finish  # completes a nested map's row
         if key_bytes is not None:
             # lookups: entries whose serialized key differs are skipped without decoding
             # (serialized keys are prefix-free, so startswith is exact for a whole key)

@@ -190,3 +190,47 @@ def test_private_copies_live_in_pytest_tmp(tmp_path_factory: pytest.TempPathFact
     m = _mutable(*CASES[0])
     assert m.tmp.is_relative_to(tmp_path_factory.getbasetemp())
     assert m.tmp.parent != Path(tempfile.gettempdir())
+
+
+def _outcome(m: _Mutable, data: bytes) -> Any:
+    try:
+        return m.read_with(data)
+    except CorruptStateError as e:
+        _check_error(e, m, True)
+        return CorruptStateError
+
+
+@pytest.mark.parametrize(("name", "operator", "keyed"), [c for c in CASES + SNAPPY if c[2]])
+@SETTINGS
+@given(data=st.data())
+def test_both_decode_paths_agree(name: str, operator: str, keyed: bool, data: Any) -> None:
+    """The compiled decode path and the pure-Python reference on the same mutated bytes: both
+    raise CorruptStateError, or both give identical tables (a flip inside a value can give
+    another valid value; it must be the same one)."""
+    from statequery.backends import fastpath
+
+    if fastpath.compiled() is None:
+        assert os.environ.get("STATEQUERY_NO_EXTENSIONS"), "compiled path not built"
+        return
+    m = _mutable(name, operator, keyed)
+    pos = data.draw(st.integers(m.data_start, len(m.original) - 1), label="position")
+    xor = data.draw(st.integers(1, 255), label="xor")
+    mutated = bytearray(m.original)
+    mutated[pos] ^= xor
+    saved = os.environ.get(fastpath.PURE_ENV)
+    try:
+        os.environ[fastpath.PURE_ENV] = "1"
+        pure = _outcome(m, bytes(mutated))
+        os.environ.pop(fastpath.PURE_ENV)
+        fast = _outcome(m, bytes(mutated))
+    finally:
+        if saved is None:
+            os.environ.pop(fastpath.PURE_ENV, None)
+        else:
+            os.environ[fastpath.PURE_ENV] = saved
+    if pure is CorruptStateError or fast is CorruptStateError:
+        assert pure is fast, f"flip {xor:#x} at {pos}: pure {pure!r:.200}, compiled {fast!r:.200}"
+        return
+    assert pure.keys() == fast.keys()
+    for state, table in pure.items():
+        assert fast[state].equals(table), f"flip {xor:#x} at {pos}: {state} differs"
