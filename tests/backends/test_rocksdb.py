@@ -604,7 +604,7 @@ def test_restored_databases_stay_open_per_savepoint_until_close() -> None:
             }
         assert pool.restores == restores
         dbs = list(pool._dbs.values())
-    assert len(pool) == 0 and all(db._db is None for db in dbs)
+    assert len(pool) == 0 and not any(db.is_open for db in dbs)
     fresh = statequery.open(path)
     fresh.resolver.open_databases = None  # restore per read, as before
     want = {k: t.to_pylist() for k, t in fresh.lookup("user-3").items()}
@@ -619,11 +619,11 @@ def test_database_pool_is_bounded() -> None:
 
     class Fake:
         def __init__(self, i: int) -> None:
-            self.i, self._db = i, object()
+            self.i, self.is_open = i, True
 
         def close(self) -> None:
             closed.append(self.i)
-            self._db = None
+            self.is_open = False
 
     pool = OpenDatabases(limit=2)
     for i in (1, 2, 1, 3):
