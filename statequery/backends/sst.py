@@ -103,6 +103,18 @@ _INT_PROPERTIES = {
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
+try:  # the compiled block walk (statequery/backends/_sst.pyx), built by setup.py when possible
+    from statequery.backends import _sst as _compiled  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - not built: the pure-Python walk below
+    _compiled = None
+
+
+def _block_walk() -> Any:
+    """``_sst.block_tuples`` unless not built or ``STATEQUERY_PURE_PYTHON`` is set."""
+    if _compiled is None or os.environ.get("STATEQUERY_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    return _compiled.block_tuples
+
 
 def _varint(buf: bytes, pos: int, source: str = "<sst>") -> tuple[int, int]:
     """Decode a little-endian base-128 varint at ``pos``: (value, next position)."""
@@ -674,9 +686,13 @@ class SstFile:
         """:meth:`entries` as ``(user key, -seq, type, value)`` tuples: they sort like RocksDB's
         internal keys and cost less than :class:`InternalEntry` objects (the merge reader's hot
         path)."""
+        global_seqno = self._global_seqno
+        if _block_walk() is not None:
+            for rows in self.blocks(start, stop):
+                yield from rows
+            return
         unpack = _U64.unpack_from
         known = _KNOWN_TYPES
-        global_seqno = self._global_seqno
         for _, handle in self._index_from(start):
             block = self.read_block(handle)
             restart = 0
@@ -702,6 +718,24 @@ class SstFile:
                 if seq == 0 and global_seqno is not None:
                     seq = global_seqno
                 yield user_key, -seq, kind, value
+
+    def blocks(self, start: bytes | None = None, stop: bytes | None = None) -> Iterator[
+            list[tuple[bytes, int, int, bytes]]]:
+        """:meth:`tuples`, one list per data block (the compiled block walk; needs it)."""
+        walk = _block_walk()
+        if walk is None:
+            raise RuntimeError("the compiled SST block walk is not available")
+        global_seqno = self._global_seqno
+        for _, handle in self._index_from(start):
+            block = self.read_block(handle)
+            restart = 0
+            if start is not None and len(block.restarts) > 1:
+                restart = block.seek_restart(start, key_of=lambda k: k[:-8])
+            rows, done = walk(block.data, block.restarts[restart], block.limit, start, stop,
+                              global_seqno, self.source, block.base)
+            yield rows
+            if done:
+                return
 
     def range_deletions(self) -> list[tuple[bytes, bytes, int]]:
         """Range tombstones ``(start, end_exclusive, seq)`` of the ``rocksdb.range_del`` block."""
@@ -784,6 +818,11 @@ def merged_entries(
     """
     tables = list(tables)
     tombstones = [t for table in tables for t in table.range_deletions()]
+    if not tombstones and _block_walk() is not None and all(
+            isinstance(t, SstFile) for t in tables):
+        assert _compiled is not None
+        yield from _compiled.MergedPairs([t.blocks(start, stop) for t in tables], delimiter)
+        return
     iters = [_tuples_of(table, start, stop) for table in tables]
     # (user key, -seq, ...) tuples order like RocksDB's internal key comparator
     merged: Iterator[tuple[bytes, int, int, bytes]] = (
