@@ -1084,7 +1084,23 @@ class RocksDBKeyedBackend:
                     return
                 yield kg
         current = -1
-        for kg, key, value in db.entries(layout.name, bounds, key_prefix=seek):
+        pairs: Iterable[tuple[int, bytes, bytes]]
+        if raw and layout.is_timer and bounds and bounds[0] == bounds[1]:
+            # a lookup's timers: keys start with the timestamp, so the key group is walked,
+            # but filtered by the key's bytes (after prefix and timestamp) in one comprehension
+            # instead of one decoder call per timer
+            items, _ = db.items(layout.name, bounds)
+            at = prefix + 8
+            try:
+                hits = [(k, v) for k, v in items if k.startswith(raw, at)]
+            except (StatequeryError, MemoryError):
+                raise
+            except Exception as e:  # rocksdict raises plain Exception
+                raise db.wrap_error(layout.name, e) from e
+            pairs = ((bounds[0], k, v) for k, v in hits)
+        else:
+            pairs = db.entries(layout.name, bounds, key_prefix=seek)
+        for kg, key, value in pairs:
             if wanted is not None and kg not in wanted:
                 continue
             if kg != current:

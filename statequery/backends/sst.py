@@ -820,9 +820,19 @@ def merged_entries(
     tombstones = [t for table in tables for t in table.range_deletions()]
     if not tombstones and _block_walk() is not None and all(
             isinstance(t, SstFile) for t in tables):
-        assert _compiled is not None
-        yield from _compiled.MergedPairs([t.blocks(start, stop) for t in tables], delimiter)
-        return
+        assert _compiled is not None  # the compiled merge: no generator frame per pair
+        return iter(_compiled.MergedPairs([t.blocks(start, stop) for t in tables], delimiter))
+    return _merged(tables, tombstones, start, stop, delimiter)
+
+
+def _merged(
+    tables: list[Any],
+    tombstones: list[tuple[bytes, bytes, int]],
+    start: bytes | None,
+    stop: bytes | None,
+    delimiter: bytes,
+) -> Iterator[tuple[bytes, bytes]]:
+    """The pure-Python :func:`merged_entries`."""
     iters = [_tuples_of(table, start, stop) for table in tables]
     # (user key, -seq, ...) tuples order like RocksDB's internal key comparator
     merged: Iterator[tuple[bytes, int, int, bytes]] = (
