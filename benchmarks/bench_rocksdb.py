@@ -414,10 +414,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.canonical:
             head += f" | {'canonical (same state)':>27s}"
         print(head)
-        runs: list[tuple[list[str], str | None]] = [([r.state], None) for r in refs]
-        runs += [([r.state], "flat") for r in refs if r.layout.kind == "list"]
-        runs += [([r.state], "nested") for r in refs if r.layout.kind == "map"]
-        runs.append(([r.state for r in refs], None))
+        runs: list[tuple[list[str], str | None]] = [([r.name], None) for r in refs]
+        runs += [([r.name], "flat") for r in refs if r.layout.kind == "list"]
+        runs += [([r.name], "nested") for r in refs if r.layout.kind == "map"]
+        runs.append(([r.name for r in refs], None))
 
         def best(results_: list[dict[str, Any]]) -> dict[str, Any]:
             return min(results_, key=lambda r: r["seconds"])

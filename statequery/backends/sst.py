@@ -495,8 +495,7 @@ class SstFile:
             raise CorruptStateError(
                 f"block [{offset}, {offset + n}) lies outside the {self.size}-byte file "
                 "(truncated?)", self.source, offset)
-        self._f.seek(offset)
-        data = self._f.read(n)
+        data = os.pread(self._f.fileno(), n, offset)  # positioned: safe across threads
         if len(data) != n:
             raise CorruptStateError(f"short read of {n} bytes (truncated?)", self.source, offset)
         return data
