@@ -188,8 +188,23 @@ class RocksDBState:
             _place(self.cache, self.io, f, os.path.join(root, f.local_path))
         manifest = _check_current(root, current, by_name)
         self._manifest = manifest
-        for f in self.handle.sst_files:
-            self._open_table(f, os.path.join(root, f.local_path))
+        opened = [(f, self._load_table(f, os.path.join(root, f.local_path)))
+                  for f in self.handle.sst_files]
+        ingested: dict[str, Any] = {}
+        if any(t.external for _, t in opened):
+            # ingested tables (SstFileWriter): their column family and global sequence number
+            # may be recorded in the MANIFEST only (RocksDB itself reads them from there)
+            from statequery.backends.manifest import read_manifest
+
+            with open(os.path.join(root, manifest.local_path), "rb") as fh:
+                meta = read_manifest(fh.read(), manifest.source)
+            ingested = {t.name: t for t in meta.tables.values()}
+        for f, table in opened:
+            m = ingested.get(f.local_path) if table.external else None
+            if m is not None:
+                table.apply_manifest_seqno(m.largest_seqno)
+            self._open_table(f, os.path.join(root, f.local_path), table,
+                             m.column_family if m is not None else None)
         self._open_db(root, manifest)
         self.cache.evict()
 
@@ -197,7 +212,7 @@ class RocksDBState:
     def is_open(self) -> bool:
         return self._db is not None
 
-    def _open_table(self, f: DbFile, path: str) -> None:
+    def _load_table(self, f: DbFile, path: str) -> SstFile:
         try:
             table = SstFile(path, source=f.source)
         except StatequeryError as e:
@@ -205,8 +220,12 @@ class RocksDBState:
                 raise CorruptStateError(str(e), f.source) from e
             raise
         self._tables[f.local_path] = table
+        return table
+
+    def _open_table(self, f: DbFile, path: str, table: SstFile,
+                    manifest_cf: str | None = None) -> None:
         props = table.properties
-        cf = props.column_family_name
+        cf = props.column_family_name or (manifest_cf if table.external else None)
         if not cf:
             raise CorruptStateError("table file has no column family name in its properties",
                                     f.source)
@@ -532,7 +551,8 @@ class TableReadState:
                     raise CorruptStateError(str(e), f.source) from e
                 raise
             props = table.properties
-            if props.column_family_name != meta.column_family:
+            named = props.column_family_name or (meta.column_family if table.external else "")
+            if named != meta.column_family:
                 table.close()
                 raise CorruptStateError(
                     f"table {f.local_path} belongs to column family "
@@ -543,6 +563,11 @@ class TableReadState:
                 raise UnsupportedFormatError(
                     f"{f.source}: merge operator {props.merge_operator} is not supported "
                     "(Flink uses StringAppendTESTOperator)")
+            try:
+                table.apply_manifest_seqno(meta.largest_seqno)
+            except BaseException:
+                table.close()
+                raise
             self._tables[meta.name] = table
             return table
 

@@ -584,6 +584,27 @@ class SstFile:
         self._index: list[tuple[bytes, BlockHandle]] | None = None
         self._top_index: _Block | None = None
 
+    @property
+    def external(self) -> bool:
+        """True for a table written by ``SstFileWriter`` and ingested (external file version
+        >= 2): its entries carry sequence number 0 and take a global one."""
+        v = self.properties.values.get("rocksdb.external_sst_file.version")
+        return isinstance(v, bytes) and len(v) == 4 and _U32.unpack(v)[0] >= 2
+
+    def apply_manifest_seqno(self, largest_seqno: int) -> None:
+        """RocksDB's ``GetGlobalSequenceNumber`` given the MANIFEST's ``largest_seqno`` of this
+        table: an ingested table whose file does not record its global sequence number (RocksDB
+        writes it only with ``write_global_seqno``) takes the MANIFEST's; one that records a
+        different one is corrupt."""
+        if not self.external or largest_seqno <= 0:
+            return
+        if self._global_seqno is None:
+            self._global_seqno = largest_seqno
+        elif self._global_seqno != largest_seqno:
+            raise CorruptStateError(
+                f"ingested table has global sequence number {self._global_seqno}, its MANIFEST "
+                f"says {largest_seqno}", self.source)
+
     # -- index ---------------------------------------------------------------------------------
 
     def _index_user_key(self, key: bytes) -> bytes:
