@@ -1080,24 +1080,45 @@ class RocksDBKeyedBackend:
         wanted: set[int] | None, raw: bytes | None,
     ) -> Iterator[int]:
         from statequery.backends.keygroups import CompositeEntryDecoder
-        from statequery.serializers.readers import DECODE_ERRORS, DecodeError
 
         if layout.name not in db.column_families:
             return
-        bounds = None if wanted is None else (min(wanted), max(wanted))
-        seek = raw if raw and not layout.is_timer and bounds and bounds[0] == bounds[1] else None
         decoder = CompositeEntryDecoder(layout, mode, builder, raw)
-        on_entry, prefix = decoder.on_entry, key_group_prefix_bytes(self.max_parallelism)
-        from statequery.backends.fastpath import bulk_feeder
+        current = -1
+        # one seek per run of consecutive wanted key groups: key groups between them are never
+        # iterated (several keys' key groups, or a sparse selection)
+        for run in _runs(wanted):
+            for kg in self._scan_run(db, layout, decoder, run, raw):
+                if kg != current:
+                    if current >= 0:
+                        decoder.finish()
+                        yield current
+                    current = kg
+        if current >= 0:
+            decoder.finish()
+            yield current
 
+    def _scan_run(
+        self, db: RocksDBState, layout: Any, decoder: Any, bounds: tuple[int, int] | None,
+        raw: bytes | None,
+    ) -> Iterator[int]:
+        """Feed the entries of key groups ``bounds`` (inclusive; None: the handle's) to
+        ``decoder``; yields each key group after its last entry (``decoder.finish`` is the
+        caller's)."""
+        from statequery.backends.fastpath import bulk_feeder
+        from statequery.serializers.readers import DECODE_ERRORS, DecodeError
+
+        single = bounds is not None and bounds[0] == bounds[1]
+        seek = raw if raw and not layout.is_timer and single else None
+        on_entry, prefix = decoder.on_entry, key_group_prefix_bytes(self.max_parallelism)
         feed = bulk_feeder(on_entry)
         if feed is not None:
             # compiled sink: (key, value) pairs straight from the iterator, one key group a call
-            items, stop = db.items(layout.name, bounds, key_prefix=seek)
+            pairs, stop = db.items(layout.name, bounds, key_prefix=seek)
             pending = None
             while True:
                 try:
-                    kg, _n, pending = feed(on_entry, items, prefix, pending, stop, wanted)
+                    kg, _n, pending = feed(on_entry, pairs, prefix, pending, stop, None)
                 except DecodeError as e:
                     raise CorruptStateError(f"state {layout.name!r}, {e.message}",
                                             db.describe(layout.name)) from e
@@ -1108,45 +1129,65 @@ class RocksDBKeyedBackend:
                 if kg < 0:
                     return
                 yield kg
-        current = -1
-        pairs: Iterable[tuple[int, bytes, bytes]]
-        if raw and layout.is_timer and bounds and bounds[0] == bounds[1]:
+        # the Python handlers: plain (key, value) pairs, the key group read from the prefix
+        items: Iterable[tuple[bytes, bytes]]
+        if raw and layout.is_timer and single:
             # a lookup's timers: keys start with the timestamp, so the key group is walked,
             # but filtered by the key's bytes (after prefix and timestamp) in one comprehension
             # instead of one decoder call per timer
-            items, _ = db.items(layout.name, bounds)
+            walked, _ = db.items(layout.name, bounds)
             at = prefix + 8
             try:
-                hits = [(k, v) for k, v in items if k.startswith(raw, at)]
+                items = [(k, v) for k, v in walked if k.startswith(raw, at)]
             except (StatequeryError, MemoryError):
                 raise
             except Exception as e:  # rocksdict raises plain Exception
                 raise db.wrap_error(layout.name, e) from e
-            pairs = ((bounds[0], k, v) for k, v in hits)
         else:
-            pairs = db.entries(layout.name, bounds, key_prefix=seek)
-        for kg, key, value in pairs:
-            if wanted is not None and kg not in wanted:
-                continue
-            if kg != current:
-                if current >= 0:
-                    decoder.finish()
-                    yield current
-                current = kg
-            buf = key + value
-            try:
-                on_entry(buf, prefix, len(key), len(key), len(buf), kg)
-            except DecodeError as e:
-                raise CorruptStateError(
-                    f"state {layout.name!r}, key group {kg}: {e.message} (entry key "
-                    f"{key.hex()})", db.describe(layout.name)) from e
-            except DECODE_ERRORS as e:
-                raise CorruptStateError(
-                    f"state {layout.name!r}, key group {kg}: {type(e).__name__}: {e} "
-                    f"(entry key {key.hex()})", db.describe(layout.name)) from e
+            items, _ = db.items(layout.name, bounds, key_prefix=seek)
+        one = prefix == 1
+        current = -1
+        try:
+            for key, value in items:
+                kg = key[0] if one else int.from_bytes(key[:prefix], "big")
+                if kg != current:
+                    if current >= 0:
+                        yield current
+                    current = kg
+                buf = key + value
+                try:
+                    on_entry(buf, prefix, len(key), len(key), len(buf), kg)
+                except DecodeError as e:
+                    raise CorruptStateError(
+                        f"state {layout.name!r}, key group {kg}: {e.message} (entry key "
+                        f"{key.hex()})", db.describe(layout.name)) from e
+                except DECODE_ERRORS as e:
+                    raise CorruptStateError(
+                        f"state {layout.name!r}, key group {kg}: {type(e).__name__}: {e} "
+                        f"(entry key {key.hex()})", db.describe(layout.name)) from e
+        except (StatequeryError, MemoryError):
+            raise
+        except Exception as e:  # rocksdict raises plain Exception while iterating
+            raise db.wrap_error(layout.name, e) from e
         if current >= 0:
-            decoder.finish()
             yield current
+
+
+def _runs(wanted: Collection[int] | None) -> list[tuple[int, int] | None]:
+    """Runs of consecutive key groups (inclusive bounds), ascending; ``[None]`` for all."""
+    if wanted is None:
+        return [None]
+    out: list[tuple[int, int] | None] = []
+    start = prev = -2
+    for kg in sorted(wanted):
+        if kg != prev + 1:
+            if prev >= 0:
+                out.append((start, prev))
+            start = kg
+        prev = kg
+    if prev >= 0:
+        out.append((start, prev))
+    return out
 
 
 def _incremental_factory(handle: Any, context: Any) -> RocksDBKeyedBackend | None:
