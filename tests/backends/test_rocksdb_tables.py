@@ -430,3 +430,26 @@ def test_sparse_key_groups_read_only_those(tmp_path: Path, monkeypatch: pytest.M
             got = sp.read("user-state", state, key_groups=pick, mode=mode).to_pylist()
             assert got == [r for r in every if r["key_group"] in pick]
             assert got
+
+
+def test_a_manifest_the_reader_does_not_support_falls_back_to_the_restore(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A MANIFEST feature the table reader does not support (say BlobDB files) is never a failed
+    lookup: the subtask's DB is restored and RocksDB reads it."""
+    import statequery.backends.manifest as manifest
+    from statequery.exceptions import UnsupportedFormatError
+
+    monkeypatch.setattr(rocks, "_DEFAULT_CACHE", FileCache(tmp_path / "cache"))
+    path = str(fixture_dir(NATIVE))
+    with statequery.open(path, use_snapshot=False) as sp:
+        want = {k: t.to_pylist() for k, t in sp.lookup("user-7", "user-state").items()}
+
+    def unsupported(data: bytes, source: str = "") -> Any:
+        raise UnsupportedFormatError(f"{source}: blob files (BlobDB) are not supported")
+
+    monkeypatch.setattr(manifest, "read_manifest", unsupported)
+    with statequery.open(path, use_snapshot=False) as sp:
+        got = {k: t.to_pylist() for k, t in sp.lookup("user-7", "user-state").items()}
+        dbs = list(sp.resolver.open_databases._dbs.values())
+    assert got == want
+    assert dbs and all(isinstance(db, RocksDBState) for db in dbs)
