@@ -119,7 +119,7 @@ def block_tuples(bytes data, Py_ssize_t pos, Py_ssize_t limit, start, stop, glob
         free(key)
 
 
-cdef inline int _entry_cmp(tuple a, tuple b):
+cdef inline int _entry_cmp(tuple a, tuple b) except? -2:
     """Order of two ``(user key, -seq, ...)`` tuples: user key bytewise, then -seq."""
     cdef bytes ka = <bytes>a[0]
     cdef bytes kb = <bytes>b[0]
@@ -153,7 +153,7 @@ cdef class MergedPairs:
             self.pos.append(0)
             self._refill(i)
 
-    cdef bint _refill(self, Py_ssize_t i):
+    cdef bint _refill(self, Py_ssize_t i) except -1:
         """Make source i's current list non-empty; False when it is exhausted."""
         cdef object lst
         while True:
@@ -172,14 +172,15 @@ cdef class MergedPairs:
             return None
         return <tuple>(<list>lst)[<Py_ssize_t>self.pos[i]]
 
-    cdef void _advance(self, Py_ssize_t i):
+    cdef int _advance(self, Py_ssize_t i) except -1:
         cdef Py_ssize_t p = <Py_ssize_t>self.pos[i] + 1
         if p < len(<list>self.lists[i]):
             self.pos[i] = p
         else:
             self._refill(i)
+        return 0
 
-    cdef Py_ssize_t _smallest(self):
+    cdef Py_ssize_t _smallest(self) except? -2:
         cdef Py_ssize_t best = -1, i, n = len(self.lists)
         cdef tuple h, bh = None
         for i in range(n):

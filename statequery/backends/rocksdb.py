@@ -25,6 +25,11 @@ Reading one handle (:class:`RocksDBState`):
 
 :func:`read_entries` walks the handles of an operator and opens only those whose key-group range
 overlaps the request, so a single-key lookup fetches one subtask's files.
+
+A single-key lookup through :class:`RocksDBKeyedBackend` fetches less still, unless a restored DB
+of the handle is already open: :class:`TableReadState` fetches ``CURRENT`` and the MANIFEST
+(:mod:`statequery.backends.manifest`: every live table's column family and key range), then only
+the tables whose key range can hold the key, read with the SST reader (no RocksDB instance).
 """
 
 from __future__ import annotations

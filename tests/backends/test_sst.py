@@ -362,6 +362,9 @@ def test_corrupt_block_is_detected(tmp_path: Path) -> None:
     with pytest.raises(CorruptStateError, match="bad.sst"):
         with SstFile(str(p)) as t:
             list(t.entries())
+    with pytest.raises(CorruptStateError, match="bad.sst"):  # through the (compiled) merge too
+        with SstFile(str(p)) as t:
+            list(merged_entries([t]))
 
 
 def test_not_a_table(tmp_path: Path) -> None:
