@@ -631,3 +631,31 @@ def test_database_pool_is_bounded() -> None:
     assert len(pool) == 2 and closed == [2] and pool.restores == 3
     pool.close()
     assert sorted(closed) == [1, 2, 3]
+
+
+def test_a_database_in_use_is_closed_after_its_last_use() -> None:
+    """Evicting a DB another thread's scan still reads defers its close to that scan's end."""
+    from statequery.backends.rocksdb import OpenDatabases
+
+    closed: list[int] = []
+
+    class Fake:
+        def __init__(self, i: int) -> None:
+            self.i, self.is_open = i, True
+
+        def close(self) -> None:
+            closed.append(self.i)
+            self.is_open = False
+
+    pool = OpenDatabases(limit=1)
+    busy = pool.get(1, lambda: Fake(1), use=True)
+    again = pool.peek(1, use=True)
+    assert again is busy
+    pool.get(2, lambda: Fake(2))  # evicts 1, which is in use twice
+    assert closed == [] and len(pool) == 1
+    pool.release(busy)
+    assert closed == []
+    pool.release(busy)
+    assert closed == [1]
+    pool.close()
+    assert closed == [1, 2]
