@@ -861,8 +861,8 @@ class OpenDatabases:
     """Restored RocksDB databases kept open for one :class:`~statequery.Savepoint` (at most
     ``limit``, least recently used closed first), so a warm lookup costs a seek, not a restore.
     A database evicted while a scan of another thread uses it (taken with ``use=True``) is
-    closed when that scan releases it (:meth:`release`). :meth:`close` (``Savepoint.close()`` / leaving
-    its ``with`` block) closes them all."""
+    closed when that scan releases it (:meth:`release`). :meth:`close` (``Savepoint.close()`` /
+    leaving its ``with`` block) closes them all."""
 
     def __init__(self, limit: int = 4) -> None:
         self.limit = max(1, int(limit))
