@@ -48,10 +48,12 @@ cdef inline Py_ssize_t _varint32(const uint8_t* p, Py_ssize_t pos, Py_ssize_t li
 
 
 def block_tuples(bytes data, Py_ssize_t pos, Py_ssize_t limit, start, stop, global_seqno,
-                 str source, Py_ssize_t base):
+                 str source, Py_ssize_t base, bytes match=None, Py_ssize_t match_at=0):
     """Entries of a data block from ``pos`` (a restart offset) to ``limit`` (where the restart
     array begins) whose user key is in ``[start, stop)`` (None: unbounded), as a list of
     ``(user key, -seq, type, value)``, and whether an entry at or past ``stop`` ended the walk.
+    ``match``: only user keys holding these bytes at offset ``match_at`` (no tuple is made for
+    the others).
     """
     cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(data)
     cdef Py_ssize_t n = PyBytes_GET_SIZE(data)
@@ -62,6 +64,9 @@ def block_tuples(bytes data, Py_ssize_t pos, Py_ssize_t limit, start, stop, glob
     cdef int kind
     cdef bint has_start = start is not None, has_stop = stop is not None
     cdef bint has_global = global_seqno is not None
+    cdef bint has_match = match is not None
+    cdef Py_ssize_t mlen = PyBytes_GET_SIZE(match) if has_match else 0
+    cdef const char* mptr = PyBytes_AS_STRING(match) if has_match else NULL
     cdef uint64_t gseq = global_seqno if has_global else 0
     cdef list out = []
     if limit > n:
@@ -109,6 +114,9 @@ def block_tuples(bytes data, Py_ssize_t pos, Py_ssize_t limit, start, stop, glob
                 continue
             if has_stop and _cmp(key, ulen, stop) >= 0:
                 return out, True
+            if has_match and (ulen < match_at + mlen
+                              or memcmp(key + match_at, mptr, mlen) != 0):
+                continue
             seq = trailer >> 8
             if seq == 0 and has_global:
                 seq = gseq

@@ -739,9 +739,11 @@ class SstFile:
                     seq = global_seqno
                 yield user_key, -seq, kind, value
 
-    def blocks(self, start: bytes | None = None, stop: bytes | None = None) -> Iterator[
+    def blocks(self, start: bytes | None = None, stop: bytes | None = None,
+               match: tuple[bytes, int] | None = None) -> Iterator[
             list[tuple[bytes, int, int, bytes]]]:
-        """:meth:`tuples`, one list per data block (the compiled block walk; needs it)."""
+        """:meth:`tuples`, one list per data block (the compiled block walk; needs it);
+        ``match = (bytes, offset)`` keeps only user keys holding those bytes at that offset."""
         walk = _block_walk()
         if walk is None:
             raise RuntimeError("the compiled SST block walk is not available")
@@ -752,7 +754,8 @@ class SstFile:
             if start is not None and len(block.restarts) > 1:
                 restart = block.seek_restart(start, key_of=lambda k: k[:-8])
             rows, done = walk(block.data, block.restarts[restart], block.limit, start, stop,
-                              global_seqno, self.source, block.base)
+                              global_seqno, self.source, block.base,
+                              *(match if match is not None else ()))
             yield rows
             if done:
                 return
@@ -829,20 +832,25 @@ def merged_entries(
     start: bytes | None = None,
     stop: bytes | None = None,
     delimiter: bytes = b",",
+    match: tuple[bytes, int] | None = None,
 ) -> Iterator[tuple[bytes, bytes]]:
     """Live (user key, value) pairs of one column family given all its table files.
 
     Entries of every table in ``[start, stop)`` are merged in key order; for each user key the
     internal entries of all tables are resolved by sequence number (as :func:`merge_entries`
     does), after dropping those covered by a newer range tombstone. Deleted keys are skipped.
+    ``match = (bytes, offset)`` keeps only user keys holding those bytes at that offset (a
+    lookup's timers: the key after the timestamp), filtered before merging: every version of a
+    user key shares it, so the merge rules are unchanged.
     """
     tables = list(tables)
     tombstones = [t for table in tables for t in table.range_deletions()]
     if not tombstones and _block_walk() is not None and all(
             isinstance(t, SstFile) for t in tables):
         assert _compiled is not None  # the compiled merge: no generator frame per pair
-        return iter(_compiled.MergedPairs([t.blocks(start, stop) for t in tables], delimiter))
-    return _merged(tables, tombstones, start, stop, delimiter)
+        return iter(_compiled.MergedPairs([t.blocks(start, stop, match) for t in tables],
+                                          delimiter))
+    return _merged(tables, tombstones, start, stop, delimiter, match)
 
 
 def _merged(
@@ -851,9 +859,13 @@ def _merged(
     start: bytes | None,
     stop: bytes | None,
     delimiter: bytes,
+    match: tuple[bytes, int] | None = None,
 ) -> Iterator[tuple[bytes, bytes]]:
     """The pure-Python :func:`merged_entries`."""
     iters = [_tuples_of(table, start, stop) for table in tables]
+    if match is not None:
+        sub, at = match
+        iters = [(t for t in it if t[0].startswith(sub, at)) for it in iters]
     # (user key, -seq, ...) tuples order like RocksDB's internal key comparator
     merged: Iterator[tuple[bytes, int, int, bytes]] = (
         iters[0] if len(iters) == 1 else heapq.merge(*iters))
