@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from statequery.backends.cache import CacheKey, DbDir, FileCache
-from statequery.backends.sst import SstFile, merged_entries
+from statequery.backends.sst import SstFile, has_compiled_walk, merged_entries
 from statequery.exceptions import (
     CorruptStateError,
     InvalidOptionError,
@@ -358,7 +358,9 @@ class RocksDBState:
         if rng is None:
             return iter(()), b""
         start, stop, sst = rng
-        if sst:
+        if sst or (match is not None and has_compiled_walk()):
+            # merge operands; or a filtered walk (a lookup's timers), which the compiled table
+            # walk does without making a pair for the keys it skips
             cf = self._cfs.get(state)
             if cf is None:
                 return iter(()), b""

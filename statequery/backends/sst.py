@@ -109,6 +109,11 @@ except ImportError:  # pragma: no cover - not built: the pure-Python walk below
     _compiled = None
 
 
+def has_compiled_walk() -> bool:
+    """True when the compiled block walk is built and not turned off."""
+    return _block_walk() is not None
+
+
 def _block_walk() -> Any:
     """``_sst.block_tuples`` unless not built or ``STATEQUERY_PURE_PYTHON`` is set."""
     if _compiled is None or os.environ.get("STATEQUERY_PURE_PYTHON", "") not in ("", "0"):

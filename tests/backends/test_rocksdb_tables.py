@@ -126,11 +126,18 @@ def test_lookup_rows_equal_the_full_restore(name: str, tmp_path: Path,
     looked = 0
     for op in full.keyed_operators():
         keys: list[Any] = []
+        rows: dict[str, list[dict[str, Any]]] = {}
         for st in op.states:
             table = full.read(op.operator_id, st.name)
+            rows[st.name] = table.to_pylist()
             if "key" in table.column_names:
                 keys += [k for k in table.column("key").to_pylist() if k not in keys]
         for key in keys[:4]:
+            # each state read for the key (table reader) equals the full scan's rows of the key
+            for st in op.states:
+                if rows[st.name] and "key" in rows[st.name][0]:
+                    assert sel.read(op.operator_id, st.name, key=key).to_pylist() == [
+                        r for r in rows[st.name] if r["key"] == key]
             monkeypatch.setattr(rocks, "SELECTIVE_LOOKUPS", False)
             want = {k: t.to_pylist() for k, t in full.lookup(key, op.operator_id).items()}
             monkeypatch.setattr(rocks, "SELECTIVE_LOOKUPS", True)
