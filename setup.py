@@ -3,7 +3,8 @@
 * ships the example catalog (``catalog/``) inside the package as ``statequery/_catalog`` when a
   wheel is built (editable installs find ``catalog/`` in the checkout instead,
   statequery.discovery.default_catalog);
-* compiles the optional decode path (``statequery/backends/_read.pyx``). It is optional: without
+* compiles the optional decode path (``statequery/backends/_read.pyx``) and the SST reader's
+  block walk (``statequery/backends/_sst.pyx``). It is optional: without
   a C compiler (or Cython), or when compiling fails, the package installs with a one-line notice
   and uses the pure-Python path (identical tables, slower).
 """
@@ -66,8 +67,15 @@ def _extensions() -> list[Any]:
         extra_compile_args=["-O2"],
         optional=True,
     )
+    # the SST reader's block walk (statequery/backends/sst.py), optional in the same way
+    sst = Extension(
+        "statequery.backends._sst",
+        ["statequery/backends/_sst.pyx"],
+        extra_compile_args=["-O2"],
+        optional=True,
+    )
     try:
-        return list(cythonize([ext], language_level=3, quiet=True))
+        return list(cythonize([ext, sst], language_level=3, quiet=True))
     except Exception as e:
         print(NOTICE.format(f"Cython failed: {e}"), file=sys.stderr)
         return []

@@ -16,10 +16,13 @@ rows/s, MB/s (the state's own table bytes, compressed, per second; cold also the
 fetched per second), peak RSS (``ru_maxrss``: it includes RocksDB's native memory, which
 ``tracemalloc`` cannot see), and where the time went (fetch into the cache, DB restore/open,
 iteration + decoding). Then single-key lookups: cold (empty cache), warm cache with a fresh open,
-and warm (same ``Savepoint`` object), with the bytes fetched from the savepoint through the
-storage seam, and a check that only the files of the subtask owning the key's key group were
-touched. With ``--canonical`` the same figures are measured on the canonical savepoint of the same
-job state (``bench_canonical.py``'s children) for comparison.
+and warm (same ``Savepoint`` object), with the bytes and files fetched from the savepoint through
+the storage seam, and a check that only files of the subtask owning the key's key group were
+touched; once reading only the tables that can hold the key (the default), once restoring the
+owner's whole DB (``SELECTIVE_LOOKUPS = False``). Wall and CPU time (``time.process_time``)
+are printed: on a shared machine only CPU time compares across runs. With ``--canonical`` the
+same figures are measured on the canonical savepoint of the same job state
+(``bench_canonical.py``'s children) for comparison.
 """
 
 from __future__ import annotations
@@ -98,10 +101,12 @@ def child_scan(
     list_states(sp, operator)  # _metadata + the handles' meta-data streams
     sp.io.stats.reset()
     t = time.perf_counter()
+    cpu = time.process_time()
     rows = 0
     for state in states:
         for batch in read_state(sp, operator, state, mode=mode, batch_size=batch_size):
             rows += batch.num_rows
+    cpu = time.process_time() - cpu
     dt = time.perf_counter() - t
     fetched = sp.io.stats.total_bytes
     return {
@@ -110,6 +115,8 @@ def child_scan(
         "rows": rows,
         "seconds": dt,
         "rows_per_s": rows / dt if dt else 0.0,
+        "cpu_s": cpu,
+        "rows_per_cpu_s": rows / cpu if cpu else 0.0,
         "fetched_mb": fetched / 1e6,
         "fetch_s": timers.t["fetch"],
         "restore_s": timers.t["restore"],  # includes fetch_s
@@ -153,9 +160,13 @@ def _owner(sp: Any, operator: str, key_group: int) -> int:
 
 
 def child_lookup(
-    path: str, operator: str, n: int, seed: int, keys_total: int, cold_n: int
+    path: str, operator: str, n: int, seed: int, keys_total: int, cold_n: int,
+    selective: bool = True,
 ) -> dict[str, Any]:
-    """Lookups: cold (an empty cache per key), warm cache + fresh open, warm (same object)."""
+    """Lookups: cold (an empty cache per key), warm cache + fresh open, warm (same object).
+
+    ``selective``: a cold lookup fetches the MANIFEST and only the tables whose key range can
+    hold the key (``rocksdb.SELECTIVE_LOOKUPS``); else the owning subtask's whole DB."""
     from statequery.backends import rocksdb
     from statequery.backends.cache import FileCache
     from statequery.hashing import key_group_of
@@ -163,6 +174,7 @@ def child_lookup(
     from statequery.reader import lookup
 
     timers = _instrument()
+    rocksdb.SELECTIVE_LOOKUPS = selective
     rnd = random.Random(seed)
     keys = [f"user-{rnd.randrange(keys_total):07d}" for _ in range(n)]
     probe = _open(path)
@@ -186,9 +198,11 @@ def child_lookup(
                 timers.t.clear()
                 io = FileIO()
                 t = time.perf_counter()
+                cpu = time.process_time()
                 sp = _open(path, io)
                 result = lookup(sp, key, operator)
                 res["cold_ms"].append(1000 * (time.perf_counter() - t))
+                res["cold_cpu_ms"].append(1000 * (time.process_time() - cpu))
                 res["cold_fetch_ms"].append(1000 * timers.t["fetch"])
                 res["cold_restore_ms"].append(1000 * timers.t["restore"])
                 res["cold_kb"].append(io.stats.total_bytes / 1024)
@@ -202,11 +216,23 @@ def child_lookup(
                 n_owner = sum(1 for sub, name in where.values() if sub == owner and name != "meta")
                 n_data = sum(1 for _, name in mine.values() if name != "meta")
                 data_b = sum(read[loc] for loc, (_, name) in mine.items() if name != "meta")
+                owner_b = sum(
+                    os.path.getsize(loc) for loc, (sub, name) in where.items()
+                    if sub == owner and name != "meta" and os.path.exists(loc))
                 header_b = sum(read[loc] for loc, (_, name) in mine.items() if name == "meta")
-                ok = data == {owner} and n_data == n_owner and not others
+                ssts = sum(1 for _, name in mine.values() if name.endswith(".sst"))
+                res["cold_files"].append(n_data)
+                res["cold_ssts"].append(ssts)
+                res["cold_data_mib"].append(data_b / 2**20)
+                res["owner_files"].append(n_owner)
+                res["owner_mib"].append(owner_b / 2**20)
+                # selective: a subset of the owner's files; else all of them
+                ok = data == {owner} and not others and (
+                    n_data <= n_owner if selective else n_data == n_owner)
                 checks.append(
-                    f"{key} kg {kg}: owner subtask {owner}; DB files fetched: {n_data} of "
-                    f"subtask(s) {sorted(data)} (the owner has {n_owner}), "
+                    f"{key} kg {kg}: owner subtask {owner}; DB files fetched: {n_data} "
+                    f"({ssts} SSTs) of subtask(s) {sorted(data)} (the owner has {n_owner}, "
+                    f"{owner_b / 2**20:.1f} MiB), "
                     f"{data_b / 2**20:.1f} MiB; state headers of subtasks {sorted(headers)} "
                     f"({header_b} B); _metadata {read.get(probe.metadata.location, 0)} B; "
                     f"other files {len(others)} -> {'OK' if ok else 'FAILED'}"
@@ -221,9 +247,11 @@ def child_lookup(
             timers.t.clear()
             io = FileIO()
             t = time.perf_counter()
+            cpu = time.process_time()
             sp = _open(path, io)
             result = lookup(sp, key, operator)
             res["warm_open_ms"].append(1000 * (time.perf_counter() - t))
+            res["warm_open_cpu_ms"].append(1000 * (time.process_time() - cpu))
             res["warm_open_restore_ms"].append(1000 * timers.t["restore"])
             res["warm_open_kb"].append(io.stats.total_bytes / 1024)
             # warm: the same Savepoint again (headers parsed; the DB is restored again)
@@ -231,8 +259,10 @@ def child_lookup(
             timers.t.clear()
             timers.n.clear()
             t = time.perf_counter()
+            cpu = time.process_time()
             result = lookup(sp, key, operator)
             res["warm_ms"].append(1000 * (time.perf_counter() - t))
+            res["warm_cpu_ms"].append(1000 * (time.process_time() - cpu))
             res["warm_restore_ms"].append(1000 * timers.t["restore"])
             res["warm_kb"].append(io.stats.total_bytes / 1024)
             res["opens_per_lookup"].append(timers.n["restore"])
@@ -329,7 +359,8 @@ def main(argv: list[str] | None = None) -> int:
             res = child_scan(rest[0], rest[1], json.loads(rest[2]), rest[3] or None, int(rest[4]))
         else:
             res = child_lookup(
-                rest[0], rest[1], int(rest[2]), int(rest[3]), int(rest[4]), int(rest[5])
+                rest[0], rest[1], int(rest[2]), int(rest[3]), int(rest[4]), int(rest[5]),
+                rest[6] != "0" if len(rest) > 6 else True,
             )
         print(json.dumps(res))
         return 0
@@ -383,10 +414,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.canonical:
             head += f" | {'canonical (same state)':>27s}"
         print(head)
-        runs: list[tuple[list[str], str | None]] = [([r.state], None) for r in refs]
-        runs += [([r.state], "flat") for r in refs if r.layout.kind == "list"]
-        runs += [([r.state], "nested") for r in refs if r.layout.kind == "map"]
-        runs.append(([r.state for r in refs], None))
+        runs: list[tuple[list[str], str | None]] = [([r.name], None) for r in refs]
+        runs += [([r.name], "flat") for r in refs if r.layout.kind == "list"]
+        runs += [([r.name], "nested") for r in refs if r.layout.kind == "map"]
+        runs.append(([r.name for r in refs], None))
 
         def best(results_: list[dict[str, Any]]) -> dict[str, Any]:
             return min(results_, key=lambda r: r["seconds"])
@@ -464,44 +495,56 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"  {res['label']:30s} {res['mode']:6s} {res['cache']:4s} "
                 f"{res['seconds']:6.2f} s / {res['fetch_s']:5.2f} / {res['restore_s']:5.2f} "
-                f"({res['opens']} restores, {res['fetched_mb']:.1f} MB fetched)"
+                f"({res['opens']} restores, {res['fetched_mb']:.1f} MB fetched); CPU "
+                f"{res['cpu_s']:.2f} s, {res['rows_per_cpu_s']:,.0f} rows per CPU-second"
             )
-        lk = _run_child(
-            script,
-            [
-                "lookup",
-                args.savepoint,
-                args.operator,
-                str(args.lookups),
-                "7",
-                str(args.keys),
-                str(args.cold_lookups),
-            ],
-        )
-        results["lookup"] = lk
-        print(
-            f"\nlookup of one key ({lk['lookups']} random keys, {lk['rows_per_lookup']:.1f} rows "
-            f"each, every state of the operator; {lk['opens_per_lookup_median']:.0f} DB "
-            "restores per lookup):"
-        )
-        print(
-            f"  cold (empty cache; {lk['cold_lookups']} keys):  median "
-            f"{lk['cold_ms_median']:.0f} ms (fetch {lk['cold_fetch_ms_median']:.0f} ms, "
-            f"restore {lk['cold_restore_ms_median']:.0f} ms), max {lk['cold_ms_max']:.0f} ms, "
-            f"{lk['cold_kb_median'] / 1024:.1f} MiB fetched"
-        )
-        print(
-            f"  warm cache, fresh open:        median {lk['warm_open_ms_median']:.0f} ms "
-            f"(restore {lk['warm_open_restore_ms_median']:.0f} ms), max "
-            f"{lk['warm_open_ms_max']:.0f} ms, {lk['warm_open_kb_median']:.1f} KiB fetched"
-        )
-        print(
-            f"  warm (same Savepoint object):  median {lk['warm_ms_median']:.0f} ms "
-            f"(restore {lk['warm_restore_ms_median']:.0f} ms), max {lk['warm_ms_max']:.0f} ms, "
-            f"{lk['warm_kb_median']:.1f} KiB fetched (max {lk['warm_kb_max']:.1f})"
-        )
-        for line in lk["checks"]:
-            print(f"  storage seam: {line}")
+        for selective in (True, False):
+            lk = _run_child(
+                script,
+                [
+                    "lookup",
+                    args.savepoint,
+                    args.operator,
+                    str(args.lookups),
+                    "7",
+                    str(args.keys),
+                    str(args.cold_lookups),
+                    "1" if selective else "0",
+                ],
+            )
+            results["lookup" if selective else "lookup_full_restore"] = lk
+            how = (
+                "cold: the MANIFEST and the tables that can hold the key (TableReadState)"
+                if selective
+                else "cold: the owning subtask's whole DB restored (SELECTIVE_LOOKUPS = False)"
+            )
+            print(
+                f"\nlookup of one key ({lk['lookups']} random keys, {lk['rows_per_lookup']:.1f} "
+                f"rows each, every state of the operator; {how}):"
+            )
+            print(
+                f"  cold (empty cache; {lk['cold_lookups']} keys):  median "
+                f"{lk['cold_ms_median']:.0f} ms wall / {lk['cold_cpu_ms_median']:.0f} ms CPU "
+                f"(fetch {lk['cold_fetch_ms_median']:.0f} ms), max {lk['cold_ms_max']:.0f} ms, "
+                f"{lk['cold_kb_median'] / 1024:.2f} MiB fetched; DB files "
+                f"{lk['cold_files_median']:.0f} of the owner's {lk['owner_files_median']:.0f} "
+                f"({lk['cold_ssts_median']:.0f} SSTs), {lk['cold_data_mib_median']:.2f} of "
+                f"{lk['owner_mib_median']:.1f} MiB"
+            )
+            print(
+                f"  warm cache, fresh open:        median {lk['warm_open_ms_median']:.0f} ms wall "
+                f"/ {lk['warm_open_cpu_ms_median']:.0f} ms CPU, max "
+                f"{lk['warm_open_ms_max']:.0f} ms, {lk['warm_open_kb_median']:.1f} KiB fetched"
+            )
+            print(
+                f"  warm (same Savepoint object):  median {lk['warm_ms_median']:.1f} ms wall / "
+                f"{lk['warm_cpu_ms_median']:.1f} ms CPU, max {lk['warm_ms_max']:.1f} ms, "
+                f"{lk['warm_kb_median']:.1f} KiB fetched (max {lk['warm_kb_max']:.1f}), "
+                f"{lk['opens_per_lookup_median']:.0f} restores"
+            )
+            for line in lk["checks"]:
+                print(f"  storage seam: {line}")
+        print(f"\nload average at the end: {os.getloadavg()}")
 
         if args.canonical:
             clk = _run_child(

@@ -25,18 +25,24 @@ Reading one handle (:class:`RocksDBState`):
 
 :func:`read_entries` walks the handles of an operator and opens only those whose key-group range
 overlaps the request, so a single-key lookup fetches one subtask's files.
+
+A single-key lookup through :class:`RocksDBKeyedBackend` fetches less still, unless a restored DB
+of the handle is already open: :class:`TableReadState` fetches ``CURRENT`` and the MANIFEST
+(:mod:`statequery.backends.manifest`: every live table's column family and key range), then only
+the tables whose key range can hold the key, read with the SST reader (no RocksDB instance).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import threading
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from statequery.backends.cache import CacheKey, DbDir, FileCache
-from statequery.backends.sst import SstFile, merged_entries
+from statequery.backends.sst import SstFile, has_compiled_walk, merged_entries
 from statequery.exceptions import (
     CorruptStateError,
     InvalidOptionError,
@@ -52,6 +58,7 @@ __all__ = [
     "RocksDBHandle",
     "RocksDBKeyedBackend",
     "RocksDBState",
+    "TableReadState",
     "default_cache",
     "feed",
     "from_incremental_handle",
@@ -61,6 +68,9 @@ __all__ = [
 ]
 
 DEFAULT_CF = "default"
+#: single-key lookups read only the tables that can hold the key (:class:`TableReadState`)
+#: unless a restored DB of the handle is already open; False: always restore the whole DB
+SELECTIVE_LOOKUPS = True
 _MERGE_OPERATORS = ("StringAppendTESTOperator", "stringappendtest", "nullptr", "")
 
 
@@ -175,61 +185,39 @@ class RocksDBState:
     # -- restore -------------------------------------------------------------------------------
 
     def _restore(self) -> None:
-        files = self.handle.files
-        by_name: dict[str, DbFile] = {}
-        for f in files:
-            if f.local_path in by_name:
-                raise CorruptStateError(f"RocksDB file {f.local_path} appears twice in the handle",
-                                        f.source)
-            by_name[f.local_path] = f
-        self._by_name = by_name
-        current = by_name.get("CURRENT")
-        if current is None:
-            raise CorruptStateError(
-                f"the RocksDB handle {self.handle.name or ''} names no CURRENT file "
-                f"(files: {', '.join(sorted(by_name)) or 'none'})", self._first_location())
+        self._by_name = by_name = _files_by_name(self.handle)
+        current = _current_of(self.handle, by_name)
         self._dir = self.cache.new_db_dir()
         root = self._dir.path
-        for f in files:
-            dest = os.path.join(root, f.local_path)
-            if f.data is not None:
-                if f.size >= 0 and f.size != len(f.data):
-                    raise CorruptStateError(
-                        f"inline file has {len(f.data)} bytes, its handle says {f.size}", f.source)
-                with open(dest, "wb") as out:
-                    out.write(f.data)
-            else:
-                assert f.location is not None
-                if f.size < 0:
-                    raise CorruptStateError("state handle without a size", f.source)
-                self.cache.link(self.io, CacheKey(f.location, f.size, f.checksum, f.offset), dest)
-        manifest = self._check_current(root, current)
+        for f in self.handle.files:
+            _place(self.cache, self.io, f, os.path.join(root, f.local_path))
+        manifest = _check_current(root, current, by_name)
         self._manifest = manifest
-        for f in self.handle.sst_files:
-            self._open_table(f, os.path.join(root, f.local_path))
+        opened = [(f, self._load_table(f, os.path.join(root, f.local_path)))
+                  for f in self.handle.sst_files]
+        ingested: dict[str, Any] = {}
+        if any(t.external for _, t in opened):
+            # ingested tables (SstFileWriter): their column family and global sequence number
+            # may be recorded in the MANIFEST only (RocksDB itself reads them from there)
+            from statequery.backends.manifest import read_manifest
+
+            with open(os.path.join(root, manifest.local_path), "rb") as fh:
+                meta = read_manifest(fh.read(), manifest.source)
+            ingested = {t.name: t for t in meta.tables.values()}
+        for f, table in opened:
+            m = ingested.get(f.local_path) if table.external else None
+            if m is not None:
+                table.apply_manifest_seqno(m.largest_seqno)
+            self._open_table(f, os.path.join(root, f.local_path), table,
+                             m.column_family if m is not None else None)
         self._open_db(root, manifest)
         self.cache.evict()
 
-    def _first_location(self) -> str | None:
-        for f in self.handle.files:
-            if f.location:
-                return f.location
-        return None
+    @property
+    def is_open(self) -> bool:
+        return self._db is not None
 
-    def _check_current(self, root: str, current: DbFile) -> DbFile:
-        with open(os.path.join(root, "CURRENT"), "rb") as fh:
-            text = fh.read()
-        name = text.decode("utf-8", "replace").strip()
-        if not text.endswith(b"\n") or not re.fullmatch(r"MANIFEST-\d+", name):
-            raise CorruptStateError(f"CURRENT does not name a MANIFEST file: {text[:64]!r}",
-                                    current.source)
-        manifest = self._by_name.get(name)
-        if manifest is None:
-            raise CorruptStateError(f"CURRENT names {name}, which the state handle does not "
-                                    "include (missing MANIFEST)", current.source)
-        return manifest
-
-    def _open_table(self, f: DbFile, path: str) -> None:
+    def _load_table(self, f: DbFile, path: str) -> SstFile:
         try:
             table = SstFile(path, source=f.source)
         except StatequeryError as e:
@@ -237,8 +225,12 @@ class RocksDBState:
                 raise CorruptStateError(str(e), f.source) from e
             raise
         self._tables[f.local_path] = table
+        return table
+
+    def _open_table(self, f: DbFile, path: str, table: SstFile,
+                    manifest_cf: str | None = None) -> None:
         props = table.properties
-        cf = props.column_family_name
+        cf = props.column_family_name or (manifest_cf if table.external else None)
         if not cf:
             raise CorruptStateError("table file has no column family name in its properties",
                                     f.source)
@@ -352,11 +344,12 @@ class RocksDBState:
 
     def items(
         self, state: str, key_groups: tuple[int, int] | None = None, *,
-        key_prefix: bytes | None = None,
+        key_prefix: bytes | None = None, match: tuple[bytes, int] | None = None,
     ) -> tuple[Iterator[tuple[bytes, bytes]], bytes]:
         """Bulk form of :meth:`entries`: plain ``(key, value)`` pairs (no :class:`KeyValue` per
         entry) and the exclusive upper bound the consumer stops at. Errors of the underlying
-        iterator surface while iterating; the caller wraps them (see :meth:`wrap_error`)."""
+        iterator surface while iterating; the caller wraps them (see :meth:`wrap_error`).
+        ``match = (bytes, offset)``: only keys holding those bytes at that offset."""
         if self._db is None:
             raise StatequeryError("the RocksDB state is closed")
         if state == DEFAULT_CF or state not in self._cf_names:
@@ -365,17 +358,23 @@ class RocksDBState:
         if rng is None:
             return iter(()), b""
         start, stop, sst = rng
-        if sst:
+        if sst or (match is not None and has_compiled_walk()):
+            # merge operands; or a filtered walk (a lookup's timers), which the compiled table
+            # walk does without making a pair for the keys it skips
             cf = self._cfs.get(state)
             if cf is None:
                 return iter(()), b""
             tables = [self._tables[f.local_path] for f, _ in cf.tables]
-            return iter(merged_entries(tables, start, stop)), stop
+            return iter(merged_entries(tables, start, stop, match=match)), stop
         from rocksdict import ReadOptions
 
         ro = ReadOptions()
         ro.set_iterate_upper_bound(stop)
-        return iter(self._db.get_column_family(state).items(from_key=start, read_opt=ro)), stop
+        pairs = self._db.get_column_family(state).items(from_key=start, read_opt=ro)
+        if match is not None:
+            sub, at = match
+            return iter([(k, v) for k, v in pairs if k.startswith(sub, at)]), stop
+        return iter(pairs), stop
 
     def wrap_error(self, state: str, e: Exception) -> CorruptStateError:
         return CorruptStateError(f"RocksDB failed reading column family {state!r}: "
@@ -388,14 +387,7 @@ class RocksDBState:
         bounds = self.key_group_bounds(key_groups)
         if bounds is None:
             return None
-        n = self.prefix_bytes
-        start = bounds[0].to_bytes(n, "big")
-        stop = (bounds[1] + 1).to_bytes(n, "big")
-        if key_prefix:
-            if bounds[0] != bounds[1]:
-                raise InvalidOptionError("key_prefix needs a single key group")
-            start += key_prefix
-            stop = _prefix_successor(start) or stop
+        start, stop = _key_range(self.prefix_bytes, bounds, key_prefix)
         if reader not in ("auto", "sst", "rocksdb"):
             raise InvalidOptionError(f"reader must be auto, sst or rocksdb, not {reader!r}")
         return start, stop, reader == "sst" or (reader == "auto" and self.uses_merge_reader(state))
@@ -455,6 +447,289 @@ class RocksDBState:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class TableReadState:
+    """One RocksDB handle read straight from its table files, fetching only those a read needs.
+
+    ``CURRENT`` and the MANIFEST it names are fetched first; the MANIFEST
+    (:func:`~statequery.backends.manifest.read_manifest`) gives every live table's column family
+    and user-key range. A read of a key range (:meth:`items`, :meth:`entries`) then fetches, links
+    and opens only the tables of the column family whose range intersects it and merges them with
+    :func:`~statequery.backends.sst.merged_entries` (RocksDB's read rules: newest sequence number
+    first, deletions, range tombstones, merge operands), so no RocksDB instance is opened and the
+    ``OPTIONS`` file and all other tables are never fetched. Checked as for a restore: the
+    MANIFEST's live tables must be exactly the handle's, with the handle's sizes, its column
+    families exactly the metadata's states, and every table opened must belong to the column
+    family the MANIFEST says. Same reading interface as :class:`RocksDBState`.
+    """
+
+    def __init__(
+        self,
+        handle: RocksDBHandle,
+        io: FileIO,
+        *,
+        max_parallelism: int,
+        cache: FileCache | None = None,
+        state_names: Collection[str] | None = None,
+    ) -> None:
+        from statequery.backends.manifest import read_manifest
+
+        self.handle = handle
+        self.io = io
+        self.max_parallelism = max_parallelism
+        self.prefix_bytes = key_group_prefix_bytes(max_parallelism)
+        self.cache = cache if cache is not None else default_cache()
+        self.state_names = None if state_names is None else frozenset(state_names)
+        self._tables: dict[str, SstFile] = {}
+        self._dir: DbDir | None = None
+        self._lock = threading.Lock()
+        #: RocksDB names of the files placed so far (fetched into the cache unless cached)
+        self.placed: list[str] = []
+        try:
+            self._by_name = by_name = _files_by_name(handle)
+            current = _current_of(handle, by_name)
+            self._dir = self.cache.new_db_dir()
+            self._place(current)
+            manifest = _check_current(self._dir.path, current, by_name)
+            self._manifest = manifest
+            self._place(manifest)
+            with open(os.path.join(self._dir.path, manifest.local_path), "rb") as fh:
+                data = fh.read()
+            self.meta = read_manifest(data, manifest.source)
+            self._check()
+        except BaseException:
+            self.close()
+            raise
+
+    def _place(self, f: DbFile) -> str:
+        assert self._dir is not None
+        dest = os.path.join(self._dir.path, f.local_path)
+        _place(self.cache, self.io, f, dest)
+        self.placed.append(f.local_path)
+        return dest
+
+    def _check(self) -> None:
+        m, manifest = self.meta, self._manifest
+        if m.comparator and m.comparator not in ("leveldb.BytewiseComparator",
+                                                 "rocksdb.BytewiseComparator"):
+            raise UnsupportedFormatError(f"{manifest.source}: comparator {m.comparator} is not "
+                                         "supported (Flink uses leveldb.BytewiseComparator)")
+        live = {t.name: t for t in m.tables.values()}
+        for f in self.handle.sst_files:
+            if f.local_path not in live:
+                raise CorruptStateError(
+                    f"table {f.local_path} is not live in {manifest.local_path} "
+                    "(truncated or mismatched MANIFEST)", manifest.source)
+        for name, t in live.items():
+            held = self._by_name.get(name)
+            if held is None:
+                raise CorruptStateError(
+                    f"{manifest.local_path} names table {name}, which the state handle does not "
+                    "include (missing SST)", manifest.source)
+            if held.size >= 0 and t.size != held.size:
+                raise CorruptStateError(
+                    f"{manifest.local_path} says {name} has {t.size} bytes, its handle says "
+                    f"{held.size}", held.source)
+        self._cf_names = [n for _, n in sorted(m.column_families.items()) if n != DEFAULT_CF]
+        if self.state_names is not None:
+            for n in self._cf_names:
+                if n not in self.state_names:
+                    raise CorruptStateError(
+                        f"column family {n!r} is not a state of this operator's metadata "
+                        f"({', '.join(sorted(self.state_names))})", manifest.source)
+            missing = sorted(self.state_names - set(self._cf_names))
+            if missing:
+                raise CorruptStateError(
+                    f"the MANIFEST has no column family for state(s) {', '.join(missing)} "
+                    "(truncated MANIFEST?)", manifest.source)
+        self._by_cf: dict[str, list[Any]] = {}
+        for t in sorted(live.values(), key=lambda t: t.number):
+            self._by_cf.setdefault(t.column_family, []).append(t)
+
+    def _table(self, meta: Any) -> SstFile:
+        with self._lock:
+            table = self._tables.get(meta.name)
+            if table is not None:
+                return table
+            if self._dir is None:
+                raise StatequeryError("the RocksDB state is closed")
+            f = self._by_name[meta.name]
+            path = self._place(f)
+            try:
+                table = SstFile(path, source=f.source)
+            except StatequeryError as e:
+                if isinstance(e, CorruptStateError) and e.source != f.source:
+                    raise CorruptStateError(str(e), f.source) from e
+                raise
+            props = table.properties
+            named = props.column_family_name or (meta.column_family if table.external else "")
+            if named != meta.column_family:
+                table.close()
+                raise CorruptStateError(
+                    f"table {f.local_path} belongs to column family "
+                    f"{props.column_family_name!r}, its MANIFEST says {meta.column_family!r}",
+                    f.source)
+            if props.merge_operands and props.merge_operator not in _MERGE_OPERATORS:
+                table.close()
+                raise UnsupportedFormatError(
+                    f"{f.source}: merge operator {props.merge_operator} is not supported "
+                    "(Flink uses StringAppendTESTOperator)")
+            try:
+                table.apply_manifest_seqno(meta.largest_seqno)
+            except BaseException:
+                table.close()
+                raise
+            self._tables[meta.name] = table
+            return table
+
+    # -- reading -------------------------------------------------------------------------------
+
+    @property
+    def is_open(self) -> bool:
+        return self._dir is not None
+
+    @property
+    def column_families(self) -> list[str]:
+        return list(self._cf_names)
+
+    def uses_merge_reader(self, state: str) -> bool:
+        return state in self._cf_names
+
+    def key_group_bounds(self, key_groups: tuple[int, int] | None) -> tuple[int, int] | None:
+        start, end = self.handle.start_key_group, self.handle.end_key_group
+        if key_groups is not None:
+            start, end = max(start, key_groups[0]), min(end, key_groups[1])
+        return (start, end) if start <= end else None
+
+    def tables_for(self, state: str, start: bytes, stop: bytes) -> list[Any]:
+        """The MANIFEST's tables of ``state`` whose user-key range meets ``[start, stop)``."""
+        return [t for t in self._by_cf.get(state, ()) if t.overlaps(start, stop)]
+
+    def items(
+        self, state: str, key_groups: tuple[int, int] | None = None, *,
+        key_prefix: bytes | None = None, match: tuple[bytes, int] | None = None,
+    ) -> tuple[Iterator[tuple[bytes, bytes]], bytes]:
+        """``(key, value)`` pairs of ``state`` and the exclusive stop key (see
+        :meth:`RocksDBState.items`); fetches the tables the range needs."""
+        if self._dir is None:
+            raise StatequeryError("the RocksDB state is closed")
+        bounds = self.key_group_bounds(key_groups)
+        if state == DEFAULT_CF or state not in self._cf_names or bounds is None:
+            return iter(()), b""
+        start, stop = _key_range(self.prefix_bytes, bounds, key_prefix)
+        tables = [self._table(t) for t in self.tables_for(state, start, stop)]
+        if not tables:
+            return iter(()), stop
+        return iter(merged_entries(tables, start, stop, match=match)), stop
+
+    def entries(
+        self, state: str, key_groups: tuple[int, int] | None = None, *, reader: str = "auto",
+        key_prefix: bytes | None = None,
+    ) -> Iterator[KeyValue]:
+        """Raw entries of ``state`` (see :meth:`RocksDBState.entries`; always the SST reader)."""
+        if reader not in ("auto", "sst"):
+            raise InvalidOptionError(f"reader must be auto or sst here, not {reader!r}")
+        if state == DEFAULT_CF or state not in self._cf_names:
+            if self.state_names is not None and state in self.state_names:
+                return iter(())
+            raise InvalidOptionError(
+                f"no column family {state!r} in this RocksDB snapshot; it has: "
+                f"{', '.join(self._cf_names) or 'none'}")
+        items, _ = self.items(state, key_groups, key_prefix=key_prefix)
+        n = self.prefix_bytes
+        return (KeyValue(int.from_bytes(k[:n], "big"), k, v) for k, v in items)
+
+    def describe(self, state: str) -> str:
+        names = [t.name for t in self._by_cf.get(state, ())]
+        if names:
+            return ", ".join(self._by_name[n].source for n in names)
+        return self._manifest.source
+
+    def wrap_error(self, state: str, e: Exception) -> CorruptStateError:
+        return CorruptStateError(f"reading column family {state!r} failed: {e}",
+                                 self.describe(state))
+
+    def close(self) -> None:
+        for t in self._tables.values():
+            t.close()
+        self._tables.clear()
+        if self._dir is not None:
+            self._dir.close()
+            self._dir = None
+            self.cache.evict()
+
+    def __enter__(self) -> TableReadState:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _files_by_name(handle: RocksDBHandle) -> dict[str, DbFile]:
+    by_name: dict[str, DbFile] = {}
+    for f in handle.files:
+        if f.local_path in by_name:
+            raise CorruptStateError(f"RocksDB file {f.local_path} appears twice in the handle",
+                                    f.source)
+        by_name[f.local_path] = f
+    return by_name
+
+
+def _current_of(handle: RocksDBHandle, by_name: dict[str, DbFile]) -> DbFile:
+    current = by_name.get("CURRENT")
+    if current is None:
+        first = next((f.location for f in handle.files if f.location), None)
+        raise CorruptStateError(
+            f"the RocksDB handle {handle.name or ''} names no CURRENT file "
+            f"(files: {', '.join(sorted(by_name)) or 'none'})", first)
+    return current
+
+
+def _place(cache: FileCache, io: FileIO, f: DbFile, dest: str) -> None:
+    """Put file ``f`` at ``dest``: inline bytes written, others linked from the cache (fetched
+    into it first when needed, size checked against the handle)."""
+    if f.data is not None:
+        if f.size >= 0 and f.size != len(f.data):
+            raise CorruptStateError(
+                f"inline file has {len(f.data)} bytes, its handle says {f.size}", f.source)
+        with open(dest, "wb") as out:
+            out.write(f.data)
+        return
+    assert f.location is not None
+    if f.size < 0:
+        raise CorruptStateError("state handle without a size", f.source)
+    cache.link(io, CacheKey(f.location, f.size, f.checksum, f.offset), dest)
+
+
+def _check_current(root: str, current: DbFile, by_name: dict[str, DbFile]) -> DbFile:
+    """The MANIFEST that ``CURRENT`` (already placed in ``root``) names."""
+    with open(os.path.join(root, "CURRENT"), "rb") as fh:
+        text = fh.read()
+    name = text.decode("utf-8", "replace").strip()
+    if not text.endswith(b"\n") or not re.fullmatch(r"MANIFEST-\d+", name):
+        raise CorruptStateError(f"CURRENT does not name a MANIFEST file: {text[:64]!r}",
+                                current.source)
+    manifest = by_name.get(name)
+    if manifest is None:
+        raise CorruptStateError(f"CURRENT names {name}, which the state handle does not "
+                                "include (missing MANIFEST)", current.source)
+    return manifest
+
+
+def _key_range(
+    prefix_bytes: int, bounds: tuple[int, int], key_prefix: bytes | None,
+) -> tuple[bytes, bytes]:
+    """``[start, stop)`` of the keys of key groups ``bounds`` (inclusive), or of the keys
+    starting with ``key_prefix`` in the single key group ``bounds`` names."""
+    start = bounds[0].to_bytes(prefix_bytes, "big")
+    stop = (bounds[1] + 1).to_bytes(prefix_bytes, "big")
+    if key_prefix:
+        if bounds[0] != bounds[1]:
+            raise InvalidOptionError("key_prefix needs a single key group")
+        start += key_prefix
+        stop = _prefix_successor(start) or stop
+    return start, stop
 
 
 def _prefix_successor(prefix: bytes) -> bytes | None:
@@ -592,36 +867,70 @@ def feed(
 class OpenDatabases:
     """Restored RocksDB databases kept open for one :class:`~statequery.Savepoint` (at most
     ``limit``, least recently used closed first), so a warm lookup costs a seek, not a restore.
-    :meth:`close` (``Savepoint.close()`` / leaving its ``with`` block) closes them all."""
+    A database evicted while a scan of another thread uses it (taken with ``use=True``) is
+    closed when that scan releases it (:meth:`release`). :meth:`close` (``Savepoint.close()`` /
+    leaving its ``with`` block) closes them all."""
 
     def __init__(self, limit: int = 4) -> None:
-        import threading
-
         self.limit = max(1, int(limit))
-        self._dbs: dict[Any, RocksDBState] = {}
+        self._dbs: dict[Any, Any] = {}
         self._lock = threading.Lock()
+        self._users: dict[int, int] = {}  # id(db) -> scans using it
+        self._retired: dict[int, Any] = {}  # evicted while in use: closed by the last release
         self.restores = 0
 
-    def get(self, key: Any, opener: Callable[[], RocksDBState]) -> RocksDBState:
+    def get(self, key: Any, opener: Callable[[], Any], use: bool = False) -> Any:
         with self._lock:
             db = self._dbs.pop(key, None)
-            if db is not None and db._db is not None:
+            if db is not None and db.is_open:
                 self._dbs[key] = db  # most recently used last
-                return db
-            db = opener()
-            self.restores += 1
-            self._dbs[key] = db
-            while len(self._dbs) > self.limit:
-                oldest = next(iter(self._dbs))
-                self._dbs.pop(oldest).close()
+            else:
+                db = opener()
+                self.restores += 1
+                self._dbs[key] = db
+            if use:
+                self._users[id(db)] = self._users.get(id(db), 0) + 1
+            self._evict()
             return db
+
+    def peek(self, key: Any, use: bool = False) -> Any:
+        """The open database kept under ``key`` (marked most recently used), or None."""
+        with self._lock:
+            db = self._dbs.get(key)
+            if db is None or not db.is_open:
+                return None
+            self._dbs[key] = self._dbs.pop(key)
+            if use:
+                self._users[id(db)] = self._users.get(id(db), 0) + 1
+            return db
+
+    def release(self, db: Any) -> None:
+        """End one use of ``db`` (taken with ``use=True``)."""
+        with self._lock:
+            n = self._users.get(id(db), 0) - 1
+            if n > 0:
+                self._users[id(db)] = n
+                return
+            self._users.pop(id(db), None)
+            retired = self._retired.pop(id(db), None)
+        if retired is not None:
+            retired.close()
+
+    def _evict(self) -> None:
+        while len(self._dbs) > self.limit:
+            old = self._dbs.pop(next(iter(self._dbs)))
+            if self._users.get(id(old)):
+                self._retired[id(old)] = old
+            else:
+                old.close()
 
     def __len__(self) -> int:
         return len(self._dbs)
 
     def close(self) -> None:
         with self._lock:
-            dbs, self._dbs = list(self._dbs.values()), {}
+            dbs = [*self._dbs.values(), *self._retired.values()]
+            self._dbs, self._retired, self._users = {}, {}, {}
         for db in dbs:
             db.close()
 
@@ -629,10 +938,10 @@ class OpenDatabases:
 class _Unpooled:
     """``with``-able wrapper of a DB opened for one scan (no pool): closed at the end."""
 
-    def __init__(self, db: RocksDBState) -> None:
+    def __init__(self, db: Any) -> None:
         self.db = db
 
-    def __enter__(self) -> RocksDBState:
+    def __enter__(self) -> Any:
         return self.db
 
     def __exit__(self, *exc: object) -> None:
@@ -640,14 +949,17 @@ class _Unpooled:
 
 
 class _Pooled:
-    def __init__(self, db: RocksDBState) -> None:
-        self.db = db
+    """``with``-able use of a pooled DB: released (not closed) at the end."""
 
-    def __enter__(self) -> RocksDBState:
+    def __init__(self, db: Any, pool: OpenDatabases) -> None:
+        self.db = db
+        self.pool = pool
+
+    def __enter__(self) -> Any:
         return self.db
 
     def __exit__(self, *exc: object) -> None:
-        return None
+        self.pool.release(self.db)
 
 
 # -- the KeyedBackend for reader.py --------------------------------------------------------------
@@ -732,14 +1044,47 @@ class RocksDBKeyedBackend:
             max_parallelism=self.max_parallelism, cache=self.cache,
             state_names=self._state_names or [s.name for s in self.proxy.states])
 
-    def _database(self) -> _Pooled | _Unpooled:
+    def open_tables(self) -> TableReadState:
+        """Fetch the handle's CURRENT and MANIFEST only (tables are fetched per read; the
+        caller closes it). Needs no RocksDB, but RocksDB state needs the ``rocksdb`` extra
+        whatever the query, so that a query does not fail later on another path."""
+        require_extra("rocksdict", "rocksdb", "reading RocksDB native state")
+        for d in (self.resolver.metadata_dir, self.resolver.job_dir):
+            if d:
+                self.cache.check_outside(d)
+        return TableReadState(
+            from_incremental_handle(self.handle, self.resolver), self.resolver.io,
+            max_parallelism=self.max_parallelism, cache=self.cache,
+            state_names=self._state_names or [s.name for s in self.proxy.states])
+
+    def _database(self, lookup: bool = False) -> _Pooled | _Unpooled:
         """The restored DB: from the savepoint's pool of open databases when its resolver has
-        one (kept open), else opened for this scan and closed after it."""
+        one (kept open), else opened for this scan and closed after it.
+
+        A lookup (``lookup``: one key of one key group) uses a DB already restored for this
+        handle if the pool holds one, else a :class:`TableReadState` (kept in the pool too),
+        which fetches only the MANIFEST and the tables whose key range can hold the key.
+        """
         pool = getattr(self.resolver, "open_databases", None)
+        key = (self.name, self.max_parallelism, id(self.cache))
+        if lookup and SELECTIVE_LOOKUPS:
+            if pool is None:
+                return _Unpooled(self._open_selective())
+            db = pool.peek(key, use=True)
+            if db is not None:
+                return _Pooled(db, pool)
+            return _Pooled(pool.get((*key, "tables"), self._open_selective, use=True), pool)
         if pool is None:
             return _Unpooled(self.open())
-        key = (self.name, self.max_parallelism, id(self.cache))
-        return _Pooled(pool.get(key, self.open))
+        return _Pooled(pool.get(key, self.open, use=True), pool)
+
+    def _open_selective(self) -> TableReadState | RocksDBState:
+        """A :class:`TableReadState`, or the full restore when the MANIFEST uses a feature the
+        table reader does not support (RocksDB then reads it)."""
+        try:
+            return self.open_tables()
+        except UnsupportedFormatError:
+            return self.open()
 
     def scan(
         self, layout: Any, mode: str | None, builder: Any,
@@ -764,7 +1109,8 @@ class RocksDBKeyedBackend:
         wanted = None if key_groups is None else {kg for kg in key_groups if kg in own}
         if wanted is not None and not wanted:
             return
-        with self._database() as db:
+        lookup = key is not None and wanted is not None and len(wanted) == 1
+        with self._database(lookup) as db:
             for layout, builder in requests:
                 raw = None if key is None else serialized_key(key, layout.key)
                 yield from self._scan_db(db, layout, mode, builder, wanted, raw)
@@ -774,24 +1120,45 @@ class RocksDBKeyedBackend:
         wanted: set[int] | None, raw: bytes | None,
     ) -> Iterator[int]:
         from statequery.backends.keygroups import CompositeEntryDecoder
-        from statequery.serializers.readers import DECODE_ERRORS, DecodeError
 
         if layout.name not in db.column_families:
             return
-        bounds = None if wanted is None else (min(wanted), max(wanted))
-        seek = raw if raw and not layout.is_timer and bounds and bounds[0] == bounds[1] else None
         decoder = CompositeEntryDecoder(layout, mode, builder, raw)
-        on_entry, prefix = decoder.on_entry, key_group_prefix_bytes(self.max_parallelism)
-        from statequery.backends.fastpath import bulk_feeder
+        current = -1
+        # one seek per run of consecutive wanted key groups: key groups between them are never
+        # iterated (several keys' key groups, or a sparse selection)
+        for run in _runs(wanted):
+            for kg in self._scan_run(db, layout, decoder, run, raw):
+                if kg != current:
+                    if current >= 0:
+                        decoder.finish()
+                        yield current
+                    current = kg
+        if current >= 0:
+            decoder.finish()
+            yield current
 
+    def _scan_run(
+        self, db: RocksDBState, layout: Any, decoder: Any, bounds: tuple[int, int] | None,
+        raw: bytes | None,
+    ) -> Iterator[int]:
+        """Feed the entries of key groups ``bounds`` (inclusive; None: the handle's) to
+        ``decoder``; yields each key group after its last entry (``decoder.finish`` is the
+        caller's)."""
+        from statequery.backends.fastpath import bulk_feeder
+        from statequery.serializers.readers import DECODE_ERRORS, DecodeError
+
+        single = bounds is not None and bounds[0] == bounds[1]
+        seek = raw if raw and not layout.is_timer and single else None
+        on_entry, prefix = decoder.on_entry, key_group_prefix_bytes(self.max_parallelism)
         feed = bulk_feeder(on_entry)
         if feed is not None:
             # compiled sink: (key, value) pairs straight from the iterator, one key group a call
-            items, stop = db.items(layout.name, bounds, key_prefix=seek)
+            pairs, stop = db.items(layout.name, bounds, key_prefix=seek)
             pending = None
             while True:
                 try:
-                    kg, _n, pending = feed(on_entry, items, prefix, pending, stop, wanted)
+                    kg, _n, pending = feed(on_entry, pairs, prefix, pending, stop, None)
                 except DecodeError as e:
                     raise CorruptStateError(f"state {layout.name!r}, {e.message}",
                                             db.describe(layout.name)) from e
@@ -802,29 +1169,64 @@ class RocksDBKeyedBackend:
                 if kg < 0:
                     return
                 yield kg
-        current = -1
-        for kg, key, value in db.entries(layout.name, bounds, key_prefix=seek):
-            if wanted is not None and kg not in wanted:
-                continue
-            if kg != current:
-                if current >= 0:
-                    decoder.finish()
-                    yield current
-                current = kg
-            buf = key + value
+        # the Python handlers: plain (key, value) pairs, the key group read from the prefix
+        items: Iterable[tuple[bytes, bytes]]
+        if raw and layout.is_timer and single:
+            # a lookup's timers: keys start with the timestamp, so the key group is walked,
+            # but filtered by the key's bytes (after prefix and timestamp) by the reader (the
+            # table walk in C, a comprehension over RocksDB's pairs), not by a decoder call
+            # per timer
             try:
-                on_entry(buf, prefix, len(key), len(key), len(buf), kg)
-            except DecodeError as e:
-                raise CorruptStateError(
-                    f"state {layout.name!r}, key group {kg}: {e.message} (entry key "
-                    f"{key.hex()})", db.describe(layout.name)) from e
-            except DECODE_ERRORS as e:
-                raise CorruptStateError(
-                    f"state {layout.name!r}, key group {kg}: {type(e).__name__}: {e} "
-                    f"(entry key {key.hex()})", db.describe(layout.name)) from e
+                items, _ = db.items(layout.name, bounds, match=(raw, prefix + 8))
+            except (StatequeryError, MemoryError):
+                raise
+            except Exception as e:  # rocksdict raises plain Exception
+                raise db.wrap_error(layout.name, e) from e
+        else:
+            items, _ = db.items(layout.name, bounds, key_prefix=seek)
+        one = prefix == 1
+        current = -1
+        try:
+            for key, value in items:
+                kg = key[0] if one else int.from_bytes(key[:prefix], "big")
+                if kg != current:
+                    if current >= 0:
+                        yield current
+                    current = kg
+                buf = key + value
+                try:
+                    on_entry(buf, prefix, len(key), len(key), len(buf), kg)
+                except DecodeError as e:
+                    raise CorruptStateError(
+                        f"state {layout.name!r}, key group {kg}: {e.message} (entry key "
+                        f"{key.hex()})", db.describe(layout.name)) from e
+                except DECODE_ERRORS as e:
+                    raise CorruptStateError(
+                        f"state {layout.name!r}, key group {kg}: {type(e).__name__}: {e} "
+                        f"(entry key {key.hex()})", db.describe(layout.name)) from e
+        except (StatequeryError, MemoryError):
+            raise
+        except Exception as e:  # rocksdict raises plain Exception while iterating
+            raise db.wrap_error(layout.name, e) from e
         if current >= 0:
-            decoder.finish()
             yield current
+
+
+def _runs(wanted: Collection[int] | None) -> list[tuple[int, int] | None]:
+    """Runs of consecutive key groups (inclusive bounds), ascending; ``[None]`` for all."""
+    if wanted is None:
+        return [None]
+    out: list[tuple[int, int] | None] = []
+    start = prev = -2
+    for kg in sorted(wanted):
+        if kg != prev + 1:
+            if prev >= 0:
+                out.append((start, prev))
+            start = kg
+        prev = kg
+    if prev >= 0:
+        out.append((start, prev))
+    return out
 
 
 def _incremental_factory(handle: Any, context: Any) -> RocksDBKeyedBackend | None:

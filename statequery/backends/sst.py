@@ -103,6 +103,23 @@ _INT_PROPERTIES = {
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
+try:  # the compiled block walk (statequery/backends/_sst.pyx), built by setup.py when possible
+    from statequery.backends import _sst as _compiled  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - not built: the pure-Python walk below
+    _compiled = None
+
+
+def has_compiled_walk() -> bool:
+    """True when the compiled block walk is built and not turned off."""
+    return _block_walk() is not None
+
+
+def _block_walk() -> Any:
+    """``_sst.block_tuples`` unless not built or ``STATEQUERY_PURE_PYTHON`` is set."""
+    if _compiled is None or os.environ.get("STATEQUERY_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    return _compiled.block_tuples
+
 
 def _varint(buf: bytes, pos: int, source: str = "<sst>") -> tuple[int, int]:
     """Decode a little-endian base-128 varint at ``pos``: (value, next position)."""
@@ -483,8 +500,7 @@ class SstFile:
             raise CorruptStateError(
                 f"block [{offset}, {offset + n}) lies outside the {self.size}-byte file "
                 "(truncated?)", self.source, offset)
-        self._f.seek(offset)
-        data = self._f.read(n)
+        data = os.pread(self._f.fileno(), n, offset)  # positioned: safe across threads
         if len(data) != n:
             raise CorruptStateError(f"short read of {n} bytes (truncated?)", self.source, offset)
         return data
@@ -572,6 +588,27 @@ class SstFile:
         self._global_seqno = self.properties.global_seqno
         self._index: list[tuple[bytes, BlockHandle]] | None = None
         self._top_index: _Block | None = None
+
+    @property
+    def external(self) -> bool:
+        """True for a table written by ``SstFileWriter`` and ingested (external file version
+        >= 2): its entries carry sequence number 0 and take a global one."""
+        v = self.properties.values.get("rocksdb.external_sst_file.version")
+        return isinstance(v, bytes) and len(v) == 4 and _U32.unpack(v)[0] >= 2
+
+    def apply_manifest_seqno(self, largest_seqno: int) -> None:
+        """RocksDB's ``GetGlobalSequenceNumber`` given the MANIFEST's ``largest_seqno`` of this
+        table: an ingested table whose file does not record its global sequence number (RocksDB
+        writes it only with ``write_global_seqno``) takes the MANIFEST's; one that records a
+        different one is corrupt."""
+        if not self.external or largest_seqno <= 0:
+            return
+        if self._global_seqno is None:
+            self._global_seqno = largest_seqno
+        elif self._global_seqno != largest_seqno:
+            raise CorruptStateError(
+                f"ingested table has global sequence number {self._global_seqno}, its MANIFEST "
+                f"says {largest_seqno}", self.source)
 
     # -- index ---------------------------------------------------------------------------------
 
@@ -674,9 +711,13 @@ class SstFile:
         """:meth:`entries` as ``(user key, -seq, type, value)`` tuples: they sort like RocksDB's
         internal keys and cost less than :class:`InternalEntry` objects (the merge reader's hot
         path)."""
+        global_seqno = self._global_seqno
+        if _block_walk() is not None:
+            for rows in self.blocks(start, stop):
+                yield from rows
+            return
         unpack = _U64.unpack_from
         known = _KNOWN_TYPES
-        global_seqno = self._global_seqno
         for _, handle in self._index_from(start):
             block = self.read_block(handle)
             restart = 0
@@ -702,6 +743,27 @@ class SstFile:
                 if seq == 0 and global_seqno is not None:
                     seq = global_seqno
                 yield user_key, -seq, kind, value
+
+    def blocks(self, start: bytes | None = None, stop: bytes | None = None,
+               match: tuple[bytes, int] | None = None) -> Iterator[
+            list[tuple[bytes, int, int, bytes]]]:
+        """:meth:`tuples`, one list per data block (the compiled block walk; needs it);
+        ``match = (bytes, offset)`` keeps only user keys holding those bytes at that offset."""
+        walk = _block_walk()
+        if walk is None:
+            raise RuntimeError("the compiled SST block walk is not available")
+        global_seqno = self._global_seqno
+        for _, handle in self._index_from(start):
+            block = self.read_block(handle)
+            restart = 0
+            if start is not None and len(block.restarts) > 1:
+                restart = block.seek_restart(start, key_of=lambda k: k[:-8])
+            rows, done = walk(block.data, block.restarts[restart], block.limit, start, stop,
+                              global_seqno, self.source, block.base,
+                              *(match if match is not None else ()))
+            yield rows
+            if done:
+                return
 
     def range_deletions(self) -> list[tuple[bytes, bytes, int]]:
         """Range tombstones ``(start, end_exclusive, seq)`` of the ``rocksdb.range_del`` block."""
@@ -775,16 +837,40 @@ def merged_entries(
     start: bytes | None = None,
     stop: bytes | None = None,
     delimiter: bytes = b",",
+    match: tuple[bytes, int] | None = None,
 ) -> Iterator[tuple[bytes, bytes]]:
     """Live (user key, value) pairs of one column family given all its table files.
 
     Entries of every table in ``[start, stop)`` are merged in key order; for each user key the
     internal entries of all tables are resolved by sequence number (as :func:`merge_entries`
     does), after dropping those covered by a newer range tombstone. Deleted keys are skipped.
+    ``match = (bytes, offset)`` keeps only user keys holding those bytes at that offset (a
+    lookup's timers: the key after the timestamp), filtered before merging: every version of a
+    user key shares it, so the merge rules are unchanged.
     """
     tables = list(tables)
     tombstones = [t for table in tables for t in table.range_deletions()]
+    if not tombstones and _block_walk() is not None and all(
+            isinstance(t, SstFile) for t in tables):
+        assert _compiled is not None  # the compiled merge: no generator frame per pair
+        return iter(_compiled.MergedPairs([t.blocks(start, stop, match) for t in tables],
+                                          delimiter))
+    return _merged(tables, tombstones, start, stop, delimiter, match)
+
+
+def _merged(
+    tables: list[Any],
+    tombstones: list[tuple[bytes, bytes, int]],
+    start: bytes | None,
+    stop: bytes | None,
+    delimiter: bytes,
+    match: tuple[bytes, int] | None = None,
+) -> Iterator[tuple[bytes, bytes]]:
+    """The pure-Python :func:`merged_entries`."""
     iters = [_tuples_of(table, start, stop) for table in tables]
+    if match is not None:
+        sub, at = match
+        iters = [(t for t in it if t[0].startswith(sub, at)) for it in iters]
     # (user key, -seq, ...) tuples order like RocksDB's internal key comparator
     merged: Iterator[tuple[bytes, int, int, bytes]] = (
         iters[0] if len(iters) == 1 else heapq.merge(*iters))

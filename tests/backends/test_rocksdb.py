@@ -604,7 +604,7 @@ def test_restored_databases_stay_open_per_savepoint_until_close() -> None:
             }
         assert pool.restores == restores
         dbs = list(pool._dbs.values())
-    assert len(pool) == 0 and all(db._db is None for db in dbs)
+    assert len(pool) == 0 and not any(db.is_open for db in dbs)
     fresh = statequery.open(path)
     fresh.resolver.open_databases = None  # restore per read, as before
     want = {k: t.to_pylist() for k, t in fresh.lookup("user-3").items()}
@@ -619,11 +619,11 @@ def test_database_pool_is_bounded() -> None:
 
     class Fake:
         def __init__(self, i: int) -> None:
-            self.i, self._db = i, object()
+            self.i, self.is_open = i, True
 
         def close(self) -> None:
             closed.append(self.i)
-            self._db = None
+            self.is_open = False
 
     pool = OpenDatabases(limit=2)
     for i in (1, 2, 1, 3):
@@ -631,3 +631,31 @@ def test_database_pool_is_bounded() -> None:
     assert len(pool) == 2 and closed == [2] and pool.restores == 3
     pool.close()
     assert sorted(closed) == [1, 2, 3]
+
+
+def test_a_database_in_use_is_closed_after_its_last_use() -> None:
+    """Evicting a DB another thread's scan still reads defers its close to that scan's end."""
+    from statequery.backends.rocksdb import OpenDatabases
+
+    closed: list[int] = []
+
+    class Fake:
+        def __init__(self, i: int) -> None:
+            self.i, self.is_open = i, True
+
+        def close(self) -> None:
+            closed.append(self.i)
+            self.is_open = False
+
+    pool = OpenDatabases(limit=1)
+    busy = pool.get(1, lambda: Fake(1), use=True)
+    again = pool.peek(1, use=True)
+    assert again is busy
+    pool.get(2, lambda: Fake(2))  # evicts 1, which is in use twice
+    assert closed == [] and len(pool) == 1
+    pool.release(busy)
+    assert closed == []
+    pool.release(busy)
+    assert closed == [1]
+    pool.close()
+    assert closed == [1, 2]

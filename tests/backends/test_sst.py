@@ -116,8 +116,8 @@ def test_list_state_merge_operands_complete_and_in_order(name: str) -> None:
 
 
 def _build_db(path: Path, comp: str = "snappy", fv: int = 5, index: str = "binary_search",
-              hash_index: bool = False, restart: int = 4, seed: int = 0) -> list[
-                  tuple[bytes, bytes]]:
+              hash_index: bool = False, restart: int = 4, seed: int = 0,
+              range_delete: bool = True) -> list[tuple[bytes, bytes]]:
     import rocksdict as r
 
     shutil.rmtree(path, ignore_errors=True)
@@ -149,7 +149,7 @@ def _build_db(path: Path, comp: str = "snappy", fv: int = 5, index: str = "binar
         for k in rnd.sample(sorted(model), 30):
             del db[k]
             del model[k]
-        if batch == 2:
+        if batch == 2 and range_delete:
             lo, hi = bytes([1]) + rnd.randbytes(2), bytes([2]) + rnd.randbytes(2)
             db.delete_range(lo, hi)
             for k in [k for k in model if lo <= k < hi]:
@@ -172,7 +172,7 @@ LAYOUTS = (
 
 @pytest.mark.parametrize(("comp", "fv", "index", "hash_index"), LAYOUTS)
 def test_tables_written_by_rocksdb(tmp_path: Path, comp: str, fv: int, index: str,
-                                   hash_index: bool) -> None:
+                                   hash_index: bool, decode_path: str) -> None:
     model = _build_db(tmp_path / "db", comp, fv, index, hash_index)
     tables = [SstFile(p) for p in _table_paths(tmp_path / "db")]
     assert len(tables) == 4
@@ -196,6 +196,54 @@ def test_seek_inside_blocks(tmp_path: Path) -> None:
     for probe in keys[::37] + [k + b"\x00" for k in keys[::53]] + [b"", b"\x00", b"\xff"]:
         got = [k for k, _ in merged_entries(tables, probe)]
         assert got == [k for k in keys if k >= probe]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_overwrites_and_deletes_without_tombstones(tmp_path: Path, seed: int,
+                                                   decode_path: str) -> None:
+    """Four overlapping tables of puts, overwrites and deletes, no range tombstone: the
+    compiled merge (``_sst.MergedPairs``) when built, else the pure one, equal RocksDB."""
+    model = _build_db(tmp_path / "db", "lz4", 5, restart=3, seed=seed, range_delete=False)
+    tables = [SstFile(p) for p in _table_paths(tmp_path / "db")]
+    assert sum(t.properties.deletions for t in tables) > 0
+    assert list(merged_entries(tables)) == model
+    keys = [k for k, _ in model]
+    for lo in keys[::41] + [b"\x02"]:
+        assert list(merged_entries(tables, lo, b"\x03")) == [
+            kv for kv in model if lo <= kv[0] < b"\x03"]
+    for t in tables:
+        t.close()
+
+
+def test_compiled_walk_equals_pure_on_flink_tables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every table of every RocksDB fixture: the compiled block walk yields the pure walk's
+    entries (merge operands included), whole and from a seek."""
+    from statequery.backends import sst
+
+    if sst._compiled is None:
+        assert os.environ.get("STATEQUERY_NO_EXTENSIONS"), "statequery.backends._sst not built"
+        return
+    paths = sorted(p for name in ("datastream-rocksdb-native", "sql-ops-rocksdb-native",
+                                  "ttl-kryo-rocksdb-native")
+                   for p in _table_paths(fixture_dir(name)))
+    assert paths
+    for path in paths:
+        with SstFile(path) as t:
+            monkeypatch.delenv("STATEQUERY_PURE_PYTHON", raising=False)
+            fast = list(t.tuples())
+            mid = fast[len(fast) // 2][0] if fast else b""
+            fast_seek = list(t.tuples(mid, mid + b"\xff"))
+            fast_merged = list(merged_entries([t]))
+            # the keys holding some bytes at an offset (a lookup's timers: the key after the
+            # key-group prefix and timestamp), filtered inside the walk
+            probe = (mid[1:4], 1) if len(mid) > 3 else (b"", 0)
+            fast_match = list(merged_entries([t], match=probe))
+            assert fast_match == [kv for kv in fast_merged if kv[0].startswith(*probe)]
+            monkeypatch.setenv("STATEQUERY_PURE_PYTHON", "1")
+            assert list(t.tuples()) == fast
+            assert list(t.tuples(mid, mid + b"\xff")) == fast_seek
+            assert list(merged_entries([t])) == fast_merged
+            assert list(merged_entries([t], match=probe)) == fast_match
 
 
 # -- merge semantics -----------------------------------------------------------------------------
@@ -264,8 +312,34 @@ def test_merged_entries_matches_a_model(ops: list[tuple[str, int, int, bytes, in
             tombs[table].append((lo, hi, seq))
     fakes = [_FakeTable(t, r) for t, r in zip(tables, tombs, strict=True)]
     assert list(merged_entries(fakes)) == sorted(model.items())  # type: ignore[arg-type]
+    if not any(tombs):
+        _check_compiled_merge(tables, sorted(model.items()))
     assert list(merged_entries(fakes, b"\x02", b"\x04")) == sorted(  # type: ignore[arg-type]
         (k, v) for k, v in model.items() if b"\x02" <= k < b"\x04")
+
+
+def _check_compiled_merge(tables: list[list[InternalEntry]],
+                          model: list[tuple[bytes, bytes]]) -> None:
+    """``_sst.MergedPairs`` over the same histories, each table cut into blocks of 2 entries."""
+    from statequery.backends import sst
+
+    if sst._compiled is None:
+        return
+    sources = []
+    for t in tables:
+        rows = [(e.user_key, -e.seq, e.type, e.value)
+                for e in sorted(t, key=lambda e: (e.user_key, -e.seq))]
+        sources.append([rows[i : i + 2] for i in range(0, len(rows), 2)] + [[]])
+    assert list(sst._compiled.MergedPairs(sources)) == model
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(
+    st.tuples(st.sampled_from(["put", "merge", "merge", "delete"]), st.integers(0, 5),
+              st.integers(0, 5), st.binary(max_size=3), st.integers(0, 3)), max_size=40))
+def test_compiled_merge_matches_a_model(ops: list[tuple[str, int, int, bytes, int]]) -> None:
+    """Histories without range tombstones (the compiled merge's domain), as above."""
+    test_merged_entries_matches_a_model.hypothesis.inner_test(ops)  # type: ignore[attr-defined]
 
 
 # -- damaged files -------------------------------------------------------------------------------
@@ -294,6 +368,9 @@ def test_corrupt_block_is_detected(tmp_path: Path) -> None:
     with pytest.raises(CorruptStateError, match="bad.sst"):
         with SstFile(str(p)) as t:
             list(t.entries())
+    with pytest.raises(CorruptStateError, match="bad.sst"):  # through the (compiled) merge too
+        with SstFile(str(p)) as t:
+            list(merged_entries([t]))
 
 
 def test_not_a_table(tmp_path: Path) -> None:

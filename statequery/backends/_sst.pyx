@@ -1,0 +1,249 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Compiled twin of the hot loop of :mod:`statequery.backends.sst`: one data block's entries as
+``(user key, -seq, type, value)`` tuples (:meth:`statequery.backends.sst.SstFile.tuples`), with
+the pure-Python path's checks and error messages. Optional: built by setup.py when a C compiler
+is present; ``STATEQUERY_PURE_PYTHON=1`` turns it off (see :mod:`statequery.backends.fastpath`).
+"""
+
+from libc.stdint cimport uint8_t, uint64_t
+from libc.stdlib cimport free, realloc
+from libc.string cimport memcmp, memcpy
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+
+from statequery.exceptions import CorruptStateError, UnsupportedFormatError
+
+_TYPE_NAMES = {0x11: "blob index (BlobDB)", 0x16: "wide-column entity",
+               0x18: "value with preferred seqno"}
+
+
+cdef inline int _cmp(const uint8_t* a, Py_ssize_t na, bytes b):
+    """memcmp-order comparison of a[:na] with b: <0, 0, >0."""
+    cdef Py_ssize_t nb = PyBytes_GET_SIZE(b)
+    cdef Py_ssize_t n = na if na < nb else nb
+    cdef int c = memcmp(a, PyBytes_AS_STRING(b), n)
+    if c != 0:
+        return c
+    if na < nb:
+        return -1
+    return 1 if na > nb else 0
+
+
+cdef inline Py_ssize_t _varint32(const uint8_t* p, Py_ssize_t pos, Py_ssize_t limit,
+                                 uint64_t* out):
+    """Decode a varint at pos; returns the next position, or -1 when malformed."""
+    cdef uint64_t result = 0
+    cdef int shift = 0
+    cdef uint8_t b
+    while True:
+        if pos >= limit or shift > 63:
+            return -1
+        b = p[pos]
+        pos += 1
+        result |= (<uint64_t>(b & 0x7F)) << shift
+        if b < 0x80:
+            out[0] = result
+            return pos
+        shift += 7
+
+
+def block_tuples(bytes data, Py_ssize_t pos, Py_ssize_t limit, start, stop, global_seqno,
+                 str source, Py_ssize_t base, bytes match=None, Py_ssize_t match_at=0):
+    """Entries of a data block from ``pos`` (a restart offset) to ``limit`` (where the restart
+    array begins) whose user key is in ``[start, stop)`` (None: unbounded), as a list of
+    ``(user key, -seq, type, value)``, and whether an entry at or past ``stop`` ended the walk.
+    ``match``: only user keys holding these bytes at offset ``match_at`` (no tuple is made for
+    the others).
+    """
+    cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(data)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(data)
+    cdef uint64_t shared, non_shared, value_len, trailer, seq
+    cdef Py_ssize_t keylen = 0, cap = 0, end_key, end, ulen
+    cdef uint8_t* key = NULL
+    cdef uint8_t* grown
+    cdef int kind
+    cdef bint has_start = start is not None, has_stop = stop is not None
+    cdef bint has_global = global_seqno is not None
+    cdef bint has_match = match is not None
+    cdef Py_ssize_t mlen = PyBytes_GET_SIZE(match) if has_match else 0
+    cdef const char* mptr = PyBytes_AS_STRING(match) if has_match else NULL
+    cdef uint64_t gseq = global_seqno if has_global else 0
+    cdef list out = []
+    if limit > n:
+        raise CorruptStateError("block entry runs past the block", source, base + pos)
+    try:
+        while pos < limit:
+            if pos + 3 <= limit and (p[pos] | p[pos + 1] | p[pos + 2]) < 0x80:
+                shared = p[pos]
+                non_shared = p[pos + 1]
+                value_len = p[pos + 2]
+                pos += 3
+            else:
+                pos = _varint32(p, pos, limit, &shared)
+                if pos >= 0:
+                    pos = _varint32(p, pos, limit, &non_shared)
+                if pos >= 0:
+                    pos = _varint32(p, pos, limit, &value_len)
+                if pos < 0:
+                    raise CorruptStateError("malformed varint", source, base)
+            end_key = pos + <Py_ssize_t>non_shared
+            end = end_key + <Py_ssize_t>value_len
+            if non_shared > <uint64_t>limit or value_len > <uint64_t>limit or end > limit \
+                    or <Py_ssize_t>shared > keylen:
+                raise CorruptStateError("block entry runs past the block", source, base + pos)
+            if <Py_ssize_t>(shared + non_shared) > cap:
+                cap = <Py_ssize_t>(shared + non_shared) * 2 + 64
+                grown = <uint8_t*>realloc(key, cap)
+                if grown == NULL:
+                    raise MemoryError()
+                key = grown
+            memcpy(key + shared, p + pos, non_shared)
+            keylen = <Py_ssize_t>(shared + non_shared)
+            pos = end
+            ulen = keylen - 8
+            if ulen < 0:
+                raise CorruptStateError(f"internal key of {keylen} bytes", source, base)
+            trailer = 0
+            for i in range(7, -1, -1):
+                trailer = (trailer << 8) | key[ulen + i]
+            kind = trailer & 0xFF
+            if kind != 0 and kind != 1 and kind != 2 and kind != 7:
+                what = _TYPE_NAMES.get(kind, f"value type {kind:#x}")
+                raise UnsupportedFormatError(f"{source}: entries of kind {what} are not supported")
+            if has_start and _cmp(key, ulen, start) < 0:
+                continue
+            if has_stop and _cmp(key, ulen, stop) >= 0:
+                return out, True
+            if has_match and (ulen < match_at + mlen
+                              or memcmp(key + match_at, mptr, mlen) != 0):
+                continue
+            seq = trailer >> 8
+            if seq == 0 and has_global:
+                seq = gseq
+            out.append((PyBytes_FromStringAndSize(<char*>key, ulen), -<long long>seq, kind,
+                        PyBytes_FromStringAndSize(<char*>p + end_key, end - end_key)))
+        return out, False
+    finally:
+        free(key)
+
+
+cdef inline int _entry_cmp(tuple a, tuple b) except? -2:
+    """Order of two ``(user key, -seq, ...)`` tuples: user key bytewise, then -seq."""
+    cdef bytes ka = <bytes>a[0]
+    cdef bytes kb = <bytes>b[0]
+    cdef int c = _cmp(<const uint8_t*>PyBytes_AS_STRING(ka), PyBytes_GET_SIZE(ka), kb)
+    if c != 0:
+        return c
+    cdef long long sa = a[1], sb = b[1]
+    return -1 if sa < sb else (1 if sa > sb else 0)
+
+
+cdef class MergedPairs:
+    """Live ``(user key, value)`` pairs of several tables' entries (each source an iterator of
+    lists of ``(user key, -seq, type, value)`` in internal-key order, e.g. one list per data
+    block): merged in internal-key order, each user key resolved newest first (merge operands
+    collected until a Put or a deletion, joined by ``delimiter`` oldest first; deleted keys
+    skipped). The compiled twin of :func:`statequery.backends.sst.merged_entries` without range
+    tombstones."""
+
+    cdef list sources
+    cdef list lists
+    cdef list pos
+    cdef bytes delimiter
+
+    def __init__(self, sources, bytes delimiter=b","):
+        self.sources = [iter(s) for s in sources]
+        self.lists = []
+        self.pos = []
+        self.delimiter = delimiter
+        for i in range(len(self.sources)):
+            self.lists.append(None)
+            self.pos.append(0)
+            self._refill(i)
+
+    cdef bint _refill(self, Py_ssize_t i) except -1:
+        """Make source i's current list non-empty; False when it is exhausted."""
+        cdef object lst
+        while True:
+            lst = next(self.sources[i], None)
+            if lst is None:
+                self.lists[i] = None
+                return False
+            if len(<list>lst):
+                self.lists[i] = lst
+                self.pos[i] = 0
+                return True
+
+    cdef tuple _head(self, Py_ssize_t i):
+        cdef object lst = self.lists[i]
+        if lst is None:
+            return None
+        return <tuple>(<list>lst)[<Py_ssize_t>self.pos[i]]
+
+    cdef int _advance(self, Py_ssize_t i) except -1:
+        cdef Py_ssize_t p = <Py_ssize_t>self.pos[i] + 1
+        if p < len(<list>self.lists[i]):
+            self.pos[i] = p
+        else:
+            self._refill(i)
+        return 0
+
+    cdef Py_ssize_t _smallest(self) except? -2:
+        cdef Py_ssize_t best = -1, i, n = len(self.lists)
+        cdef tuple h, bh = None
+        for i in range(n):
+            h = self._head(i)
+            if h is None:
+                continue
+            if bh is None or _entry_cmp(h, bh) < 0:
+                best, bh = i, h
+        return best
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef Py_ssize_t i
+        cdef tuple e, first
+        cdef bytes key
+        cdef object base
+        cdef list operands
+        cdef int kind
+        cdef bint done
+        while True:
+            i = self._smallest()
+            if i < 0:
+                raise StopIteration
+            first = self._head(i)
+            self._advance(i)
+            key = <bytes>first[0]
+            operands = None
+            base = None
+            done = False
+            e = first
+            while True:  # e is the newest unseen entry of `key`
+                if not done:
+                    kind = e[2]
+                    if kind == 2:
+                        if operands is None:
+                            operands = []
+                        operands.append(e[3])
+                    else:
+                        if kind == 1:
+                            base = e[3]
+                        done = True  # a Put or a (single) deletion ends the chain
+                i = self._smallest()
+                if i < 0:
+                    break
+                e = self._head(i)
+                if <bytes>e[0] != key:
+                    break
+                self._advance(i)
+            if operands is None:
+                if base is None:
+                    continue  # deleted
+                return key, base
+            operands.reverse()
+            if base is not None:
+                operands.insert(0, base)
+            return key, self.delimiter.join(operands)
