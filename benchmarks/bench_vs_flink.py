@@ -5,9 +5,10 @@
 On one savepoint of ``LargeStateJob`` (``make_large_savepoint.py``), in alternation, each run a
 fresh process (statequery, Flink from disk, Flink preloaded, statequery, ...):
 
-* **statequery**: every state of the operator in one pass over the state files (``full``), and one
-  state (``single``, ``--state``, default ``count``) as :func:`statequery.reader.read_state` reads
-  it; one core, Arrow batches counted and dropped.
+* **statequery**: every state of the operator in one pass over the state files
+  (:meth:`Savepoint.read_operator`, ``full``), and one state (``single``, ``--state``, default
+  ``count``) as :func:`statequery.reader.read_state` reads it; one core, Arrow batches counted and
+  dropped.
 * **Flink** (``benchmarks/flink/statequery/bench/RestoreCount.java``): each subtask restored into
   Flink 2.3's own ``HashMapStateBackend`` (canonical) or ``EmbeddedRocksDBStateBackend`` (RocksDB
   native), the way the fixture oracle ``SavepointDump`` restores, then every entry of the wanted
@@ -63,22 +64,6 @@ def _entries(layout_kind: str, batch: Any) -> int:
     return int(batch.num_rows)
 
 
-def _one_pass(sp: Any, operator: str, infos: list[Any]) -> Any:
-    """(state name, batch) pairs of every state in ``infos``, one walk of each subtask's files."""
-    if hasattr(sp, "read_operator"):
-        return sp.read_operator(operator, states=[s.name for s in infos])
-    # until Savepoint.read_operator exists: the planner's tasks widened to every state (what
-    # statequery.ranges does for diff and stats), executed as a scan does
-    from statequery.ranges import _tasks
-    from statequery.scan import execute
-
-    def gen() -> Any:
-        for task in _tasks(sp, infos, None, None):
-            yield from execute(task, resolver=sp.resolver)
-
-    return gen()
-
-
 def child_statequery(path: str, operator: str, state: str) -> dict[str, Any]:
     import statequery
     from statequery.backends import fastpath
@@ -99,14 +84,13 @@ def child_statequery(path: str, operator: str, state: str) -> dict[str, Any]:
             per_state[state] += _entries(kinds[state], batch)
             rows += batch.num_rows
     else:
-        for name, batch in _one_pass(sp, operator, infos):
+        for name, batch in sp.read_operator(operator):  # every state, one walk per key group
             per_state[name] += _entries(kinds[name], batch)
             rows += batch.num_rows
     t2 = time.perf_counter()
     c2 = time.process_time()
     return {
         "decode_path": "compiled" if fastpath.compiled() is not None else "pure",
-        "one_pass": "read_operator" if hasattr(sp, "read_operator") else "ranges._tasks",
         "entries": sum(per_state.values()),
         "rows": rows,
         "states": per_state,
@@ -253,7 +237,6 @@ def scenario(
         if side == "statequery":
             med["scan_cpu_s"] = statistics.median(r["scan_cpu_s"] for r in rs)
             med["decode_path"] = rs[0]["decode_path"]
-            med["one_pass"] = rs[0]["one_pass"]
         else:
             for k in ("restore_s", "restore_cpu_s", "iterate_s", "iterate_cpu_s", "heap_peak_mb"):
                 med[k] = statistics.median(r[k] for r in rs)
