@@ -284,6 +284,41 @@ def _work_cpu(side: str, r: dict[str, Any]) -> float:
     return float(r["metadata_cpu_s"] + r["load_cpu_s"] + r["restore_cpu_s"] + r["iterate_cpu_s"])
 
 
+def _markdown(label: str, scenarios: list[dict[str, Any]]) -> None:
+    """The medians as rows of docs/performance.md's tables: CPU, then wall and memory."""
+    rows_cpu, rows_wall = [], []
+    for sc in scenarios:
+        sides = sc["sides"]
+        sq = sides["statequery"]
+        flink = [sides[k] for k in ("flink-disk", "flink-preload") if k in sides]
+        what = f"{label} {sc['name']}" + (f" ({sc['state']})" if sc["state"] else "")
+
+        def cpu(m: dict[str, Any]) -> str:
+            return f"{m['cpu_s']:.2f} ({m['work_cpu_s']:.2f})"
+
+        ratios = ", ".join(f"{m['cpu_ratio']:.1f}× ({m['work_cpu_ratio']:.1f}×)" for m in flink)
+        rows_cpu.append(
+            f"| {what} | {sq['entries']:,} | {cpu(sq)} | "
+            + " | ".join(cpu(m) for m in flink)
+            + f" | {ratios} | {sq['entries'] / sq['cpu_s'] / 1e6:.2f}M "
+            f"({sq['entries'] / sq['work_cpu_s'] / 1e6:.2f}M) | "
+            + " | ".join(f"{m['entries'] / m['work_cpu_s'] / 1e6:.2f}M" for m in flink)
+            + f" | {sq['load']:.1f} |"
+        )
+        rows_wall.append(
+            f"| {what} | "
+            + " / ".join(f"{m['wall_s']:.2f}" for m in (sq, *flink))
+            + " | "
+            + " / ".join(f"{m['rss_mb']:.0f}" for m in (sq, *flink))
+            + " | "
+            + " / ".join(f"{m['restore_cpu_s']:.2f} + {m['iterate_cpu_s']:.2f}" for m in flink)
+            + " | "
+            + " / ".join(f"{m['heap_peak_mb']:.0f}" for m in flink)
+            + f" | {sq['load']:.1f} |"
+        )
+    print("\n".join(["", *rows_cpu, "", *rows_wall]))
+
+
 def lookups(path: str, operator: str, keys: int, n: int, native: bool) -> dict[str, Any]:
     """bench_canonical's / bench_rocksdb's lookup child, and the layout (files, SSTs)."""
     if native:
@@ -371,6 +406,8 @@ def main(argv: list[str] | None = None) -> int:
         help="a Python with apache-flink 2.3.0 installed (for its jars)",
     )
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument("--markdown", action="store_true", help="print the medians as table rows")
+    ap.add_argument("--label", default="", help="the savepoint's name in those rows")
     args = ap.parse_args(argv)
 
     import statequery
@@ -433,6 +470,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(cache_root, ignore_errors=True)
     print(f"\nload average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    if args.markdown:
+        _markdown(args.label or os.path.basename(args.savepoint.rstrip("/")), out["scenarios"])
     if args.json:
         print(json.dumps(out, indent=1))
     return 0
