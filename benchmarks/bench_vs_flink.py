@@ -291,7 +291,7 @@ def _markdown(label: str, scenarios: list[dict[str, Any]]) -> None:
         sides = sc["sides"]
         sq = sides["statequery"]
         flink = [sides[k] for k in ("flink-disk", "flink-preload") if k in sides]
-        what = f"{label} {sc['name']}" + (f" ({sc['state']})" if sc["state"] else "")
+        what = f"{label}, " + (f"`{sc['state']}` only" if sc["state"] else "every state")
 
         def cpu(m: dict[str, Any]) -> str:
             return f"{m['cpu_s']:.2f} ({m['work_cpu_s']:.2f})"
