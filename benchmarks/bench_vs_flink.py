@@ -244,6 +244,13 @@ def scenario(
             for k in ("restore_s", "restore_cpu_s", "iterate_s", "iterate_cpu_s", "heap_peak_mb"):
                 med[k] = statistics.median(r[k] for r in rs)
             med["subtasks"] = rs[-1]["subtasks"]
+            med["per_state"] = {
+                k: {
+                    "entries": v["entries"],
+                    "iterate_cpu_s": statistics.median(r["states"][k]["iterate_cpu_s"] for r in rs),
+                }
+                for k, v in rs[0]["states"].items()
+            }
         summary["sides"][side] = med
     sq = summary["sides"].get("statequery")
     print("  entries per state: " + ", ".join(f"{k} {v:,}" for k, v in wanted.items()))
@@ -275,6 +282,12 @@ def scenario(
         )
     for line in notes:
         print(line)
+    for side, m in summary["sides"].items():
+        if "per_state" in m:
+            print(
+                f"  {side}: iterate CPU s per state (median): "
+                + ", ".join(f"{k} {v['iterate_cpu_s']:.2f}" for k, v in m["per_state"].items())
+            )
     return summary
 
 
