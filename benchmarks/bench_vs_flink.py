@@ -25,6 +25,10 @@ phases each side reports (statequery: open / scan; Flink: metadata / restore / i
 medians and the statequery/Flink ratios. The machine's load average is printed with every run:
 on a shared machine wall time is contention, compare CPU seconds.
 
+``--index`` adds ``statequery-index`` to the single-state scenario: the same read with the run
+index (a StateMeta snapshot written once with ``write_snapshot(index=True)`` into a temporary
+file, never beside the savepoint, and opened with ``snapshot=``).
+
 ``--lookups N`` adds single-key lookups (cold: open + read one key group / fetch one subtask's
 files; warm), by ``bench_canonical.py``'s / ``bench_rocksdb.py``'s children, with the number of
 files and SSTs per subtask; Flink's equivalent is restoring the owning subtask (its restore time
@@ -64,15 +68,19 @@ def _entries(layout_kind: str, batch: Any) -> int:
     return int(batch.num_rows)
 
 
-def child_statequery(path: str, operator: str, state: str) -> dict[str, Any]:
+def child_statequery(path: str, operator: str, state: str, snapshot: str = "") -> dict[str, Any]:
     import statequery
     from statequery.backends import fastpath
     from statequery.reader import list_states, read_state
 
     t0 = time.perf_counter()
     c0 = time.process_time()
-    sp = statequery.open(path, use_snapshot=False)
-    infos = list_states(sp, operator)  # _metadata + state headers
+    if snapshot:  # a StateMeta snapshot with the run index (statequery-index)
+        sp = statequery.open(path, snapshot=snapshot)
+    else:
+        sp = statequery.open(path, use_snapshot=False)
+    indexed = sp.run_index.key_group_count  # key groups of the run index known at open
+    infos = list_states(sp, operator)  # _metadata + state headers (or the snapshot)
     kinds = {s.name: s.layout.kind for s in infos}
     t1 = time.perf_counter()
     c1 = time.process_time()
@@ -90,6 +98,7 @@ def child_statequery(path: str, operator: str, state: str) -> dict[str, Any]:
     t2 = time.perf_counter()
     c2 = time.process_time()
     return {
+        "indexed_key_groups": indexed,
         "decode_path": "compiled" if fastpath.compiled() is not None else "pure",
         "entries": sum(per_state.values()),
         "rows": rows,
@@ -99,6 +108,21 @@ def child_statequery(path: str, operator: str, state: str) -> dict[str, Any]:
         "scan_s": t2 - t1,
         "scan_cpu_s": c2 - c1,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def make_index(path: str, snapshot: str) -> dict[str, Any]:
+    """Write the StateMeta snapshot with the run index to ``snapshot`` (outside the savepoint)."""
+    import statequery
+
+    sp = statequery.open(path, use_snapshot=False)
+    t = time.perf_counter()
+    c = time.process_time()
+    where = sp.write_snapshot(snapshot, index=True)
+    return {
+        "index_s": time.perf_counter() - t,
+        "index_cpu_s": time.process_time() - c,
+        "bytes": os.path.getsize(where),
     }
 
 
@@ -212,10 +236,21 @@ def scenario(
     warm = os.path.join(cache_root, f"{name}-warm")
     if "statequery-warm" in sides:  # fill the cache once, untimed
         _measured(child, {"STATEQUERY_CACHE_DIR": warm})
+    snapshot = os.path.join(cache_root, f"{name}-index.msgpack")
+    if "statequery-index" in sides:  # the run index, once (statequery snapshot --index)
+        made = _measured([sys.executable, script, "--make-index", path, snapshot])
+        print(
+            f"  run index written to {snapshot}: {made['bytes']:,} bytes, "
+            f"{made['index_cpu_s']:.2f} CPU-s ({made['index_s']:.2f} s wall) to walk every "
+            f"key group; process {made['cpu_s']:.2f} CPU-s",
+            flush=True,
+        )
     for i in range(runs):
         for side in sides:
             if side == "statequery-warm":  # RocksDB: the files already in the cache
                 res = _measured(child, {"STATEQUERY_CACHE_DIR": warm})
+            elif side == "statequery-index":  # canonical: the run index in a snapshot
+                res = _measured([*child, snapshot])
             elif side == "statequery":
                 cache = os.path.join(cache_root, f"{name}-{i}")  # RocksDB: cold cache each run
                 res = _measured(child, {"STATEQUERY_CACHE_DIR": cache})
@@ -392,7 +427,10 @@ def lookups(path: str, operator: str, keys: int, n: int, native: bool) -> dict[s
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--child":
-        print(json.dumps(child_statequery(argv[1], argv[2], argv[3] if len(argv) > 3 else "")))
+        print(json.dumps(child_statequery(*argv[1:5])))
+        return 0
+    if argv and argv[0] == "--make-index":
+        print(json.dumps(make_index(argv[1], argv[2])))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("savepoint", help="a savepoint of LargeStateJob (canonical or RocksDB native)")
@@ -411,6 +449,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the single-state scenario's state ('' for none); canonical savepoints only",
     )
     ap.add_argument("--single-only", action="store_true", help="only the single-state scenario")
+    ap.add_argument(
+        "--index",
+        action="store_true",
+        help="single state: also statequery with the run index (a StateMeta snapshot with "
+        "--index, written once to a temporary file, not beside the savepoint)",
+    )
     ap.add_argument("--flink", default="disk,preload", help="Flink variants: disk, preload")
     ap.add_argument("--lookups", type=int, default=0, help="single-key lookups (0: none)")
     ap.add_argument(
@@ -474,7 +518,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.operator,
                     args.state,
                     args.runs,
-                    sides,
+                    sides[:1] + ["statequery-index"] + sides[1:] if args.index else sides,
                     cp,
                     want,
                     args.java_opt,
