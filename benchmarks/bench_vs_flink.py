@@ -392,11 +392,17 @@ def lookups(path: str, operator: str, keys: int, n: int, native: bool) -> dict[s
             ]
         )
         res["layout"] = lay["subtasks"]
+        fetched = (
+            f"{res['cold_files_median']} files ({res['cold_ssts_median']} SSTs, "
+            f"{res['cold_kb_median'] / 1024:.1f} MiB) fetched"
+            if "cold_files_median" in res
+            else f"{res['cold_kb_median'] / 1024:.1f} MiB fetched"
+        )
         print(
             f"\nlookups ({n} random keys, every state of the operator), RocksDB native: cold "
-            f"(empty cache, fetch + restore one subtask) median {res['cold_ms_median']:.0f} ms, "
-            f"warm cache + fresh open {res['warm_open_ms_median']:.0f} ms, warm "
-            f"{res['warm_ms_median']:.0f} ms; load {res['load'][0]:.1f}"
+            f"(empty cache) median {res['cold_ms_median']:.0f} ms, {fetched}; warm cache + "
+            f"fresh open {res['warm_open_ms_median']:.0f} ms, warm {res['warm_ms_median']:.0f} "
+            f"ms; load {res['load'][0]:.1f}"
         )
         for s in lay["subtasks"]:
             print(
