@@ -48,10 +48,13 @@ def flink_lib(python: str) -> str:
 
 
 def compile_job(python: str) -> str:
+    """Compile ``benchmarks/flink`` (and the fixture programs ``RestoreCount`` shares with the
+    oracle, ``examples/flink-jobs/src``) against the wheel's jars; returns the classpath."""
     lib = flink_lib(python)
     build = HERE / "flink" / "build"
     build.mkdir(parents=True, exist_ok=True)
-    sources = sorted(str(p) for p in (HERE / "flink").rglob("*.java"))
+    fixtures = HERE.parent / "examples" / "flink-jobs" / "src"
+    sources = sorted(str(p) for d in (HERE / "flink", fixtures) for p in d.rglob("*.java"))
     subprocess.run(
         ["javac", "-nowarn", "-encoding", "UTF-8", "-d", str(build), "-cp", f"{lib}/*", *sources],
         check=True,
