@@ -598,14 +598,27 @@ class Savepoint:
         by one with :meth:`read_batches` walks it once per state. Batches of different states
         come interleaved; each state's batches have its own schema (:meth:`read`'s columns).
         """
+        _, pairs = self._read_operator(operator, states, key, key_groups, mode, batch_size)
+        return pairs
+
+    def _read_operator(
+        self,
+        operator: Any,
+        states: Iterable[str] | None,
+        key: Any,
+        key_groups: Iterable[int] | None,
+        mode: str | None,
+        batch_size: int = 65536,
+    ) -> tuple[list[StateInfo], Iterator[tuple[str, pa.RecordBatch]]]:
         from statequery.scan import read_operator
 
         keyed_only = key is not None or key_groups is not None
         infos = self.operator_states(operator, states, keyed_only=keyed_only)
         keys = None if key is None else [key]
-        return read_operator(
+        pairs = read_operator(
             self, infos, keys=keys, key_groups=key_groups, mode=mode, batch_size=batch_size
         )
+        return infos, pairs
 
     def read_states(
         self,
@@ -621,12 +634,9 @@ class Savepoint:
 
         from statequery.arrow.schemas import state_schema
 
-        keyed_only = key is not None or key_groups is not None
-        infos = self.operator_states(operator, states, keyed_only=keyed_only)
+        infos, pairs = self._read_operator(operator, states, key, key_groups, mode)
         batches: dict[str, list[pa.RecordBatch]] = {s.name: [] for s in infos}
-        for name, batch in self.read_operator(
-            operator, [s.name for s in infos], key=key, key_groups=key_groups, mode=mode
-        ):
+        for name, batch in pairs:
             batches[name].append(batch)
         return {
             s.name: pa.Table.from_batches(batches[s.name], schema=state_schema(s.layout, mode))
