@@ -39,7 +39,7 @@ import re
 import threading
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from statequery.backends.cache import CacheKey, DbDir, FileCache
 from statequery.backends.sst import SstFile, has_compiled_walk, merged_entries
@@ -149,13 +149,13 @@ class _ColumnFamily:
     merge_operands: int = 0
 
 
-class RocksDBState:
-    """One RocksDB handle restored into a private local directory and opened read-only.
+_Reader = TypeVar("_Reader", bound="_HandleReader")
 
-    ``state_names`` (from the handle's ``KeyedBackendSerializationProxy``) are checked against the
-    column families: a column family that is not a state is an error naming the file that holds
-    it. Use as a context manager, or call :meth:`close`.
-    """
+
+class _HandleReader:
+    """What both readers of one RocksDB handle hold (:class:`RocksDBState`,
+    :class:`TableReadState`): the handle, its key-group prefix, the cache and the private
+    directory the handle's files are linked into, and the tables opened by our SST reader."""
 
     def __init__(
         self,
@@ -172,10 +172,58 @@ class RocksDBState:
         self.prefix_bytes = key_group_prefix_bytes(max_parallelism)
         self.cache = cache if cache is not None else default_cache()
         self.state_names = None if state_names is None else frozenset(state_names)
-        self._db: Any = None
-        self._cfs: dict[str, _ColumnFamily] = {}
         self._tables: dict[str, SstFile] = {}
         self._dir: DbDir | None = None
+
+    def key_group_bounds(self, key_groups: tuple[int, int] | None) -> tuple[int, int] | None:
+        """The request intersected with the handle's range (inclusive), None if empty."""
+        start, end = self.handle.start_key_group, self.handle.end_key_group
+        if key_groups is not None:
+            start, end = max(start, key_groups[0]), min(end, key_groups[1])
+        return (start, end) if start <= end else None
+
+    def _close_files(self) -> None:
+        """Close the opened tables and release the directory (its cache entries are evictable
+        again)."""
+        for t in self._tables.values():
+            t.close()
+        self._tables.clear()
+        if self._dir is not None:
+            self._dir.close()
+            self._dir = None
+            self.cache.evict()
+
+    def close(self) -> None:
+        self._close_files()
+
+    def __enter__(self: _Reader) -> _Reader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class RocksDBState(_HandleReader):
+    """One RocksDB handle restored into a private local directory and opened read-only.
+
+    ``state_names`` (from the handle's ``KeyedBackendSerializationProxy``) are checked against the
+    column families: a column family that is not a state is an error naming the file that holds
+    it. Use as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        handle: RocksDBHandle,
+        io: FileIO,
+        *,
+        max_parallelism: int,
+        cache: FileCache | None = None,
+        state_names: Collection[str] | None = None,
+    ) -> None:
+        super().__init__(handle, io, max_parallelism=max_parallelism, cache=cache,
+                         state_names=state_names)
+        self._db: Any = None
+        self._cfs: dict[str, _ColumnFamily] = {}
         try:
             self._restore()
         except BaseException:
@@ -308,13 +356,6 @@ class RocksDBState:
         cf = self._cfs.get(state)
         return cf is not None and cf.merge_operands > 0
 
-    def key_group_bounds(self, key_groups: tuple[int, int] | None) -> tuple[int, int] | None:
-        """The request intersected with the handle's range (inclusive), None if empty."""
-        start, end = self.handle.start_key_group, self.handle.end_key_group
-        if key_groups is not None:
-            start, end = max(start, key_groups[0]), min(end, key_groups[1])
-        return (start, end) if start <= end else None
-
     def entries(
         self, state: str, key_groups: tuple[int, int] | None = None, *, reader: str = "auto",
         key_prefix: bytes | None = None,
@@ -429,27 +470,17 @@ class RocksDBState:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def close(self) -> None:
-        for t in self._tables.values():
-            t.close()
-        self._tables.clear()
-        if self._db is not None:
-            try:
-                self._db.close()
-            finally:
-                self._db = None
-        if self._dir is not None:
-            self._dir.close()
-            self._dir = None
-            self.cache.evict()  # the entries this DB linked are evictable again
-
-    def __enter__(self) -> RocksDBState:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        try:
+            if self._db is not None:
+                try:
+                    self._db.close()
+                finally:
+                    self._db = None
+        finally:
+            self._close_files()
 
 
-class TableReadState:
+class TableReadState(_HandleReader):
     """One RocksDB handle read straight from its table files, fetching only those a read needs.
 
     ``CURRENT`` and the MANIFEST it names are fetched first; the MANIFEST
@@ -475,14 +506,8 @@ class TableReadState:
     ) -> None:
         from statequery.backends.manifest import read_manifest
 
-        self.handle = handle
-        self.io = io
-        self.max_parallelism = max_parallelism
-        self.prefix_bytes = key_group_prefix_bytes(max_parallelism)
-        self.cache = cache if cache is not None else default_cache()
-        self.state_names = None if state_names is None else frozenset(state_names)
-        self._tables: dict[str, SstFile] = {}
-        self._dir: DbDir | None = None
+        super().__init__(handle, io, max_parallelism=max_parallelism, cache=cache,
+                         state_names=state_names)
         self._lock = threading.Lock()
         #: RocksDB names of the files placed so far (fetched into the cache unless cached)
         self.placed: list[str] = []
@@ -596,12 +621,6 @@ class TableReadState:
     def uses_merge_reader(self, state: str) -> bool:
         return state in self._cf_names
 
-    def key_group_bounds(self, key_groups: tuple[int, int] | None) -> tuple[int, int] | None:
-        start, end = self.handle.start_key_group, self.handle.end_key_group
-        if key_groups is not None:
-            start, end = max(start, key_groups[0]), min(end, key_groups[1])
-        return (start, end) if start <= end else None
-
     def tables_for(self, state: str, start: bytes, stop: bytes) -> list[Any]:
         """The MANIFEST's tables of ``state`` whose user-key range meets ``[start, stop)``."""
         return [t for t in self._by_cf.get(state, ()) if t.overlaps(start, stop)]
@@ -650,20 +669,6 @@ class TableReadState:
         return CorruptStateError(f"reading column family {state!r} failed: {e}",
                                  self.describe(state))
 
-    def close(self) -> None:
-        for t in self._tables.values():
-            t.close()
-        self._tables.clear()
-        if self._dir is not None:
-            self._dir.close()
-            self._dir = None
-            self.cache.evict()
-
-    def __enter__(self) -> TableReadState:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _files_by_name(handle: RocksDBHandle) -> dict[str, DbFile]:
