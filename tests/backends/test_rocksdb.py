@@ -612,22 +612,24 @@ def test_restored_databases_stay_open_per_savepoint_until_close() -> None:
     assert sum(t.num_rows for t in first.values()) > 0
 
 
+class _FakeDb:
+    """A pooled database that notes when it is closed (the pool's bookkeeping only)."""
+
+    def __init__(self, i: int, closed: list[int]) -> None:
+        self.i, self.is_open, self.closed = i, True, closed
+
+    def close(self) -> None:
+        self.closed.append(self.i)
+        self.is_open = False
+
+
 def test_database_pool_is_bounded() -> None:
     from statequery.backends.rocksdb import OpenDatabases
 
     closed: list[int] = []
-
-    class Fake:
-        def __init__(self, i: int) -> None:
-            self.i, self.is_open = i, True
-
-        def close(self) -> None:
-            closed.append(self.i)
-            self.is_open = False
-
     pool = OpenDatabases(limit=2)
     for i in (1, 2, 1, 3):
-        pool.get(i, lambda i=i: Fake(i))  # type: ignore[misc]
+        pool.get(i, lambda i=i: _FakeDb(i, closed))  # type: ignore[misc]
     assert len(pool) == 2 and closed == [2] and pool.restores == 3
     pool.close()
     assert sorted(closed) == [1, 2, 3]
@@ -638,20 +640,11 @@ def test_a_database_in_use_is_closed_after_its_last_use() -> None:
     from statequery.backends.rocksdb import OpenDatabases
 
     closed: list[int] = []
-
-    class Fake:
-        def __init__(self, i: int) -> None:
-            self.i, self.is_open = i, True
-
-        def close(self) -> None:
-            closed.append(self.i)
-            self.is_open = False
-
     pool = OpenDatabases(limit=1)
-    busy = pool.get(1, lambda: Fake(1), use=True)
+    busy = pool.get(1, lambda: _FakeDb(1, closed), use=True)
     again = pool.peek(1, use=True)
     assert again is busy
-    pool.get(2, lambda: Fake(2))  # evicts 1, which is in use twice
+    pool.get(2, lambda: _FakeDb(2, closed))  # evicts 1, which is in use twice
     assert closed == [] and len(pool) == 1
     pool.release(busy)
     assert closed == []
