@@ -694,11 +694,16 @@ class Savepoint:
         return source_splits(self, operator, source)
 
     def key_group_of(self, state: StateInfo | str, key: Any, name: str | None = None) -> int:
-        """The key group Flink assigned to ``key`` in this state's operator."""
+        """The key group Flink assigned to ``key`` in this state's operator
+        (:func:`statequery.keys.resolve_key`: the spellings every ``key=`` accepts)."""
         from statequery.hashing import key_group_of
+        from statequery.keys import resolve_key
 
         s = self._resolve_state(state, name)
-        return key_group_of(key, s.max_parallelism, s.key_spec)
+        kg = resolve_key(key, s.key_spec, s.max_parallelism).key_group
+        if kg is None:  # a user hashCode: the refusal names it
+            return key_group_of(key, s.max_parallelism, s.key_spec)
+        return kg
 
 
 # -- deriving the StateMeta model ----------------------------------------------------------------

@@ -28,14 +28,16 @@ from statequery.arrow.batches import BatchBuilder, split_batch
 from statequery.arrow.schemas import resolve_mode, state_schema
 from statequery.exceptions import (
     CorruptStateError,
+    InvalidKeyError,
     InvalidOptionError,
     UnsupportedFormatError,
 )
 from statequery.io import FileIO
+from statequery.keys import ResolvedKey
 from statequery.metadata.handles import HandleResolver, KeyGroupsHandle, OperatorStreamHandle
 from statequery.metadata.kinds import StateLayout
 from statequery.metadata.runindex import IndexedRuns, Runs, runs_of
-from statequery.serializers.spec import RowDataSpec, RowSpec, SerializerSpec, TupleSpec
+from statequery.serializers.spec import SerializerSpec
 
 if TYPE_CHECKING:
     from statequery.metadata.statemeta import OperatorInfo, StateInfo, SubtaskInfo
@@ -65,8 +67,9 @@ class ScanTask:
     ``states`` are the layouts of the subtask header's states in state-id order (keyed: the
     backends need them to walk the stream; operator: the one state); ``wanted`` the states whose
     rows the task returns. ``key_groups`` None means every key group of the handle; ``keys``
-    (normalised) keep only those keys' rows. ``byte_ranges`` are the ``(start, end)`` stream
-    offsets the task reads (canonical and hashmap layouts; empty when not known up front).
+    (:class:`~statequery.keys.ResolvedKey`) keep only those keys' rows. ``byte_ranges`` are
+    the ``(start, end)`` stream offsets the task reads (canonical and hashmap layouts; empty
+    when not known up front).
     ``runs``: the run index of the task's key groups for its wanted states (canonical layout,
     when the savepoint has one, :mod:`statequery.metadata.runindex`): an uncompressed stream
     then reads only those runs, and ``byte_ranges`` are theirs. A task whose ``wanted`` is
@@ -84,7 +87,7 @@ class ScanTask:
     compressed: bool = False
     key_serializer: SerializerSpec | None = None
     key_groups: tuple[int, ...] | None = None
-    keys: tuple[Any, ...] | None = None
+    keys: tuple[ResolvedKey, ...] | None = None
     mode: str | None = None
     byte_ranges: tuple[tuple[int, int], ...] = ()
     runs: IndexedRuns | None = None
@@ -107,45 +110,34 @@ class ScanTask:
 
 
 def normalize_key(key: Any, spec: SerializerSpec | None) -> Any:
-    """The user's key in the form the readers return (dicts for rows and tuples)."""
-    if isinstance(spec, RowDataSpec):
-        names = [f.name or f"f{i}" for i, f in enumerate(spec.type.fields)]
-        return _as_fields(key, names)
-    if isinstance(spec, RowSpec):
-        return _as_fields(key, list(spec.field_names))
-    if isinstance(spec, TupleSpec):
-        return _as_fields(key, [f"f{i}" for i in range(len(spec.fields))])
-    return key
+    """The user's key as the readers return it (dicts for rows and tuples):
+    :func:`statequery.keys.convert_key`."""
+    from statequery.keys import convert_key
+
+    return convert_key(key, spec)
 
 
-def _as_fields(key: Any, names: list[str]) -> Any:
-    if isinstance(key, dict):
-        if set(key) != set(names):
-            # a key of another row type (a lookup over every operator skips this one)
-            raise InvalidOptionError(
-                f"key {key!r} has the fields {sorted(key)}, the key type {names}"
-            )
-        return key
-    if isinstance(key, (tuple, list)):
-        if len(key) != len(names):
-            raise InvalidOptionError(
-                f"key {key!r} has {len(key)} fields, the key type {len(names)}"
-            )
-        return dict(zip(names, key, strict=True))
-    if len(names) == 1:
-        return {names[0]: key}
-    raise InvalidOptionError(f"key {key!r} needs {len(names)} fields")
+def resolve_keys(
+    keys: Sequence[Any], spec: SerializerSpec | None, max_parallelism: int
+) -> tuple[ResolvedKey, ...]:
+    """Each of ``keys`` through :func:`statequery.keys.resolve_key` (duplicates dropped)."""
+    from statequery.keys import resolve_key
+
+    out: list[ResolvedKey] = []
+    for k in keys:
+        r = resolve_key(k, spec, max_parallelism)
+        if r not in out:
+            out.append(r)
+    return tuple(out)
 
 
 def key_group_for(key: Any, spec: SerializerSpec | None, max_parallelism: int) -> int | None:
-    """The key group Flink assigns ``key`` to; None when it cannot be computed (POJO keys: then
-    every key group is read and rows are filtered by key)."""
-    from statequery.hashing import key_group_of
+    """The key group Flink assigns ``key`` to (:func:`statequery.keys.resolve_key`); None when
+    it cannot be computed (POJO keys: then every key group is read and rows are filtered by
+    key)."""
+    from statequery.keys import resolve_key
 
-    try:
-        return key_group_of(key, max_parallelism, spec)
-    except UnsupportedFormatError:
-        return None
+    return resolve_key(key, spec, max_parallelism).key_group
 
 
 def _key_group_set(key_groups: Iterable[Any]) -> set[int]:
@@ -296,11 +288,10 @@ def plan_states(
         resolve_mode(s.layout, mode)
     op = savepoint.operator(states[0].operator_id)
     wanted: set[int] | None = None if key_groups is None else _key_group_set(key_groups)
-    normalized: tuple[Any, ...] | None = None
+    normalized: tuple[ResolvedKey, ...] | None = None
     if keys is not None:
-        key_spec = _operator_key_spec(states)
-        normalized = tuple(normalize_key(k, key_spec) for k in keys)
-        groups = {key_group_for(k, key_spec, op.max_parallelism) for k in keys}
+        normalized = resolve_keys(keys, _operator_key_spec(states), op.max_parallelism)
+        groups = {k.key_group for k in normalized}
         if None not in groups:
             kgs = {g for g in groups if g is not None}
             wanted = kgs if wanted is None else wanted & kgs
@@ -467,8 +458,12 @@ def _execute_keyed(
         builders[name] = builder
         requests.append((layout, builder))
     keys = task.keys
-    one_key = keys[0] if keys is not None and len(keys) == 1 else None
-    key_lists = {n: (b.column("key") if keys is not None else None) for n, b in builders.items()}
+    # every key has its serialized bytes: the backends keep only the entries whose key bytes
+    # are one of them (before decoding); otherwise (POJO keys...) rows are compared by value
+    exact = keys is not None and all(k.serialized is not None for k in keys)
+    by_bytes = tuple(k.serialized for k in keys or () if k.serialized is not None) if exact \
+        else None
+    by_value = None if keys is None or exact else [k.value for k in keys]
     wanted = None if task.key_groups is None else set(task.key_groups)
     scanned: Iterator[int]
     if isinstance(backend, CanonicalKeyedBackend):
@@ -488,37 +483,32 @@ def _execute_keyed(
             requests,
             task.mode,
             wanted,
-            key=one_key,
+            key_bytes=by_bytes,
             runs=runs.by_key_group() if usable and runs is not None else None,
             record=record,
         )
     else:
-        scanned = backend.scan_states(requests, task.mode, wanted, key=one_key)
+        scanned = backend.scan_states(requests, task.mode, wanted, key_bytes=by_bytes)
     for _kg in scanned:
         for name, builder in builders.items():
             if len(builder) >= batch_size:
-                yield from _flush(name, builder, key_lists[name], keys, batch_size)
+                yield from _flush(name, builder, by_value, batch_size)
     for name, builder in builders.items():
-        yield from _flush(name, builder, key_lists[name], keys, batch_size)
+        yield from _flush(name, builder, by_value, batch_size)
 
 
 def _flush(
     name: str,
     builder: BatchBuilder,
-    key_list: list[Any] | None,
-    keys: tuple[Any, ...] | None,
+    by_value: list[Any] | None,
     batch_size: int,
 ) -> Iterator[tuple[str, pa.RecordBatch]]:
-    mask = None
-    if key_list is not None and keys is not None and len(key_list) == len(builder):
-        mask = [k in keys for k in key_list]
     batch = builder.flush()
     if batch is None:
         return
-    if mask is None and keys is not None and key_list is not None:
-        # a compiled sink filled the key column (no Python list): primitive keys, read back
-        mask = [k in keys for k in batch.column("key").to_pylist()]
-    if mask is not None:
+    if by_value is not None:
+        # keys without serialized bytes: compared as read() returns them (Arrow's values)
+        mask = [k in by_value for k in batch.column("key").to_pylist()]
         batch = batch.filter(pa.array(mask, type=pa.bool_()))
         if batch.num_rows == 0:
             return
@@ -553,7 +543,7 @@ def _execute_operator(
         read_operator_list_state(
             stream, layout, part.offsets, all_offsets, task.compressed, task.subtask, builder
         )
-    yield from _flush(layout.name, builder, None, None, batch_size)
+    yield from _flush(layout.name, builder, None, batch_size)
 
 
 # -- the front ends' operations -----------------------------------------------------------------
@@ -640,15 +630,23 @@ def lookup(
     """
     ops = [savepoint.operator(operator)] if operator is not None else savepoint.keyed_operators()
     out: dict[tuple[str, str], pa.Table] = {}
+    refused: list[str] = []  # operators whose key type cannot hold the key, and why
+    tried = 0
     for op in ops:
         refs = [s for s in op.states if s.layout.keyed]
         if not refs:
             continue
+        tried += 1
         try:
             tasks = plan_states(savepoint, refs, keys=[key])
-        except (InvalidOptionError, UnsupportedFormatError, TypeError, ValueError, OverflowError):
+        except (InvalidOptionError, UnsupportedFormatError, TypeError, ValueError, OverflowError) \
+                as e:
             if operator is not None:
                 raise
+            if isinstance(e, InvalidKeyError):
+                refused.append(f"{op.display_name}: {e}")
+            else:
+                tried -= 1
             continue
         tables: dict[str, list[pa.RecordBatch]] = {}
         for task in tasks:
@@ -664,4 +662,8 @@ def lookup(
                 out[(op.display_name, r.name)] = pa.Table.from_batches(
                     tables[r.name], schema=state_schema(r.layout)
                 )
+    if tried and len(refused) == tried:
+        # no operator's key type can hold the key: an error, not "no rows"
+        raise InvalidKeyError("no keyed operator's key type holds this key (" +
+                              "; ".join(refused) + ")")
     return out

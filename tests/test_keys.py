@@ -63,17 +63,21 @@ def test_right_field_type_still_reads(capsys: pytest.CaptureFixture[str]) -> Non
 def test_lookup_says_how_the_key_was_read(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["lookup", WORD_COUNTS, '["nobody"]']) == 1
     err = capsys.readouterr().err
-    assert 'GroupAggregate[7]: read as ROW<f0 STRING> ["nobody"]' in err
+    assert 'GroupAggregate[7]: read as ROW<f0 STRING> {"f0": "nobody"}' in err
 
 
 def test_exact_conversions() -> None:
     spec = _MIXED
-    assert parse_key_text('[5, 7, 2, true, "a"]', spec) == [5, 7, 2.0, True, "a"]
-    assert parse_key_text('[5.0, "-7", 2.5, "false", "a"]', spec) == [5, -7, 2.5, False, "a"]
+
+    def row(*values: object) -> dict[str, object]:
+        return dict(zip(("id", "small", "ratio", "on", "name"), values, strict=True))
+
+    assert parse_key_text('[5, 7, 2, true, "a"]', spec) == row(5, 7, 2.0, True, "a")
+    assert parse_key_text('[5.0, "-7", 2.5, "false", "a"]', spec) == row(5, -7, 2.5, False, "a")
     got = parse_key_text('{"name": "a", "on": true, "ratio": 1, "small": 0, "id": "12"}', spec)
-    assert got == [12, 0, 1.0, True, "a"]
-    assert type(got[2]) is float
-    assert parse_key_text('[null, 1, 1, true, null]', spec) == [None, 1, 1.0, True, None]
+    assert got == row(12, 0, 1.0, True, "a")
+    assert type(got["ratio"]) is float
+    assert parse_key_text('[null, 1, 1, true, null]', spec) == row(None, 1, 1.0, True, None)
 
 
 @pytest.mark.parametrize(
@@ -102,17 +106,17 @@ def test_inexact_conversions_raise(text: str, message: str) -> None:
 def test_nested_rows_tuples_and_rows() -> None:
     inner = SqlType("ROW", fields=(SqlField("x", SqlType("INTEGER")),))
     spec = _row(("a", SqlType("VARCHAR")), ("b", inner))
-    assert parse_key_text('["k", {"x": 3}]', spec) == ["k", [3]]
+    assert parse_key_text('["k", {"x": 3}]', spec) == {"a": "k", "b": {"x": 3}}
     with pytest.raises(InvalidKeyError, match=r"field b\.x is INTEGER, got the string \"y\""):
         parse_key_text('["k", ["y"]]', spec)
     pair = TupleSpec(fields=(PrimitiveSpec(name="string"), PrimitiveSpec(name="int")))
-    assert parse_key_text('["a", 1]', pair) == ["a", 1]
+    assert parse_key_text('["a", 1]', pair) == {"f0": "a", "f1": 1}
     with pytest.raises(InvalidKeyError, match="field f1 is INT, got the string"):
         parse_key_text('["a", "b"]', pair)
     row = RowSpec(fields=(NullableSpec(inner=PrimitiveSpec(name="long")),), names=("id",))
-    assert parse_key_text('{"id": 9}', row) == [9]
-    assert parse_key_text("9", row) == [9]
-    assert convert_key({"id": 9.0}, row) == [9]
+    assert parse_key_text('{"id": 9}', row) == {"id": 9}
+    assert parse_key_text("9", row) == {"id": 9}
+    assert convert_key({"id": 9.0}, row) == {"id": 9}
 
 
 def test_scalar_keys_say_what_they_were_read_as() -> None:

@@ -1100,35 +1100,35 @@ class RocksDBKeyedBackend:
 
     def scan_states(
         self, requests: Sequence[tuple[Any, Any]], mode: str | None,
-        key_groups: Iterable[int] | None = None, key: Any = None,
+        key_groups: Iterable[int] | None = None, key_bytes: Sequence[bytes] | None = None,
     ) -> Iterator[int]:
         """Several states with one restore of the DB (state after state); yield per key group.
 
-        ``key`` (a lookup) seeks straight to the key's entries in its key group (keys are sorted
-        by key-group prefix, then serialized key) instead of walking the key group; timers,
-        whose keys start with the timestamp, are filtered by key bytes while walking.
+        ``key_bytes`` (serialized keys, :func:`statequery.keys.resolve_key`): only their
+        entries. One key (a lookup) seeks straight to its entries in its key group (keys are
+        sorted by key-group prefix, then serialized key) instead of walking the key group;
+        timers, whose keys start with the timestamp, are filtered by key bytes while walking.
         """
-        from statequery.backends.keygroups import serialized_key
-
         own = self.key_groups
         wanted = None if key_groups is None else {kg for kg in key_groups if kg in own}
         if wanted is not None and not wanted:
             return
-        lookup = key is not None and wanted is not None and len(wanted) == 1
+        single = key_bytes is not None and len(key_bytes) == 1
+        lookup = single and wanted is not None and len(wanted) == 1
+        raw = key_bytes[0] if key_bytes is not None and single else None
         with self._database(lookup) as db:
             for layout, builder in requests:
-                raw = None if key is None else serialized_key(key, layout.key)
-                yield from self._scan_db(db, layout, mode, builder, wanted, raw)
+                yield from self._scan_db(db, layout, mode, builder, wanted, key_bytes, raw)
 
     def _scan_db(
         self, db: RocksDBState, layout: Any, mode: str | None, builder: Any,
-        wanted: set[int] | None, raw: bytes | None,
+        wanted: set[int] | None, key_bytes: Sequence[bytes] | None, raw: bytes | None,
     ) -> Iterator[int]:
         from statequery.backends.keygroups import CompositeEntryDecoder
 
         if layout.name not in db.column_families:
             return
-        decoder = CompositeEntryDecoder(layout, mode, builder, raw)
+        decoder = CompositeEntryDecoder(layout, mode, builder, key_bytes)
         current = -1
         # one seek per run of consecutive wanted key groups: key groups between them are never
         # iterated (several keys' key groups, or a sparse selection)
