@@ -77,8 +77,14 @@ MATRIX = [
         max_parallelism=8),
     _fx("sql-minibatch-rocksdb-native", "sql-minibatch", "rocksdb", "savepoint", "native",
         max_parallelism=8),
+    # GROUP BY keys of every common SQL type, nulls included (sql_keys_job.py)
+    _fx("keys-sql-hashmap-native", "sql-keys", "hashmap", "savepoint", "native"),
+    _fx("keys-sql-hashmap-canonical", "sql-keys", "hashmap", "savepoint", "canonical"),
+    _fx("keys-sql-rocksdb-native", "sql-keys", "rocksdb", "savepoint", "native"),
 ]
 SQL_OPERATOR_JOBS = {"sql-ops": "ops", "sql-minibatch": "minibatch"}
+# jobs whose manifest states come from the dump and whose expected file is a subset of it
+SUBSET_JOBS = {*SQL_OPERATOR_JOBS, "sql-keys"}
 BY_NAME = {f["name"]: f for f in MATRIX}
 
 # Series: one job run, several snapshots (consecutive retained checkpoints chk-1..3 and a
@@ -465,6 +471,58 @@ def sql_expected(agg_operator_id: str) -> list[dict]:
 
 
 # --------------------------------------------------------------------------------------------
+# The SQL keys job (sql_keys_job.py): the composite-key and the DATE-key aggregations, modelled
+# from the job's rows (a subset of the dump: the other aggregations hold the same kind of state).
+# The plan numbers the GROUP BY operators in query order: by_composite is GroupAggregate[4],
+# by_date GroupAggregate[12].
+# --------------------------------------------------------------------------------------------
+
+
+def _sql_keys_rows() -> list[dict]:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sql_keys_job", HERE / "sql_keys_job.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return list(module.ROWS)
+
+
+def sql_keys_expected(infos: list[dict]) -> list[dict]:
+    ids = {i["name"]: i["operator_id"] for i in infos}
+    entries: list[dict] = []
+
+    def days(text):
+        return None if text is None else (dt.date.fromisoformat(text) - dt.date(1970, 1, 1)).days
+
+    def cents(text):
+        if text is None:
+            return None
+        units, _, frac = text.partition(".")
+        return f"{units}.{(frac + '00')[:2]}"
+
+    composite: dict[str, tuple[dict, list[int]]] = {}
+    by_date: dict[str, tuple[dict, list[int]]] = {}
+    for r in _sql_keys_rows():
+        bs = r.get("bs")
+        key = {"f0": days(r.get("ds")), "f1": cents(r.get("amt")),
+               "f2": None if bs is None else b64(bs.encode("utf-8")),
+               "f3": r.get("flag"), "f4": r.get("s")}
+        composite.setdefault(canonical(key), (key, []))[1].append(r["n"])
+        dkey = {"f0": days(r.get("ds"))}
+        by_date.setdefault(canonical(dkey), (dkey, []))[1].append(r["n"])
+    for key, ns in composite.values():
+        entries.append({"operator_uid": "", "operator_id": ids["GroupAggregate[4]"],
+                        "state": "accState", "kind": "value", "key": key, "namespace": None,
+                        "value": {"f0": len(ns), "f1": sum(ns)}})
+    for key, ns in by_date.values():
+        entries.append({"operator_uid": "", "operator_id": ids["GroupAggregate[12]"],
+                        "state": "accState", "kind": "value", "key": key, "namespace": None,
+                        "value": {"f0": len(ns)}})
+    return entries
+
+
+# --------------------------------------------------------------------------------------------
 # The SQL operators jobs, modelled where the state is plain (sql_operators_job.py). The expected
 # file of these fixtures is a subset of the dump (manifest "expected": "subset"): entries of
 # operators whose state follows from the input alone (joins, deduplication, Top-N, the upsert
@@ -713,6 +771,10 @@ def run_job(fx: dict, scratch: Path) -> dict[str, str]:
     elif fx["job"] == "ttl-kryo":
         cmd = ["java", "-cp", build(), "statequery.fixtures.TtlKryoJob", fx["backend"],
                f"savepoint-{fx['format']}", str(out)]
+    elif fx["job"] == "sql-keys":
+        cmd = [sys.executable, str(HERE / "sql_keys_job.py"), "--backend", fx["backend"],
+               "--kind", f"savepoint-{fx['format']}", "--out", str(out), "--max-parallelism",
+               str(fx["max_parallelism"])]
     elif fx["job"] in SQL_OPERATOR_JOBS:
         cmd = [sys.executable, str(HERE / "sql_operators_job.py"), "--job",
                SQL_OPERATOR_JOBS[fx["job"]], "--backend", fx["backend"], "--kind",
@@ -831,6 +893,8 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
                 if info["uid"] and info["operator_id"] != operator_id_for_uid(info["uid"]):
                     raise RuntimeError(f"operator id mismatch for uid {info['uid']}: {info}")
             entries = datastream_expected() if fx["job"] == "datastream" else ttl_kryo_expected()
+        elif fx["job"] == "sql-keys":
+            entries = sql_keys_expected(infos)
         elif fx["job"] in SQL_OPERATOR_JOBS:
             save_plan(fx["job"], scratch / "plan.json", scratch / "out")
             ids = {i["uid"]: i["operator_id"] for i in infos if i["uid"]}
@@ -846,8 +910,7 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
         problems: list[str] = []
         if dump_available():
             if run_dump(fixture_dir, dump_path, scratch / "dump.log"):
-                problems = compare(exp_path, dump_path,
-                                   subset=fx["job"] in SQL_OPERATOR_JOBS)
+                problems = compare(exp_path, dump_path, subset=fx["job"] in SUBSET_JOBS)
             else:
                 problems = [f"SavepointDump failed, see {scratch / 'dump.log'}"]
                 dump_path.unlink(missing_ok=True)
@@ -952,14 +1015,14 @@ def generate_series(series: dict, scratch_root: Path) -> list[dict]:
 
 
 def manifest_record(fx: dict, rel: str, infos: list[dict]) -> dict:
-    dump_states = _states_in_dump(fx["name"]) if fx["job"] in SQL_OPERATOR_JOBS else {}
+    dump_states = _states_in_dump(fx["name"]) if fx["job"] in SUBSET_JOBS else {}
     operators = []
     for info in sorted(infos, key=lambda i: (i["uid"] or "~", i["name"])):
         if fx["job"] == "datastream":
             states = DS_STATES.get(info["uid"], [])
         elif fx["job"] == "ttl-kryo":
             states = TK_STATES.get(info["uid"], [])
-        elif fx["job"] in SQL_OPERATOR_JOBS:
+        elif fx["job"] in SUBSET_JOBS:
             states = dump_states.get(info["operator_id"], [])
         elif fx["job"] == "sequence":
             states = SEQ_STATES.get(info["uid"], [])
@@ -977,8 +1040,9 @@ def manifest_record(fx: dict, rel: str, infos: list[dict]) -> dict:
     rec["path"] = rel
     rec.update({k: fx[k] for k in ("incremental", "max_parallelism", "compression", "inline")})
     rec["operators"] = operators
-    if fx["job"] in SQL_OPERATOR_JOBS:
+    if fx["job"] in SUBSET_JOBS:
         rec["expected"] = "subset"
+    if fx["job"] in SQL_OPERATOR_JOBS:
         rec["plan"] = f"plans/{fx['job']}.json"
     return rec
 
