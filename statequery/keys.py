@@ -104,6 +104,18 @@ class Timestamp(_dt.datetime):
 
     nanosecond: int = 0
 
+    def __reduce_ex__(self, protocol: Any) -> Any:  # pickled with its nanoseconds (Spark)
+        plain = _dt.datetime(self.year, self.month, self.day, self.hour, self.minute,
+                             self.second, self.microsecond, self.tzinfo)
+        return _timestamp, (plain, self.nanosecond)
+
+
+def _timestamp(dt: _dt.datetime, nanosecond: int) -> Timestamp:
+    out = Timestamp(dt.year, dt.month, dt.day, dt.hour, dt.minute, dt.second, dt.microsecond,
+                    dt.tzinfo)
+    out.nanosecond = nanosecond
+    return out
+
 
 @dataclass(frozen=True)
 class ResolvedKey:
@@ -360,10 +372,7 @@ def _as_timestamp(value: Any, precision: int, ltz: bool) -> _dt.datetime:
     if ltz:
         dt = dt.astimezone(_dt.timezone.utc)
     if extra:
-        out = Timestamp(dt.year, dt.month, dt.day, dt.hour, dt.minute, dt.second,
-                        dt.microsecond, dt.tzinfo)
-        out.nanosecond = extra
-        return out
+        return _timestamp(dt, extra)
     if type(dt) is not _dt.datetime:  # pandas.Timestamp and the like: a plain datetime
         dt = _dt.datetime(dt.year, dt.month, dt.day, dt.hour, dt.minute, dt.second,
                           dt.microsecond, dt.tzinfo)
