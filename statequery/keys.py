@@ -22,8 +22,11 @@ Accepted spellings (exact conversions only; anything else is an
   (``12:34:56.789``), TIMESTAMP (``2024-01-01T12:34:56.789``, a space for the ``T`` also does)
   and TIMESTAMP_LTZ (with ``Z`` or an offset); a decimal string for DECIMAL (``"12.50"``; fewer
   digits after the point also do, more do not); BYTES as ``{"$bytes": base64}`` or, from text
-  (CLI, SQL, Spark), a plain base64 string; integral numbers for integer types and ``"true"`` /
-  ``"false"`` for BOOLEAN from text.
+  (CLI, SQL, Spark), a plain base64 string; integral numbers (``5.0``, ``"5"``) for integer
+  types and ``"true"`` / ``"false"`` for BOOLEAN.
+
+Rows are kept by comparing serialized key bytes, so keys equal in Python but not to Flink stay
+apart (``0.0`` and ``-0.0`` are two DOUBLE keys) and a NaN key finds its rows.
 
 A value that would need a guess raises: a day number for a DATE, a float for a DECIMAL whose digits
 do not fit its scale, a naive datetime for a TIMESTAMP_LTZ (or an aware one for a TIMESTAMP),
@@ -249,10 +252,10 @@ def _as_float(value: Any, single: bool) -> float:
     return out
 
 
-def _as_bool(value: Any, text: bool) -> bool:
+def _as_bool(value: Any) -> bool:
     if isinstance(value, bool):
         return value
-    if text and isinstance(value, str) and value.strip().lower() in ("true", "false"):
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
         return value.strip().lower() == "true"
     raise _Inexact()
 
@@ -408,7 +411,7 @@ def _convert_sql(value: Any, t: SqlType, text: bool) -> Any:
     if r in ("FLOAT", "DOUBLE"):
         return _as_float(value, r == "FLOAT")
     if r == "BOOLEAN":
-        return _as_bool(value, text)
+        return _as_bool(value)
     if r in ("CHAR", "VARCHAR"):
         return _as_str(value)
     if r in ("BINARY", "VARBINARY"):
@@ -432,7 +435,7 @@ def _convert_primitive(value: Any, spec: PrimitiveSpec, text: bool) -> Any:
     if name in _FLOAT_PRIMITIVES:
         return _as_float(value, name == "float")
     if name == "boolean":
-        return _as_bool(value, text)
+        return _as_bool(value)
     if name in _STR_PRIMITIVES:
         return _as_str(value)
     if name == "char":
@@ -678,7 +681,7 @@ def resolve_key(
     Raises :class:`InvalidKeyError` when the key cannot be converted exactly.
     """
     if isinstance(value, ResolvedKey):
-        return value
+        value = value.value
     canonical = convert_key(value, spec, text)
     serialized = serialize_key(canonical, spec)
     key_group = _key_group(canonical, spec, serialized, max_parallelism)
