@@ -26,7 +26,7 @@ Accepted spellings (exact conversions only; anything else is an
   types and ``"true"`` / ``"false"`` for BOOLEAN.
 
 Rows are kept by comparing serialized key bytes, so keys equal in Python but not to Flink stay
-apart (``0.0`` and ``-0.0`` are two DOUBLE keys) and a NaN key finds its rows.
+apart (``0.0`` and ``-0.0`` are two DOUBLE keys, with different bytes).
 
 A value that would need a guess raises: a day number for a DATE, a float for a DECIMAL whose digits
 do not fit its scale, a naive datetime for a TIMESTAMP_LTZ (or an aware one for a TIMESTAMP),
