@@ -7,9 +7,11 @@ paths:
 
 * ``read(state, key=k)`` equals the full read's rows whose key is ``k``, as a table (schema, rows,
   row order), for every keyed state of the operator (states without ``k`` give an empty table);
-* ``lookup(k, operator)`` gives exactly the states that hold ``k``, each with those rows;
+* ``lookup(k, operator)`` gives exactly the states that hold ``k``, each with those rows (and
+  ``lookup(k)`` over every operator agrees, for one key per fixture);
 * the key's CLI text form (what ``read --json`` prints for it) converts to the same key (same
-  serialized bytes and key group), and ``statequery read --key TEXT`` prints those rows.
+  serialized bytes and key group), and ``statequery read --key TEXT`` and ``statequery lookup
+  TEXT`` print those rows (one key per operator).
 
 Rows are matched to a key by ``repr`` of the key (so ``0.0`` and ``-0.0``, or ``Decimal('1.0')``
 and ``Decimal('1.00')``, are different keys, as they are to Flink).
@@ -88,6 +90,7 @@ def test_every_key_read_returns_finds_exactly_its_rows(
     path = str(FIXTURES / RECORDS[name]["path"])
     sp = statequery.open(path, use_snapshot=False)
     checked = 0
+    everywhere_checked = False
     for op, states in _keyed_operators(sp):
         full = {s.name: sp.read(s) for s in states}
         reprs = {n: [repr(k) for k in t.column("key").to_pylist()] for n, t in full.items()}
@@ -119,7 +122,15 @@ def test_every_key_read_returns_finds_exactly_its_rows(
                 resolved.serialized, resolved.key_group), f"{name} {text!r}"
             if resolved.serialized is not None:
                 assert resolved.key_group == want_key_group(want), f"{name} {r}"
-            if i == 0:  # and through the CLI, once per operator
+            if i == 0 and not everywhere_checked:  # once per fixture: lookup everywhere
+                everywhere_checked = True
+                everywhere = sp.lookup(key)
+                mine = {st: t for (label, st), t in everywhere.items()
+                        if label == op.display_name}
+                assert set(mine) == holding, f"{name} {op.display_name} {r}"
+                for st, table in mine.items():
+                    _assert_tables_equal(table, want[st], f"lookup(key) {name} {st} {r}")
+            if i == 0:  # once per operator: the CLI
                 s = next(s for s in states if want[s.name].num_rows)
                 capsys.readouterr()
                 assert main(["read", path, "--operator", op.operator_id, "--state", s.name,
@@ -127,6 +138,12 @@ def test_every_key_read_returns_finds_exactly_its_rows(
                 lines = capsys.readouterr().out.splitlines()
                 assert lines == [json.dumps(row, default=_json_default, ensure_ascii=False)
                                  for row in want[s.name].to_pylist()], f"CLI {name} {text!r}"
+                assert main(["lookup", path, text, "--operator", op.operator_id, "--json"]) == 0
+                got_states = [json.loads(line)["state"]
+                              for line in capsys.readouterr().out.splitlines()]
+                assert sorted(got_states) == sorted(
+                    n for n, t in want.items() for _ in range(t.num_rows)
+                ), f"CLI lookup {name} {text!r}"
             checked += 1
     assert checked or not any(True for _ in _keyed_operators(sp)), name
 
