@@ -505,8 +505,10 @@ class Savepoint:
         """The rows of one state as a Table.
 
         ``operator`` is a uid, name or id (with ``state`` the state name), a ``table_name`` from
-        :meth:`state_meta`, or a :class:`StateInfo`. ``key`` reads only the key group that can
-        hold it; ``key_groups`` restricts the read to those key groups; ``mode`` is ``rows``,
+        :meth:`state_meta`, or a :class:`StateInfo`. ``key`` (a key as this method returns it,
+        or its text form: :mod:`statequery.keys`) reads only the key group that can hold it and
+        only its rows (an :class:`~statequery.exceptions.InvalidKeyError` when it does not fit the
+        key type); ``key_groups`` restricts the read to those key groups; ``mode`` is ``rows``,
         ``flat`` (list elements) or ``nested`` (one map per key). Columns:
         :mod:`statequery.arrow.schemas`. For large states use :meth:`read_batches`.
         """
@@ -647,7 +649,9 @@ class Savepoint:
         """Everything every keyed state holds for ``key``: ``{(operator, state): Table}``.
 
         Reads only the key group that can hold the key, computed as Flink computes it. ``operator``
-        (uid, name or id) limits the search to one operator.
+        (uid, name or id) limits the search to one operator. ``key`` as :meth:`read` takes it;
+        :class:`~statequery.exceptions.InvalidKeyError` when it does not fit the key type of the
+        operator (or, without ``operator``, of any operator).
         """
         from statequery.display import LookupResult
         from statequery.scan import lookup
