@@ -42,10 +42,13 @@ MAX_FIXTURE_BYTES = 2 * 1024 * 1024
 
 
 def _fx(name, job, backend, snapshot, fmt, *, incremental=False, max_parallelism=128,
-        compression=False, inline=False):
-    return {"name": name, "job": job, "backend": backend, "snapshot": snapshot, "format": fmt,
-            "incremental": incremental, "max_parallelism": max_parallelism,
-            "compression": compression, "inline": inline}
+        compression=False, inline=False, timers="rocksdb"):
+    fx = {"name": name, "job": job, "backend": backend, "snapshot": snapshot, "format": fmt,
+          "incremental": incremental, "max_parallelism": max_parallelism,
+          "compression": compression, "inline": inline}
+    if timers != "rocksdb":  # state.backend.rocksdb.timer-service.factory
+        fx["timers"] = timers
+    return fx
 
 
 MATRIX = [
@@ -68,8 +71,16 @@ MATRIX = [
         "native", incremental=True),
     _fx("datastream-hashmap-checkpoint-snappy", "datastream", "hashmap", "checkpoint", "native",
         compression=True),
+    # heap timers on RocksDB: checkpoints write the timers into the operator's raw keyed state
+    _fx("datastream-rocksdb-checkpoint-heaptimers", "datastream", "rocksdb", "checkpoint",
+        "native", timers="heap"),
+    _fx("datastream-rocksdb-incremental-checkpoint-heaptimers", "datastream", "rocksdb",
+        "checkpoint", "native", incremental=True, timers="heap"),
     _fx("ttl-kryo-hashmap-canonical", "ttl-kryo", "hashmap", "savepoint", "canonical"),
     _fx("ttl-kryo-rocksdb-native", "ttl-kryo", "rocksdb", "savepoint", "native"),
+    # an operator's own raw keyed and raw operator state (listed with a reason, never hidden)
+    _fx("raw-state-hashmap-canonical", "raw-state", "hashmap", "savepoint", "canonical"),
+    _fx("raw-state-rocksdb-native", "raw-state", "rocksdb", "savepoint", "native"),
     # every stateful SQL operator (sql_operators_job.py), run from its compiled plan
     _fx("sql-ops-hashmap-native", "sql-ops", "hashmap", "savepoint", "native", max_parallelism=8),
     _fx("sql-ops-rocksdb-native", "sql-ops", "rocksdb", "savepoint", "native", max_parallelism=8),
@@ -403,6 +414,42 @@ def ttl_kryo_expected() -> list[dict]:
 
 
 # --------------------------------------------------------------------------------------------
+# The raw-state job, modelled (RawStateJob.java)
+# --------------------------------------------------------------------------------------------
+
+RAW_UIDS = {
+    "fixture-source": "Source: Fixture Source",
+    "raw-state": "Raw State",
+    "fixture-sink": "Fixture Sink: Writer",
+}
+RAW_STATES = {
+    "fixture-source": DS_STATES["fixture-source"],
+    "raw-state": [
+        _st("count", "value", "BIGINT", "STRING", "VOID"),
+        # the operator's own raw keyed / raw operator bytes: listed, with a reason, never read
+        _st("(raw keyed state)", "raw", None, decodable=False),
+        _st("(raw operator state)", "raw", None, decodable=False),
+    ],
+}
+
+
+def raw_state_expected() -> list[dict]:
+    entries: list[dict] = []
+    ids = {uid: operator_id_for_uid(uid) for uid in RAW_UIDS}
+
+    def add(uid, state, kind, **fields):
+        entries.append({"operator_uid": uid, "operator_id": ids[uid], "state": state,
+                        "kind": kind, **fields})
+
+    source_expected(add)
+    events = [ds_event(i) for i in range(N_EVENTS)]
+    for user in sorted({e["user"] for e in events}):
+        n = sum(1 for e in events if e["user"] == user)
+        add("raw-state", "count", "value", key=user, namespace=None, value=n)
+    return entries
+
+
+# --------------------------------------------------------------------------------------------
 # The SQL job, modelled (sql_job.py)
 # --------------------------------------------------------------------------------------------
 
@@ -709,9 +756,13 @@ def run_job(fx: dict, scratch: Path) -> dict[str, str]:
         kind = "checkpoint" if fx["snapshot"] == "checkpoint" else f"savepoint-{fx['format']}"
         cmd = ["java", "-cp", build(), "statequery.fixtures.DataStreamStateJob", fx["backend"],
                str(fx["incremental"]).lower(), str(fx["max_parallelism"]),
-               str(fx["compression"]).lower(), str(fx["inline"]).lower(), kind, str(out)]
+               str(fx["compression"]).lower(), str(fx["inline"]).lower(), kind, str(out),
+               fx.get("timers", "rocksdb")]
     elif fx["job"] == "ttl-kryo":
         cmd = ["java", "-cp", build(), "statequery.fixtures.TtlKryoJob", fx["backend"],
+               f"savepoint-{fx['format']}", str(out)]
+    elif fx["job"] == "raw-state":
+        cmd = ["java", "-cp", build(), "statequery.fixtures.RawStateJob", fx["backend"],
                f"savepoint-{fx['format']}", str(out)]
     elif fx["job"] in SQL_OPERATOR_JOBS:
         cmd = [sys.executable, str(HERE / "sql_operators_job.py"), "--job",
@@ -826,11 +877,12 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
         fixture_dir = FIXTURES / rel
 
         infos = snapshot_info(fixture_dir)
-        if fx["job"] in ("datastream", "ttl-kryo"):
+        if fx["job"] in ("datastream", "ttl-kryo", "raw-state"):
             for info in infos:
                 if info["uid"] and info["operator_id"] != operator_id_for_uid(info["uid"]):
                     raise RuntimeError(f"operator id mismatch for uid {info['uid']}: {info}")
-            entries = datastream_expected() if fx["job"] == "datastream" else ttl_kryo_expected()
+            entries = {"datastream": datastream_expected, "ttl-kryo": ttl_kryo_expected,
+                       "raw-state": raw_state_expected}[fx["job"]]()
         elif fx["job"] in SQL_OPERATOR_JOBS:
             save_plan(fx["job"], scratch / "plan.json", scratch / "out")
             ids = {i["uid"]: i["operator_id"] for i in infos if i["uid"]}
@@ -959,6 +1011,8 @@ def manifest_record(fx: dict, rel: str, infos: list[dict]) -> dict:
             states = DS_STATES.get(info["uid"], [])
         elif fx["job"] == "ttl-kryo":
             states = TK_STATES.get(info["uid"], [])
+        elif fx["job"] == "raw-state":
+            states = RAW_STATES.get(info["uid"], [])
         elif fx["job"] in SQL_OPERATOR_JOBS:
             states = dump_states.get(info["operator_id"], [])
         elif fx["job"] == "sequence":
@@ -976,6 +1030,8 @@ def manifest_record(fx: dict, rel: str, infos: list[dict]) -> dict:
     rec = {k: fx[k] for k in ("name", "job", "backend", "snapshot", "format")}
     rec["path"] = rel
     rec.update({k: fx[k] for k in ("incremental", "max_parallelism", "compression", "inline")})
+    if "timers" in fx:
+        rec["timers"] = fx["timers"]
     rec["operators"] = operators
     if fx["job"] in SQL_OPERATOR_JOBS:
         rec["expected"] = "subset"
