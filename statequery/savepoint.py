@@ -960,6 +960,25 @@ def _raw_states(
     return states
 
 
+#: the state_meta row of keyed state whose states no header names (never dropped silently)
+UNREAD_KEYED_STATE = "(keyed state)"
+
+
+def _headerless_reason(h: KeyedHandle) -> str:
+    """Why a keyed handle's states cannot be listed (it has no state-file header to read)."""
+    if isinstance(h, ChangelogHandle) and not h.materialized:
+        return (
+            "changelog state backend: this checkpoint holds the keyed state only as a change "
+            f"log ({len(h.non_materialized)} change-log handle(s), written before the first "
+            "materialization); statequery does not read change logs, so its states and their "
+            "names are unknown (take a savepoint, or a checkpoint after materialization)"
+        )
+    return (
+        f"keyed state handle {type(h).__name__} (type {h.handle_type}) has no state-file header "
+        "statequery reads"
+    )
+
+
 def _raw_state(
     op: OperatorState, name: str, reason: str, size: int, fmt: str | None, stream: str
 ) -> StateInfo:
@@ -1142,6 +1161,16 @@ def derive_operator(
         isinstance(s.keyed_handle, ChangelogHandle) and s.keyed_handle.non_materialized
         for s in subtasks
     )
+    # keyed handles whose states no header names (a change log without a materialized base,
+    # a handle type statequery does not read): never dropped without a word
+    headerless = [
+        (s, _headerless_reason(s.keyed_handle))
+        for s in subtasks
+        if s.keyed_handle is not None and s.keyed_header is None
+    ]
+    if headerless:
+        sub, why = headerless[0]
+        header_errors.append(f"the keyed state of subtask {sub.index} cannot be read: {why}")
     states = []
     for info, where in merged.values():
         state = _state_info(op, info, key_spec if where == "keyed" else None, op_backend, fmt)
@@ -1164,6 +1193,17 @@ def derive_operator(
         states.append(
             dataclasses.replace(
                 state, size_bytes=size, decodable=reason is None, reason=reason
+            )
+        )
+    if headerless and not any(st.keyed for st in states):
+        states.append(
+            _raw_state(
+                op,
+                UNREAD_KEYED_STATE,
+                headerless[0][1],
+                sum(s.keyed_bytes for s, _ in headerless),
+                fmt,
+                "managed",
             )
         )
     managed = {s.name for s in states}
