@@ -974,7 +974,8 @@ def _headerless_reason(h: KeyedHandle) -> str:
             "names are unknown (take a savepoint, or a checkpoint after materialization)"
         )
     return (
-        f"keyed state handle {type(h).__name__} (type {h.handle_type}) has no state-file header "
+        f"keyed state handle {type(h).__name__} (type {getattr(h, 'handle_type', '?')}) "
+        "has no state-file header "
         "statequery reads"
     )
 
