@@ -80,6 +80,10 @@ MATRIX = [
         "native", timers="heap"),
     _fx("datastream-rocksdb-incremental-checkpoint-heaptimers", "datastream", "rocksdb",
         "checkpoint", "native", incremental=True, timers="heap"),
+    # ForSt (Flink 2.x's disaggregated state backend), its primary directory local
+    _fx("datastream-forst-native", "datastream", "forst", "savepoint", "native"),
+    _fx("datastream-forst-checkpoint", "datastream", "forst", "checkpoint", "native",
+        incremental=True),
     # the changelog state backend before its first materialization: keyed state only in the log
     _fx("changelog-hashmap-unmaterialized-checkpoint", "datastream", "hashmap", "checkpoint",
         "native", changelog="1h",
@@ -797,11 +801,14 @@ def dump_available() -> bool:
     return (BUILD / "statequery" / "fixtures" / "SavepointDump.class").exists()
 
 
-def run_dump(snapshot_dir: Path, out: Path, log: Path) -> bool:
+def run_dump(snapshot_dir: Path, out: Path, log: Path, backend: str | None = None) -> bool:
+    """``backend`` ``forst``: restore RocksDB-format handles with ForSt's own backend."""
     out.parent.mkdir(parents=True, exist_ok=True)
+    flags = [f"--backend={backend}"] if backend == "forst" else []
     with open(log, "w") as err:
         proc = subprocess.run(["java", "-cp", build(), "statequery.fixtures.SavepointDump",
-                               str(snapshot_dir), str(out)], stdout=err, stderr=err, timeout=300)
+                               *flags, str(snapshot_dir), str(out)], stdout=err, stderr=err,
+                              timeout=300)
     return proc.returncode == 0
 
 
@@ -905,7 +912,7 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
 
         problems: list[str] = []
         if dump_available():
-            if run_dump(fixture_dir, dump_path, scratch / "dump.log"):
+            if run_dump(fixture_dir, dump_path, scratch / "dump.log", fx["backend"]):
                 problems = compare(exp_path, dump_path,
                                    subset=fx["job"] in SQL_OPERATOR_JOBS)
             else:
@@ -1036,6 +1043,9 @@ def manifest_record(fx: dict, rel: str, infos: list[dict]) -> dict:
             op["coordinator_state_bytes"] = info["coordinator_state_bytes"]
         operators.append(op)
     rec = {k: fx[k] for k in ("name", "job", "backend", "snapshot", "format")}
+    if fx["backend"] == "forst":
+        # ForSt writes RocksDB's files and handles: the layout statequery reads is "rocksdb"
+        rec["backend"], rec["state_backend"] = "rocksdb", "forst"
     rec["path"] = rel
     rec.update({k: fx[k] for k in ("incremental", "max_parallelism", "compression", "inline")})
     for extra in ("timers", "changelog"):
