@@ -18,7 +18,9 @@ Reading one handle (:class:`RocksDBState`):
    files must be exactly the handle's table files;
 4. a column family whose tables hold merge operands (Flink's ``ListState.add``) is read with the
    SST reader, applying ``StringAppendTESTOperator`` semantics (rocksdict has no merge operator and
-   returns nothing for such keys); every other column family is read with rocksdict;
+   cannot read such keys); every other column family is read with rocksdict, whose pairs are
+   checked at their end (its ``items()`` hides an iterator error, such as a block checksum
+   mismatch: see ``RocksDBState._pairs``);
 5. both seek to the first key of the requested key-group range (1-byte prefix when max parallelism
    <= 128, else 2 bytes, big-endian) and stop at the end of it, intersected with the handle's own
    range: keys left over from rescaling are dropped, as Flink's ``clipDBWithKeyGroupRange`` does.

@@ -2,7 +2,7 @@
 
 Why: Flink's ``ListState.add`` is a RocksDB *merge* (operator ``stringappendtest``, delimiter
 ``,``). Until a compaction runs, a list column family holds one merge operand per ``add()``, and
-rocksdict (no merge operator) returns nothing for those keys. This module reads the operands
+rocksdict (no merge operator) cannot read those keys. This module reads the operands
 straight from the table files, and :func:`merged_entries` applies RocksDB's merge semantics across
 every table of a column family. See ``docs/rocksdb.md``.
 
