@@ -1,8 +1,11 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """Compiled twin of the hot loop of :mod:`statequery.backends.sst`: one data block's entries as
 ``(user key, -seq, type, value)`` tuples (:meth:`statequery.backends.sst.SstFile.tuples`), with
-the pure-Python path's checks and error messages. Optional: built by setup.py when a C compiler
-is present; ``STATEQUERY_PURE_PYTHON=1`` turns it off (see :mod:`statequery.backends.fastpath`).
+the pure-Python path's checks and error messages; the k-way merge of several tables
+(``MergedPairs``); and ``CheckedPairs``, which checks rocksdict's pairs when they end (see
+``RocksDBState._pairs``). Blocks reach the walk already verified against their checksums
+(``SstFile.read_block``). Optional: built by setup.py when a C compiler is present;
+``STATEQUERY_PURE_PYTHON=1`` turns it off (see :mod:`statequery.backends.fastpath`).
 """
 
 from libc.stdint cimport uint8_t, uint64_t

@@ -1195,10 +1195,37 @@ class RocksDBKeyedBackend:
         if wanted is not None and not wanted:
             return
         lookup = key is not None and wanted is not None and len(wanted) == 1
-        with self._database(lookup) as db:
-            for layout, builder in requests:
-                raw = None if key is None else serialized_key(key, layout.key)
-                yield from self._scan_db(db, layout, mode, builder, wanted, raw)
+        try:
+            with self._database(lookup) as db:
+                for layout, builder in requests:
+                    raw = None if key is None else serialized_key(key, layout.key)
+                    yield from self._scan_db(db, layout, mode, builder, wanted, raw)
+        except CorruptStateError as e:
+            cached = self._damaged_in_cache(e)
+            if cached is None:
+                raise
+            raise cached from e
+
+    def _damaged_in_cache(self, e: CorruptStateError) -> CorruptStateError | None:
+        """When ``e`` (a checksum mismatch, say) names one of the handle's files whose cached copy
+        differs from the file itself, that copy was damaged after it was fetched: it is removed
+        from the cache (the next read fetches the file again) and the error says so."""
+        if e.source is None:
+            return None
+        try:
+            files = from_incremental_handle(self.handle, self.resolver).files
+            for f in files:
+                if f.location is None or f.source != e.source or f.size < 0:
+                    continue
+                key = CacheKey(f.location, f.size, f.checksum, f.offset)
+                if self.cache.forget_if_damaged(self.resolver.io, key):
+                    return CorruptStateError(
+                        f"{e.reason}; in the local cache's copy only, not in the file itself: "
+                        f"the damaged copy was removed from the cache ({self.cache.root}); the "
+                        "next read fetches the file again", e.source, e.offset)
+        except StatequeryError:
+            return None  # the file itself cannot be read: report the original error
+        return None
 
     def _scan_db(
         self, db: RocksDBState, layout: Any, mode: str | None, builder: Any,

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import statequery
 import statequery.backends.rocksdb as rocks
 from statequery.backends import checksums
-from statequery.backends.cache import FileCache
+from statequery.backends.cache import CacheKey, FileCache
 from statequery.backends.manifest import read_manifest
 from statequery.backends.rocksdb import from_incremental_handle
 from statequery.backends.sst import SstFile, merged_entries
@@ -433,3 +433,50 @@ def test_a_random_flip_in_every_block_is_a_typed_error(name: str, fixtures: Any,
         for kind, offset, size in t.blocks:
             at = data.draw(st.integers(offset, offset + size + 4), label=f"{t.path.name} {kind}")
             f.check(t, at, monkeypatch)
+
+
+# -- a copy damaged in the cache -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lookup", [False, True])
+def test_a_cached_copy_damaged_after_its_fetch(tmp_path: Path, lookup: bool,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cached table changed in place (same size, so the cache's own check passes): the read
+    raises a CorruptStateError naming the file that says the cache's copy, not the file, is
+    damaged; the copy is dropped and the next read fetches the file again and returns the rows."""
+    name = "datastream-rocksdb-native"
+    shutil.copytree(FIXTURES / name, tmp_path / name)
+    path = str(tmp_path / fixture_dir(name).relative_to(FIXTURES))
+    cache = FileCache(tmp_path / "cache")
+    monkeypatch.setattr(rocks, "_DEFAULT_CACHE", cache)
+
+    def read() -> Any:
+        with statequery.open(path, io=FileIO(), use_snapshot=False) as sp:
+            if lookup:
+                return {k: t.to_pylist() for k, t in sp.lookup("user-3", "user-state").items()}
+            return sp.read("user-state", "count")
+
+    want = read()
+    with statequery.open(path, io=FileIO(), use_snapshot=False) as sp:
+        op = sp.operator("user-state")
+        kg = key_group_of("user-3", op.max_parallelism)
+        (h,) = [s.keyed_handle for s in op.subtasks
+                if s.keyed_handle.key_group_range.start <= kg <= s.keyed_handle.key_group_range.end]
+        tables = [f for f in from_incremental_handle(h, sp.resolver).files
+                  if f.local_path.endswith(".sst") and f.location]
+        f = next(f for f in tables
+                 if SstFile(f.location).properties.column_family_name == "count")
+        entry = cache.entry_path(cache.identify(sp.io, CacheKey(f.location, f.size)))
+        with SstFile(entry) as t:
+            block = t.data_block_handles()[0][1]
+    with open(entry, "r+b") as out:  # in place: the same inode, size and source version
+        out.seek(block.offset + block.size // 2)
+        byte = out.read(1)
+        out.seek(-1, os.SEEK_CUR)
+        out.write(bytes([byte[0] ^ 0x40]))
+    with pytest.raises(CorruptStateError, match="cache's copy only") as info:
+        read()
+    assert info.value.source == f.location and info.value.offset == block.offset
+    assert not os.path.exists(entry)
+    got = read()
+    assert got == want if lookup else got.equals(want)
