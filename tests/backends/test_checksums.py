@@ -480,3 +480,36 @@ def test_a_cached_copy_damaged_after_its_fetch(tmp_path: Path, lookup: bool,
     assert not os.path.exists(entry)
     got = read()
     assert got == want if lookup else got.equals(want)
+
+
+@pytest.mark.parametrize("lookup", [False, True])
+def test_a_flipped_manifest_byte_is_a_typed_error(tmp_path: Path, lookup: bool,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The MANIFEST of a Flink savepoint with a byte flipped (spread over the file): the full
+    restore (RocksDB reads it) and the table-selective lookup (``manifest.py`` reads it) both
+    raise a CorruptStateError naming it."""
+    name = "datastream-rocksdb-native"
+    shutil.copytree(FIXTURES / name, tmp_path / name)
+    path = str(tmp_path / fixture_dir(name).relative_to(FIXTURES))
+    monkeypatch.setattr(rocks, "_DEFAULT_CACHE", FileCache(tmp_path / "cache"))
+    with statequery.open(path, io=FileIO(), use_snapshot=False) as sp:
+        op = sp.operator("user-state")
+        kg = key_group_of("user-3", op.max_parallelism)
+        (h,) = [s.keyed_handle for s in op.subtasks
+                if s.keyed_handle.key_group_range.start <= kg <= s.keyed_handle.key_group_range.end]
+        (m,) = [f for f in from_incremental_handle(h, sp.resolver).files
+                if f.local_path.startswith("MANIFEST")]
+    assert m.location is not None
+    original = Path(m.location).read_bytes()
+    for at in range(0, len(original), len(original) // 12):
+        mutated = bytearray(original)
+        mutated[at] ^= 0x08
+        Path(m.location).write_bytes(bytes(mutated))
+        with statequery.open(path, io=FileIO(), use_snapshot=False) as sp, \
+                pytest.raises(CorruptStateError) as info:
+            if lookup:
+                sp.lookup("user-3", "user-state")
+            else:
+                sp.read("user-state", "count", key_groups=[kg])
+        assert info.value.source == m.location, (at, info.value)
+    Path(m.location).write_bytes(original)
