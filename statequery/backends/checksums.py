@@ -57,19 +57,28 @@ _xxhash: Any = None
 
 
 def _load_crc() -> Callable[[bytes], int]:
+    """google-crc32c's CRC-32C (Apache-2.0, in the ``rocksdb`` extra); the ``crc32c`` package
+    when google-crc32c is absent or runs without its C extension (pure Python, much slower)."""
     global _crc
     if _crc is None:
+        found: Callable[[bytes], int] | None = None
         try:
             import google_crc32c
 
-            _crc = google_crc32c.value
+            found = google_crc32c.value
+            if getattr(google_crc32c, "implementation", "c") == "c":
+                _crc = found
+                return found
         except ImportError:
-            try:
-                import crc32c as _mod
+            pass
+        try:
+            import crc32c as _mod
 
-                _crc = _mod.crc32c
-            except ImportError:
+            found = _mod.crc32c
+        except ImportError:
+            if found is None:
                 raise MissingExtraError(_FEATURE, "google-crc32c", "rocksdb") from None
+        _crc = found
     return _crc
 
 
