@@ -22,7 +22,9 @@ from statequery.exceptions import (
     UnsupportedFormatError,
 )
 
-# the function shadows its module, ``statequery.sql``, as the package attribute
+# the functions shadow their modules, ``statequery.sql`` and ``statequery.capture``, as the
+# package attributes
+from statequery.capture import capture
 from statequery.sql import sql
 
 if TYPE_CHECKING:
@@ -43,6 +45,7 @@ __all__ = [
     "UnknownSerializerError",
     "UnsupportedFormatError",
     "__version__",
+    "capture",
     "open",
     "sql",
 ]
