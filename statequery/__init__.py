@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+# the functions shadow their modules, ``statequery.capture`` and ``statequery.sql``, as the
+# package attributes
+from statequery.capture import capture
 from statequery.exceptions import (
     CorruptStateError,
     MissingExtraError,
@@ -21,10 +24,6 @@ from statequery.exceptions import (
     UnknownSerializerError,
     UnsupportedFormatError,
 )
-
-# the functions shadow their modules, ``statequery.sql`` and ``statequery.capture``, as the
-# package attributes
-from statequery.capture import capture
 from statequery.sql import sql
 
 if TYPE_CHECKING:

@@ -391,7 +391,7 @@ def captured_databases(io: FileIO, catalog: str, job_id: str) -> list[tuple[str,
     from statequery.discovery import find_metadata_dir
     from statequery.metadata.statemeta import SNAPSHOT_FILE_NAME, read_snapshot
 
-    out = []
+    out: list[tuple[str, str]] = []
     if not io.is_dir(catalog):
         return out
     for child in io.list_dir(catalog):

@@ -193,6 +193,7 @@ def _config(root: Path, rest_port: int) -> str:
         "execution.checkpointing.savepoint-dir": (root / "savepoints").as_uri(),
         "execution.checkpointing.data-inline-threshold": "0b",
         "execution.checkpointing.local-backup.enabled": "false",
+        "execution.checkpointing.num-retained": 3,
         "pipeline.max-parallelism": 128,
         "metrics.reporters": "",
         "web.submit.enable": "true",
@@ -263,3 +264,55 @@ def flink_session_cluster(lifetime: float = 900.0, root: Path | None = None
         cluster.stop()
         if owned and not os.environ.get("STATEQUERY_KEEP_FLINK"):
             shutil.rmtree(root, ignore_errors=True)
+
+
+JOB_SOURCES = [
+    Path(__file__).parent.parent / "examples" / "flink-jobs" / "src" / "statequery" / "fixtures"
+    / name for name in ("CaptureStreamJob.java", "CaptureSqlJob.java")
+]
+#: the two job classes, prebuilt (``python tests/flinkcluster.py build-jar``), for machines
+#: without a JDK (CI installs a JRE only)
+PREBUILT_JAR = Path(__file__).parent / "fixtures" / "flink-jobs" / "capture-jobs.jar"
+
+
+def capture_jobs_jar(home: Path, workdir: Path) -> Path:
+    """The jar of the capture test's jobs: compiled from examples/flink-jobs/src when ``javac``
+    is on PATH, else the prebuilt one."""
+    import zipfile
+
+    if shutil.which("javac") is None:
+        return PREBUILT_JAR
+    classes = workdir / "classes"
+    classes.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        ["javac", "-nowarn", "--release", "17", "-encoding", "UTF-8", "-d", str(classes),
+         "-cp", str(home / "lib") + "/*", *map(str, JOB_SOURCES)],
+        check=True,
+    )
+    jar = workdir / "capture-jobs.jar"
+    with zipfile.ZipFile(jar, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\n\r\n")
+        for f in sorted(classes.rglob("*.class")):
+            info = zipfile.ZipInfo(str(f.relative_to(classes)), (1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            z.writestr(info, f.read_bytes())
+    return jar
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["install"]:
+    # .ci/run: the Flink distribution for the live capture test, before the tests run (they
+    # then need nothing but loopback)
+    started = time.monotonic()
+    print(f"Flink {FLINK_VERSION} distribution: {flink_home()} "
+          f"({time.monotonic() - started:.1f} s)")
+
+if __name__ == "__main__" and sys.argv[1:] == ["build-jar"]:
+    import tempfile
+
+    found = flink_home(install=False)
+    assert found is not None, "no Flink distribution (set STATEQUERY_FLINK_HOME)"
+    with tempfile.TemporaryDirectory() as d:
+        built = capture_jobs_jar(found, Path(d))
+        PREBUILT_JAR.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(built, PREBUILT_JAR)
+    print(PREBUILT_JAR)

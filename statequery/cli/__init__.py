@@ -362,6 +362,7 @@ def _inspect_doc(sp: Any) -> dict[str, Any]:
             for op in meta.operators
         ],
         "states": rows,
+        "job": None if sp.job is None else sp.job.to_doc(),
     }
 
 
@@ -404,6 +405,13 @@ def _print_table(doc: dict[str, Any]) -> None:
             + ("  (from StateMeta snapshot)" if doc["from_snapshot"] else ""),
         )
     )
+    job = doc.get("job")
+    if job:
+        console.print(
+            f"captured from job {job['job_name']!r} ({job['job_id']}) at {job['captured_at']}"
+            f" ({job['trigger']}, Flink {job['flink_version'] or '?'}, "
+            f"{len(job['vertices'])} vertices)", highlight=False,
+        )
     if console.width < _WIDE_LAYOUT:
         _print_blocks(console, doc)
         return

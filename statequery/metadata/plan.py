@@ -485,8 +485,9 @@ class Digest:
 
 def _split_args(text: str) -> dict[str, str]:
     out: dict[str, str] = {}
-    depth, cur, tick = 0, [], False
-    parts = []
+    depth, tick = 0, False
+    cur: list[str] = []
+    parts: list[str] = []
     for ch in text:
         if ch == "`":
             tick = not tick
