@@ -276,12 +276,47 @@ def test_description_layout_with_retraction_and_distinct(tmp_path: Path) -> None
     assert acc.value_type == "ROW<d BIGINT, d_distinct_view INTEGER>"  # type: ignore
 
 
+def test_operator_without_a_name_takes_its_vertex_name(tmp_path: Path) -> None:
+    """_metadata before version 5 (Flink < 1.15) names no operator: the vertex name it heads is
+    used, and its tables are named after it."""
+    conv = Conversation.load("capture-datastream")
+    conv.relocate(str(_copy("datastream", tmp_path)))
+    result = statequery.capture(ReplayRest(conv), conv.job_id)
+    meta = statequery.open(result.location, use_snapshot=False).meta
+    nameless = replace(meta, operators=tuple(
+        replace(op, name="", states=tuple(replace(s, operator_name="") for s in op.states))
+        for op in meta.operators))
+    named = apply_descriptions(nameless, result.job)
+    (count,) = [s for s in named.states if s.name == "count"]
+    assert count.operator_name == "Count Per User -> Discard: Writer"
+    assert count.table_name == "count_per_user_discard_writer__count"
+
+
 def test_plan_wins_over_descriptions(tmp_path: Path) -> None:
     """A compiled plan, when given, names state; descriptions are the fallback."""
+    import json
+
     result = _sql_capture(tmp_path)
+    plan = {
+        "flinkVersion": "2.3",
+        "nodes": [
+            {"id": 2, "type": "stream-exec-calc_1",
+             "outputType": "ROW<`grp` VARCHAR(2147483647), `amount` INT>"},
+            {"id": 4, "type": "stream-exec-group-aggregate_1", "grouping": [0],
+             "aggCalls": [{"name": "n"}, {"name": "top"}], "needRetraction": False,
+             "outputType": "ROW<`grp` VARCHAR(2147483647), `n` BIGINT, `top` INT>"},
+        ],
+        "edges": [{"source": 2, "target": 4}],
+    }
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(plan))
+    sp = statequery.open(result.location, plan=str(plan_file))
+    acc = next(s for s in sp.states if s.name == "accState")
+    assert (acc.key_type, acc.value_type) == ("ROW<grp STRING>", "ROW<n BIGINT, top INTEGER>")
     sp = statequery.open(result.location)
-    assert sp.sql_plan is None
-    assert sp.state("groupaggregate_4__accstate").value_type.startswith("ROW<cnt")
+    acc = sp.state("groupaggregate_4__accstate")
+    assert (acc.key_type, acc.value_type) == ("ROW<category STRING>",
+                                              "ROW<cnt BIGINT, max_amount INTEGER>")
 
 
 # -- a catalog following a job ---------------------------------------------------------------

@@ -88,7 +88,11 @@ def test_sql_job_column_names_without_a_plan(jobs: Jobs, capsys: pytest.CaptureF
 
 
 def test_datastream_job_vertex_names(jobs: Jobs, tmp_path: Path) -> None:
+    started = time.monotonic()
     result = statequery.capture(jobs.cluster.url, jobs.datastream)
+    took = time.monotonic() - started
+    print(f"capture took {took:.2f} s, of which the savepoint {result.seconds:.2f} s")
+    assert took < 60
     sp = statequery.open(result.location)
     assert sp.from_snapshot and sp.job is not None
     assert sp.job.job_name == "statequery-capture-datastream"

@@ -604,13 +604,17 @@ def apply_descriptions(meta: Any, job: Any) -> Any:
     :class:`~statequery.metadata.statemeta.JobInfo`), and whose operators without a name get
     their vertex's. States whose names were refused keep ``f0, f1, ...`` and say why in
     ``reason``."""
+    from statequery.metadata.statemeta import assign_table_names
+
     described = _described_operators(job)
     ops = []
+    renamed = False
     for op in meta.operators:
         vertex = job.vertex(op.operator_id)
-        if not op.name and vertex is not None:
+        if not op.name and vertex is not None and vertex.name:
             op = replace(op, name=vertex.name,
                          states=tuple(replace(s, operator_name=vertex.name) for s in op.states))
+            renamed = True
         digest, note = _digest_of(op, job, described)
         if digest is None or digest.kind not in _GROUP_AGG:
             if note is not None:
@@ -618,7 +622,9 @@ def apply_descriptions(meta: Any, job: Any) -> Any:
             ops.append(op)
             continue
         ops.append(_name_aggregate(op, digest))
-    return replace(meta, operators=tuple(ops))
+    # an operator named after its vertex (no name in _metadata) gets table names from it; the
+    # others keep theirs (assignment is in _metadata order, as when the model was derived)
+    return replace(meta, operators=assign_table_names(ops) if renamed else tuple(ops))
 
 
 def _acc_arity(op: Any) -> int | None:
