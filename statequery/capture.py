@@ -316,12 +316,12 @@ def capture(
 # -- following a job into a catalog -----------------------------------------------------------
 
 
-def database_name(job: JobInfo, when: datetime.datetime | None = None) -> str:
+def database_name(job_name: str, when: datetime.datetime | None = None) -> str:
     """``<job name>_<UTC time>``, e.g. ``order_stats_20261125t190501z``: SQL-safe, sorted by
     time within a job."""
     when = when or datetime.datetime.now(datetime.timezone.utc)
     stamp = when.strftime("%Y%m%dT%H%M%SZ").lower()
-    return f"{sql_identifier(job.job_name or job.job_id)}_{stamp}"
+    return f"{sql_identifier(job_name)}_{stamp}"
 
 
 @dataclass
@@ -360,8 +360,9 @@ def follow(
     state = FollowState()
     n = 0
     while True:
-        job, _ = record_job(client, job_id)
-        name = database_name(job)
+        if not _JOB_ID.match(job_id or ""):
+            raise InvalidOptionError(f"{job_id!r} is not a Flink job id (32 hex characters)")
+        name = database_name(str(client.get(f"/jobs/{job_id}").get("name") or job_id))
         target = join_location(catalog, name)
         result = capture(client, job_id, savepoint=_uri(target), timeout=timeout,
                          native=native, io=io)

@@ -9,9 +9,9 @@ the two wheels that hold the scripts and the jars, not PyFlink's Python dependen
 
 The cluster (one JobManager, one TaskManager, 1 GB each) runs from a private configuration
 directory under a temporary directory: every address 127.0.0.1, free ports, logs beside it. Its
-two JVMs are this process's children (``jobmanager.sh``/``taskmanager.sh start-foreground``
-exec java), killed on exit and, as
-a bound, by a watchdog after ``lifetime`` seconds.
+two JVMs are this process's grandchildren (``timeout LIFETIME jobmanager.sh|taskmanager.sh
+start-foreground``, which exec java), stopped on exit, by a watchdog after ``lifetime`` seconds,
+and by ``timeout`` even when this process dies.
 """
 
 from __future__ import annotations
@@ -240,7 +240,10 @@ def flink_session_cluster(lifetime: float = 900.0, root: Path | None = None
         for script in ("jobmanager.sh", "taskmanager.sh"):
             log = open(root / "log" / f"{script}.out", "wb")  # noqa: SIM115 - closed with the JVM
             cluster.processes.append(subprocess.Popen(
-                [str(home / "bin" / script), "start-foreground"], env=cluster.env(), stdout=log,
+                # timeout(1): the JVM dies after ``lifetime`` even if this process is killed
+                # (SIGTERM from stop() is passed on to it)
+                ["timeout", "--kill-after=15", str(int(lifetime)), str(home / "bin" / script),
+                 "start-foreground"], env=cluster.env(), stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
             ))

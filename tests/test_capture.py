@@ -325,10 +325,8 @@ def test_plan_wins_over_descriptions(tmp_path: Path) -> None:
 def test_database_names_and_prune(tmp_path: Path) -> None:
     import datetime
 
-    job = _job()
     when = datetime.datetime(2026, 11, 25, 19, 5, 1, tzinfo=datetime.timezone.utc)
-    assert database_name(replace(job, job_name="Order Stats"), when) == \
-        "order_stats_20261125t190501z"
+    assert database_name("Order Stats", when) == "order_stats_20261125t190501z"
     catalog = tmp_path / "catalog"
     catalog.mkdir()
     captured = []
