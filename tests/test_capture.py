@@ -271,6 +271,10 @@ def test_description_layout_with_retraction_and_distinct(tmp_path: Path) -> None
     desc = "[4]:GroupAggregate(groupBy=[category], select=[category, MAX_RETRACT(amount) AS m])"
     acc = _acc(apply_descriptions(meta, _job(replace(vertex, description=desc))))
     assert acc.value_type == "ROW<m BIGINT, count1 INTEGER>"  # type: ignore[attr-defined]
+    desc = ("[4]:GroupAggregate(groupBy=[category], select=[category, $SUM0(amount) AS s, "
+            "MIN(amount) AS m])")
+    acc = _acc(apply_descriptions(meta, _job(replace(vertex, description=desc))))
+    assert acc.value_type == "ROW<s BIGINT, m INTEGER>"  # type: ignore[attr-defined]
     desc = "[4]:GroupAggregate(groupBy=[category], select=[category, COUNT(DISTINCT amount) AS d])"
     acc = _acc(apply_descriptions(meta, _job(replace(vertex, description=desc))))
     assert acc.value_type == "ROW<d BIGINT, d_distinct_view INTEGER>"  # type: ignore

@@ -456,7 +456,7 @@ def apply_plan(meta: Any, plan: CompiledPlan) -> Any:
 
 _DIGEST = re.compile(r"^(?:\+-\s*)?\[(\d+)\]:([A-Za-z]+)\((.*)\)\s*$", re.S)
 _ALIAS = re.compile(r"^(.*?)\s+AS\s+(`[^`]+`|[\w$]+)$", re.S | re.I)
-_CALL = re.compile(r"^([A-Z_][A-Z0-9_]*)\((DISTINCT\s+)?", re.I)
+_CALL = re.compile(r"^(\$?[A-Z_][A-Z0-9_]*)\((DISTINCT\s+)?", re.I)
 _IDENT = re.compile(r"^[\w$]+$")
 #: aggregate functions whose accumulator is one field of the aggregation's accumulator row
 #: (Flink's declarative COUNT/SUM/SUM0/MIN/MAX, and the imperative *_RETRACT ones keeping a map
