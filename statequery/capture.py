@@ -26,16 +26,16 @@ import datetime
 import json
 import re
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from statequery.exceptions import InvalidOptionError, StatequeryError
-from statequery.io import FileIO, join_location
-from statequery.metadata.statemeta import JobInfo, JobVertex, sql_identifier
+
+if TYPE_CHECKING:  # imported when used: ``import statequery`` stays light
+    from statequery.io import FileIO
+    from statequery.metadata.statemeta import JobInfo
 
 __all__ = [
     "CaptureError",
@@ -103,6 +103,9 @@ class HttpRest:
             raise InvalidOptionError(f"--rest {self.url}: expected an http:// or https:// URL")
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:
+        import urllib.error  # with http.client and ssl: imported when used
+        import urllib.request
+
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.url + path, data=data, method=method,
                                      headers={"Content-Type": "application/json",
@@ -168,6 +171,8 @@ def _strings(d: dict[str, Any]) -> dict[str, str]:
 
 def record_job(rest: FlinkRest, job_id: str) -> tuple[JobInfo, str]:
     """The job as the REST API describes it now, and its state (``RUNNING`` ...)."""
+    from statequery.metadata.statemeta import JobInfo, JobVertex
+
     if not _JOB_ID.match(job_id or ""):
         raise InvalidOptionError(f"{job_id!r} is not a Flink job id (32 hex characters)")
     job = rest.get(f"/jobs/{job_id}")
@@ -289,6 +294,7 @@ def capture(
     ``out``). Raises :class:`SavepointFailedError`, :class:`CaptureTimeoutError` or
     :class:`CaptureError`; on any error nothing is written.
     """
+    from statequery.io import FileIO
     from statequery.savepoint import Savepoint
 
     client = HttpRest(rest) if isinstance(rest, str) else rest
@@ -319,6 +325,8 @@ def capture(
 def database_name(job_name: str, when: datetime.datetime | None = None) -> str:
     """``<job name>_<UTC time>``, e.g. ``order_stats_20261125t190501z``: SQL-safe, sorted by
     time within a job."""
+    from statequery.metadata.statemeta import sql_identifier
+
     when = when or datetime.datetime.now(datetime.timezone.utc)
     stamp = when.strftime("%Y%m%dT%H%M%SZ").lower()
     return f"{sql_identifier(job_name)}_{stamp}"
@@ -355,6 +363,8 @@ def follow(
         raise InvalidOptionError("--keep must be at least 1")
     if every is not None and every <= 0:
         raise InvalidOptionError("--every must be a positive number of seconds")
+    from statequery.io import FileIO, join_location
+
     client = HttpRest(rest) if isinstance(rest, str) else rest
     io = io or FileIO(storage_options)
     state = FollowState()
@@ -390,6 +400,7 @@ def captured_databases(io: FileIO, catalog: str, job_id: str) -> list[tuple[str,
     """``(captured_at, database)`` of the catalog's databases captured from ``job_id``, oldest
     first (a database belongs to the job when its StateMeta snapshot's job section says so)."""
     from statequery.discovery import find_metadata_dir
+    from statequery.io import join_location
     from statequery.metadata.statemeta import SNAPSHOT_FILE_NAME, read_snapshot
 
     out: list[tuple[str, str]] = []
