@@ -383,3 +383,23 @@ def test_spark_attach_of_a_captured_savepoint(tmp_path: Path) -> None:
         spark.sql("DROP DATABASE captured CASCADE")
     finally:
         spark.stop()
+
+
+def test_cli_inspect_shows_the_job_and_option_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = _sql_capture(tmp_path)
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["inspect", result.location]) == 0
+    out = capsys.readouterr().out
+    assert "captured from job 'statequery-capture-sql' (b4792120de26cf72cdf707ad20ff9ad1)" in out
+    assert "ROW<cnt BIGINT, max_amount INTEGER>" in out
+    assert main(["capture", "--rest", "http://127.0.0.1:9", "0" * 32, "--every", "5"]) == 1
+    assert "--every and --count need --catalog DIR" in capsys.readouterr().err
+    assert main(["capture", "--rest", "http://127.0.0.1:9", "0" * 32, "--catalog",
+                 str(tmp_path), "--keep", "0"]) == 1
+    assert "--keep must be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["capture", "--rest", "http://x", "0" * 32, "--savepoint", "d",
+              "--latest-checkpoint"])
+    assert "not allowed with argument" in capsys.readouterr().err
