@@ -50,6 +50,7 @@ from statequery.metadata.kinds import OPERATOR_KINDS, layout_or_unknown
 from statequery.metadata.plan import (
     CompiledPlan,
     PlanNode,
+    apply_descriptions,
     apply_plan,
     match_operators,
     name_operator,
@@ -75,6 +76,7 @@ from statequery.metadata.runindex import RunIndex
 from statequery.metadata.statemeta import (
     SNAPSHOT_FILE_NAME,
     HeaderInfo,
+    JobInfo,
     OperatorInfo,
     SnapshotVersionError,
     StateInfo,
@@ -233,10 +235,14 @@ class Savepoint:
                     headers=self._headers,
                 )
                 self._lazy_operators.clear()
-            if self.sql_plan is None:
+            if self.sql_plan is None and self._meta.job is None:
                 return self._meta
             if self._named_meta is None:
-                self._named_meta = apply_plan(self._meta, self.sql_plan)
+                if self.sql_plan is not None:
+                    self._named_meta = apply_plan(self._meta, self.sql_plan)
+                else:  # captured (statequery.capture): names from the vertex descriptions
+                    assert self._meta.job is not None
+                    self._named_meta = apply_descriptions(self._meta, self._meta.job)
             return self._named_meta
 
     @property
@@ -247,6 +253,12 @@ class Savepoint:
         if self._plan_nodes is None:
             self._plan_nodes = match_operators(self.sql_plan, self._identities())
         return self._plan_nodes
+
+    @property
+    def job(self) -> JobInfo | None:
+        """The job this savepoint was captured from (``statequery capture``), from its StateMeta
+        snapshot; None when it was not captured."""
+        return self._meta.job if self._meta is not None else None
 
     @property
     def fingerprint(self) -> str:
@@ -412,13 +424,17 @@ class Savepoint:
     def default_snapshot_location(self) -> str:
         return join_location(self.location, SNAPSHOT_FILE_NAME)
 
-    def write_snapshot(self, location: str | None = None, index: bool = False) -> str:
+    def write_snapshot(self, location: str | None = None, index: bool = False,
+                       job: JobInfo | None = None) -> str:
         """Write the StateMeta snapshot (next to ``_metadata`` by default); returns where. The
         attached plan, if any, is kept in it. ``index``: also the run index of every canonical
-        keyed stream (:meth:`index_runs` walks every key group not indexed yet)."""
+        keyed stream (:meth:`index_runs` walks every key group not indexed yet). ``job``: the
+        job it was captured from (:func:`statequery.capture.capture`; default: the job of the
+        snapshot this savepoint was opened with, if any)."""
         self.meta  # noqa: B018  (derive)
         assert self._meta is not None
-        base = replace(self._meta, run_index=self.index_runs() if index else None)
+        base = replace(self._meta, run_index=self.index_runs() if index else None,
+                       job=job if job is not None else self._meta.job)
         if self.sql_plan is not None:
             base = replace(base, plan=self.sql_plan.text)
         return write_snapshot(self.io, location or self.default_snapshot_location, base)
