@@ -88,6 +88,8 @@ class ScanTask:
     mode: str | None = None
     byte_ranges: tuple[tuple[int, int], ...] = ()
     runs: IndexedRuns | None = None
+    #: the handle is the subtask's raw keyed stream (heap timers of a RocksDB checkpoint)
+    raw: bool = False
 
     @property
     def keyed(self) -> bool:
@@ -304,12 +306,16 @@ def plan_states(
         if None not in groups:
             kgs = {g for g in groups if g is not None}
             wanted = kgs if wanted is None else wanted & kgs
-    names = [s.name for s in states]
-    tasks = []
+    names = [s.name for s in states if s.stream != "raw_keyed"]
+    raw_names = [s.name for s in states if s.stream == "raw_keyed"]
+    tasks: list[ScanTask] = []
     for st in sorted(op.subtasks, key=lambda s: s.index):
         task_groups = _subtask_key_groups(st, wanted)
         if task_groups == ():
             continue
+        if raw_names:
+            tasks.extend(_plan_raw_keyed(savepoint, op, st, raw_names, task_groups, normalized,
+                                         mode, split))
         header = st.keyed_header
         held = tuple(n for n in names if header is not None and n in header.state_ids)
         if header is None or not held:
@@ -336,6 +342,51 @@ def plan_states(
     return tasks
 
 
+def _plan_raw_keyed(
+    savepoint: Savepoint,
+    op: OperatorInfo,
+    st: SubtaskInfo,
+    names: list[str],
+    groups: tuple[int, ...] | None,
+    keys: tuple[Any, ...] | None,
+    mode: str | None,
+    split: int | None,
+) -> Iterator[ScanTask]:
+    """The tasks over one subtask's raw keyed stream (heap timers of a RocksDB checkpoint)."""
+    header = st.raw_keyed_header
+    handle = st.raw_keyed_handle
+    if header is None or not isinstance(handle, KeyGroupsHandle):
+        return
+    if header.error is not None:
+        # this subtask's stream did not parse as timers while the operator's others did
+        raise CorruptStateError(
+            f"raw keyed state of subtask {st.index}: {header.error}",
+            savepoint.resolver.source_name(handle.delegate),
+        )
+    # every subtask is walked, also one whose first key group declared none of the wanted
+    # services: each key group is checked against the services its subtask's header declared
+    held = tuple(names)
+    declared = _header_order(op, header.state_ids)
+    by_name = {s.name: s.layout for s in op.states}
+    undeclared = tuple(by_name[n] for n in held if n not in header.state_ids)
+    base = ScanTask(
+        operator=op.display_name,
+        operator_id=op.operator_id,
+        subtask=st.index,
+        metadata_dir=savepoint.resolver.metadata_dir,
+        handle=handle,
+        states=declared + undeclared,
+        wanted=held,
+        max_parallelism=op.max_parallelism,
+        key_serializer=op.key_spec,
+        keys=keys,
+        mode=mode,
+        raw=True,
+    )
+    for chunk in _chunks(st, groups, split):
+        yield _with_groups(base, chunk)
+
+
 def _operator_key_spec(states: Sequence[StateInfo]) -> SerializerSpec | None:
     """The key type of an operator's keyed states (timers name it inside their TimerSpec)."""
     for s in states:
@@ -346,7 +397,7 @@ def _operator_key_spec(states: Sequence[StateInfo]) -> SerializerSpec | None:
 
 def _subtask_key_groups(st: SubtaskInfo, wanted: set[int] | None) -> tuple[int, ...] | None:
     """The subtask's wanted key groups: None for all of them, ``()`` for none."""
-    if st.keyed_handle is None or st.key_groups is None:
+    if (st.keyed_handle is None and st.raw_keyed_handle is None) or st.key_groups is None:
         return ()
     if wanted is None:
         return None
@@ -447,18 +498,33 @@ def execute(
         yield from _execute_operator(task, resolver, batch_size)
 
 
-def _execute_keyed(
-    task: ScanTask, resolver: HandleResolver, batch_size: int
-) -> Iterator[tuple[str, pa.RecordBatch]]:
-    from statequery.backends import CanonicalKeyedBackend, KeyedContext, keyed_backend_from_model
+def keyed_backend(task: ScanTask, resolver: HandleResolver) -> Any:
+    """The backend that walks a keyed task's handle (from the model: no header byte read)."""
+    from statequery.backends import HandleStream, KeyedContext, keyed_backend_from_model
 
-    backend = keyed_backend_from_model(
+    if task.raw:
+        from statequery.backends.rawkeyed import RawTimersBackend
+
+        stream = HandleStream(resolver, task.handle.delegate)
+        return RawTimersBackend(
+            stream.name, stream, task.handle.start_key_group, tuple(task.handle.offsets),
+            task.states,
+        )
+    return keyed_backend_from_model(
         task.handle,
         KeyedContext(resolver, task.max_parallelism, task.operator),
         task.compressed,
         task.key_serializer,
         task.states,
     )
+
+
+def _execute_keyed(
+    task: ScanTask, resolver: HandleResolver, batch_size: int
+) -> Iterator[tuple[str, pa.RecordBatch]]:
+    from statequery.backends import CanonicalKeyedBackend
+
+    backend = keyed_backend(task, resolver)
     builders = {}
     requests = []
     for name in task.wanted:
@@ -593,6 +659,7 @@ def read_table(
     mode: str | None = None,
 ) -> pa.Table:
     """:func:`read_batches` collected into one Table."""
+    _check_readable(state)  # before the schema: a state without rows says why
     schema = state_schema(state.layout, mode)
     batches = list(read_batches(savepoint, state, keys=keys, key_groups=key_groups, mode=mode))
     return pa.Table.from_batches(batches, schema=schema)

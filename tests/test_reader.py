@@ -169,6 +169,16 @@ def _allowed_bytes(sp: Any, kg: int) -> dict[str, int]:
             op_loc = sp.resolver.location(op_handle.delegate) if op_handle is not None else None
             if op_loc is not None:
                 allowed[op_loc] = sp.resolver.stream_size(op_handle.delegate)
+            # listing reads the first key group of a raw keyed stream (timer services, or
+            # whether it holds anything statequery reads), and a lookup of heap timers its key
+            # group: both extents of that file
+            raw = st.raw_keyed
+            raw_loc = sp.resolver.location(raw.delegate) if raw is not None else None
+            if raw_loc is not None:
+                ends = [*raw.offsets[1:], sp.resolver.stream_size(raw.delegate)]
+                extents = [e - o for o, e in zip(raw.offsets, ends, strict=True)]
+                at = kg - raw.start_key_group
+                allowed[raw_loc] = extents[0] + (extents[at] if 0 < at < len(extents) else 0)
     return allowed
 
 

@@ -45,10 +45,17 @@ MAX_FIXTURE_BYTES = 2 * 1024 * 1024
 
 
 def _fx(name, job, backend, snapshot, fmt, *, incremental=False, max_parallelism=128,
-        compression=False, inline=False, large=False):
+        compression=False, inline=False, timers="rocksdb", changelog="off", unread=None,
+        large=False):
     fx = {"name": name, "job": job, "backend": backend, "snapshot": snapshot, "format": fmt,
           "incremental": incremental, "max_parallelism": max_parallelism,
           "compression": compression, "inline": inline}
+    if timers != "rocksdb":  # state.backend.rocksdb.timer-service.factory
+        fx["timers"] = timers
+    if changelog != "off":  # state.changelog.enabled, periodic-materialize.interval
+        fx["changelog"] = changelog
+    if unread:  # the manifest's "unread" list: what statequery lists but cannot read yet, why
+        fx["unread"] = unread
     if large:  # edge jobs: also the >64 KiB string and the 66000-byte array
         fx["large"] = True
     return fx
@@ -85,8 +92,24 @@ MATRIX = [
         "native", incremental=True),
     _fx("datastream-hashmap-checkpoint-snappy", "datastream", "hashmap", "checkpoint", "native",
         compression=True),
+    # heap timers on RocksDB: checkpoints write the timers into the operator's raw keyed state
+    _fx("datastream-rocksdb-checkpoint-heaptimers", "datastream", "rocksdb", "checkpoint",
+        "native", timers="heap"),
+    _fx("datastream-rocksdb-incremental-checkpoint-heaptimers", "datastream", "rocksdb",
+        "checkpoint", "native", incremental=True, timers="heap"),
+    # ForSt (Flink 2.x's disaggregated state backend), its primary directory local
+    _fx("datastream-forst-native", "datastream", "forst", "savepoint", "native"),
+    _fx("datastream-forst-checkpoint", "datastream", "forst", "checkpoint", "native",
+        incremental=True),
+    # the changelog state backend before its first materialization: keyed state only in the log
+    _fx("changelog-hashmap-unmaterialized-checkpoint", "datastream", "hashmap", "checkpoint",
+        "native", changelog="1h",
+        unread="the keyed state is only in the change log: listed with the reason, not read"),
     _fx("ttl-kryo-hashmap-canonical", "ttl-kryo", "hashmap", "savepoint", "canonical"),
     _fx("ttl-kryo-rocksdb-native", "ttl-kryo", "rocksdb", "savepoint", "native"),
+    # an operator's own raw keyed and raw operator state (listed with a reason, never hidden)
+    _fx("raw-state-hashmap-canonical", "raw-state", "hashmap", "savepoint", "canonical"),
+    _fx("raw-state-rocksdb-native", "raw-state", "rocksdb", "savepoint", "native"),
     # every stateful SQL operator (sql_operators_job.py), run from its compiled plan
     _fx("sql-ops-hashmap-native", "sql-ops", "hashmap", "savepoint", "native", max_parallelism=8),
     _fx("sql-ops-rocksdb-native", "sql-ops", "rocksdb", "savepoint", "native", max_parallelism=8),
@@ -439,6 +462,42 @@ def ttl_kryo_expected() -> list[dict]:
 
 
 # --------------------------------------------------------------------------------------------
+# The raw-state job, modelled (RawStateJob.java)
+# --------------------------------------------------------------------------------------------
+
+RAW_UIDS = {
+    "fixture-source": "Source: Fixture Source",
+    "raw-state": "Raw State",
+    "fixture-sink": "Fixture Sink: Writer",
+}
+RAW_STATES = {
+    "fixture-source": DS_STATES["fixture-source"],
+    "raw-state": [
+        _st("count", "value", "BIGINT", "STRING", "VOID"),
+        # the operator's own raw keyed / raw operator bytes: listed, with a reason, never read
+        _st("(raw keyed state)", "raw", None, decodable=False),
+        _st("(raw operator state)", "raw", None, decodable=False),
+    ],
+}
+
+
+def raw_state_expected() -> list[dict]:
+    entries: list[dict] = []
+    ids = {uid: operator_id_for_uid(uid) for uid in RAW_UIDS}
+
+    def add(uid, state, kind, **fields):
+        entries.append({"operator_uid": uid, "operator_id": ids[uid], "state": state,
+                        "kind": kind, **fields})
+
+    source_expected(add)
+    events = [ds_event(i) for i in range(N_EVENTS)]
+    for user in sorted({e["user"] for e in events}):
+        n = sum(1 for e in events if e["user"] == user)
+        add("raw-state", "count", "value", key=user, namespace=None, value=n)
+    return entries
+
+
+# --------------------------------------------------------------------------------------------
 # The edge-value DataStream job (EdgeDataStreamJob.java), modelled in edge_model.py
 # --------------------------------------------------------------------------------------------
 
@@ -783,7 +842,8 @@ def run_job(fx: dict, scratch: Path) -> dict[str, str]:
         kind = "checkpoint" if fx["snapshot"] == "checkpoint" else f"savepoint-{fx['format']}"
         cmd = ["java", "-cp", build(), "statequery.fixtures.DataStreamStateJob", fx["backend"],
                str(fx["incremental"]).lower(), str(fx["max_parallelism"]),
-               str(fx["compression"]).lower(), str(fx["inline"]).lower(), kind, str(out)]
+               str(fx["compression"]).lower(), str(fx["inline"]).lower(), kind, str(out),
+               fx.get("timers", "rocksdb"), fx.get("changelog", "off")]
     elif fx["job"] == "edge-sql":
         kind = "checkpoint" if fx["snapshot"] == "checkpoint" else f"savepoint-{fx['format']}"
         cmd = [sys.executable, str(HERE / "sql_edge_job.py"), "--backend", fx["backend"],
@@ -797,6 +857,9 @@ def run_job(fx: dict, scratch: Path) -> dict[str, str]:
                str(fx.get("large", False)).lower(), kind, str(out)]
     elif fx["job"] == "ttl-kryo":
         cmd = ["java", "-cp", build(), "statequery.fixtures.TtlKryoJob", fx["backend"],
+               f"savepoint-{fx['format']}", str(out)]
+    elif fx["job"] == "raw-state":
+        cmd = ["java", "-cp", build(), "statequery.fixtures.RawStateJob", fx["backend"],
                f"savepoint-{fx['format']}", str(out)]
     elif fx["job"] in SQL_OPERATOR_JOBS:
         cmd = [sys.executable, str(HERE / "sql_operators_job.py"), "--job",
@@ -823,11 +886,14 @@ def dump_available() -> bool:
     return (BUILD / "statequery" / "fixtures" / "SavepointDump.class").exists()
 
 
-def run_dump(snapshot_dir: Path, out: Path, log: Path) -> bool:
+def run_dump(snapshot_dir: Path, out: Path, log: Path, backend: str | None = None) -> bool:
+    """``backend`` ``forst``: restore RocksDB-format handles with ForSt's own backend."""
     out.parent.mkdir(parents=True, exist_ok=True)
+    flags = [f"--backend={backend}"] if backend == "forst" else []
     with open(log, "w") as err:
         proc = subprocess.run(["java", "-cp", build(), "statequery.fixtures.SavepointDump",
-                               str(snapshot_dir), str(out)], stdout=err, stderr=err, timeout=300)
+                               *flags, str(snapshot_dir), str(out)], stdout=err, stderr=err,
+                              timeout=300)
     return proc.returncode == 0
 
 
@@ -911,11 +977,12 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
         fixture_dir = FIXTURES / rel
 
         infos = snapshot_info(fixture_dir)
-        if fx["job"] in ("datastream", "ttl-kryo", "edge-datastream"):
+        if fx["job"] in ("datastream", "ttl-kryo", "raw-state", "edge-datastream"):
             for info in infos:
                 if info["uid"] and info["operator_id"] != operator_id_for_uid(info["uid"]):
                     raise RuntimeError(f"operator id mismatch for uid {info['uid']}: {info}")
             entries = {"datastream": datastream_expected, "ttl-kryo": ttl_kryo_expected,
+                       "raw-state": raw_state_expected,
                        "edge-datastream": lambda: edge_datastream_expected(fx)}[fx["job"]]()
         elif fx["job"] in PLAN_JOBS:
             save_plan(fx["job"], scratch / "plan.json", scratch / "out")
@@ -931,7 +998,7 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
 
         problems: list[str] = []
         if dump_available():
-            if run_dump(fixture_dir, dump_path, scratch / "dump.log"):
+            if run_dump(fixture_dir, dump_path, scratch / "dump.log", fx["backend"]):
                 problems = compare(exp_path, dump_path, subset=fx["job"] in PLAN_JOBS)
             else:
                 problems = [f"SavepointDump failed, see {scratch / 'dump.log'}"]
@@ -1044,6 +1111,8 @@ def manifest_record(fx: dict, rel: str, infos: list[dict]) -> dict:
             states = DS_STATES.get(info["uid"], [])
         elif fx["job"] == "ttl-kryo":
             states = TK_STATES.get(info["uid"], [])
+        elif fx["job"] == "raw-state":
+            states = RAW_STATES.get(info["uid"], [])
         elif fx["job"] == "edge-datastream":
             states = EDGE_DS_STATES.get(info["uid"], [])
         elif fx["job"] in PLAN_JOBS:
@@ -1061,10 +1130,14 @@ def manifest_record(fx: dict, rel: str, infos: list[dict]) -> dict:
             op["coordinator_state_bytes"] = info["coordinator_state_bytes"]
         operators.append(op)
     rec = {k: fx[k] for k in ("name", "job", "backend", "snapshot", "format")}
+    if fx["backend"] == "forst":
+        # ForSt writes RocksDB's files and handles: the layout statequery reads is "rocksdb"
+        rec["backend"], rec["state_backend"] = "rocksdb", "forst"
     rec["path"] = rel
     rec.update({k: fx[k] for k in ("incremental", "max_parallelism", "compression", "inline")})
-    if fx.get("large"):
-        rec["large"] = True
+    for extra in ("timers", "changelog", "large"):
+        if extra in fx:
+            rec[extra] = fx[extra]
     rec["operators"] = operators
     if fx["job"] in PLAN_JOBS:
         rec["expected"] = "subset"
@@ -1074,18 +1147,25 @@ def manifest_record(fx: dict, rel: str, infos: list[dict]) -> dict:
 
 def write_manifest(records: dict[str, dict]) -> None:
     """``fixtures``: one snapshot per fixture (the matrix); ``series``: the snapshots of the series
-    runs (several snapshots of one job, in order)."""
+    runs (several snapshots of one job, in order); ``unread``: snapshots whose keyed state
+    statequery lists with a reason but does not read yet (not in the fixture suites, each has
+    its own tests)."""
     path = FIXTURES / "manifest.json"
     old = {}
     if path.exists():
         data = json.loads(path.read_text())
-        old = {r["name"]: r for r in data.get("fixtures", []) + data.get("series", [])}
+        old = {r["name"]: r for r in data.get("fixtures", []) + data.get("series", [])
+               + data.get("unread", [])}
     old.update(records)
-    ordered = [old[f["name"]] for f in MATRIX if f["name"] in old]
+    for r in old.values():
+        if BY_NAME.get(r["name"], {}).get("unread"):
+            r["unread"] = BY_NAME[r["name"]]["unread"]
+    ordered = [old[f["name"]] for f in MATRIX if f["name"] in old and "unread" not in f]
+    unread = [old[f["name"]] for f in MATRIX if f["name"] in old and "unread" in f]
     series = sorted((r for r in old.values() if "series" in r),
                     key=lambda r: (r["series"], r["series_index"]))
     path.write_text(json.dumps({"flink_version": FLINK_VERSION, "fixtures": ordered,
-                                "series": series}, indent=1) + "\n")
+                                "series": series, "unread": unread}, indent=1) + "\n")
 
 
 def main() -> None:

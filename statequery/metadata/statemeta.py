@@ -79,8 +79,9 @@ __all__ = [
 
 MAGIC = "statequery-statemeta"
 #: 2: RowData specs keep their stored field serializers; 3: checksummed body; 4: the optional
-#: ``run_index`` section (statequery.metadata.runindex)
-FORMAT_VERSION = 4
+#: ``run_index`` section (statequery.metadata.runindex); 5: raw keyed state (heap timers of
+#: RocksDB checkpoints, ``raw_keyed_header``, ``StateInfo.stream``) and raw state listed as such
+FORMAT_VERSION = 5
 SNAPSHOT_FILE_NAME = "_statequery_meta.msgpack"
 MAX_SNAPSHOT_BYTES = 256 << 20
 
@@ -115,6 +116,10 @@ class SubtaskInfo:
     operator_header: HeaderInfo | None = None
     keyed_bytes: int = 0
     operator_bytes: int = 0
+    #: what the first key group of the raw keyed stream said (timer services' states)
+    raw_keyed_header: HeaderInfo | None = None
+    raw_keyed_bytes: int = 0
+    raw_operator_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -152,6 +157,9 @@ class StateInfo:
     backend: str | None = None
     format: str | None = None
     table_name: str = ""
+    #: where the state's bytes are: ``managed`` (keyed or operator state), ``raw_keyed`` (heap
+    #: timers a RocksDB checkpoint wrote into raw keyed state), ``raw_operator``
+    stream: str = "managed"
 
     @property
     def keyed(self) -> bool:
@@ -431,6 +439,7 @@ def _state_to(s: StateInfo) -> dict[str, Any]:
         "backend": s.backend,
         "format": s.format,
         "table_name": s.table_name,
+        "stream": s.stream,
     }
 
 
@@ -457,6 +466,7 @@ def _state_from(d: Mapping[str, Any], op: Mapping[str, Any]) -> StateInfo:
         backend=d["backend"],
         format=d["format"],
         table_name=d["table_name"],
+        stream=d["stream"],
     )
 
 
@@ -472,6 +482,9 @@ def _subtask_to(s: SubtaskInfo) -> dict[str, Any]:
         "operator_header": _header_to(s.operator_header),
         "keyed_bytes": s.keyed_bytes,
         "operator_bytes": s.operator_bytes,
+        "raw_keyed_header": _header_to(s.raw_keyed_header),
+        "raw_keyed_bytes": s.raw_keyed_bytes,
+        "raw_operator_bytes": s.raw_operator_bytes,
     }
 
 
@@ -488,6 +501,9 @@ def _subtask_from(d: Mapping[str, Any]) -> SubtaskInfo:
         operator_header=_header_from(d["operator_header"]),
         keyed_bytes=d["keyed_bytes"],
         operator_bytes=d["operator_bytes"],
+        raw_keyed_header=_header_from(d["raw_keyed_header"]),
+        raw_keyed_bytes=d["raw_keyed_bytes"],
+        raw_operator_bytes=d["raw_operator_bytes"],
     )
 
 
