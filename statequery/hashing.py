@@ -20,7 +20,7 @@ import math
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Context, Decimal
 from typing import Any
 
 import mmh3
@@ -379,7 +379,9 @@ def _null_bits_size(arity: int) -> int:
 
 def _decimal_unscaled(value: Any, precision: int, scale: int) -> int:
     d = Decimal(str(value)) if isinstance(value, (str, float)) else Decimal(value)
-    q = d.scaleb(scale).to_integral_value()
+    # the default context (28 digits) would round DECIMAL(29..38) values before the check
+    exact = Context(prec=max(precision, len(d.as_tuple().digits)) + scale + 2)
+    q = d.scaleb(scale, context=exact).to_integral_value(context=exact)
     if len(str(abs(int(q)))) > precision:
         raise InvalidOptionError(f"{value} does not fit DECIMAL({precision}, {scale})")
     return int(q)

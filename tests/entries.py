@@ -21,6 +21,7 @@ import pyarrow as pa
 
 __all__ = [
     "canonical",
+    "same_table",
     "entry_lines",
     "jsonify_column",
     "savepoint_entries",
@@ -169,6 +170,9 @@ def state_entries(
         for name in ("user_key", "value", "timestamp", "subtask", "index"):
             if name in cols:
                 e[name] = cols[name][i]
+        if "timestamp_ms" in cols:
+            # timers: Flink's long as stored (``timestamp`` is null outside years 1-9999)
+            e["timestamp"] = cols["timestamp_ms"][i]
         if kind == "broadcast":
             e["subtask"] = 0
         for name in ("key", "user_key", "value"):
@@ -176,7 +180,10 @@ def state_entries(
                 meta = table.schema.field(name).metadata or {}
                 cls = meta.get(b"statequery.raw_class", b"").decode()
                 e[name] = {"$raw": e[name]["$bytes"], "$class": cls}
-        if "last_access" in cols and e.get("value") is not None:
+        if "last_access" in cols and (
+            e.get("value") is not None or cols["last_access"][i] is not None
+        ):
+            # (a TTL map entry may hold null: its TtlValue still has last_access)
             # TTL state: {"value": v, "last_access": ms} per value, list element or map value
             la = cols["last_access"][i]
             if kind == "list" and "index" not in cols:
@@ -187,6 +194,20 @@ def state_entries(
                 e["value"] = {"value": e["value"], "last_access": la}
         out.append(e)
     return out
+
+
+def same_table(a: pa.Table, b: pa.Table) -> bool:
+    """``a.equals(b)``, except that NaN equals NaN (Arrow's ``equals`` says NaN != NaN, so a table
+    holding NaN never equals itself): otherwise the schemas must be equal and every column's
+    values equal in their JSON normal form (NaN as ``"NaN"``, -0.0 apart from 0.0)."""
+    if a.equals(b):
+        return True
+    if not a.schema.equals(b.schema) or a.num_rows != b.num_rows:
+        return False
+    return all(
+        canonical(jsonify_column(a.column(n))) == canonical(jsonify_column(b.column(n)))
+        for n in a.column_names
+    )
 
 
 def entry_lines(entries: list[dict[str, Any]]) -> list[str]:

@@ -33,6 +33,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import edge_model  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
@@ -42,7 +45,8 @@ MAX_FIXTURE_BYTES = 2 * 1024 * 1024
 
 
 def _fx(name, job, backend, snapshot, fmt, *, incremental=False, max_parallelism=128,
-        compression=False, inline=False, timers="rocksdb", changelog="off", unread=None):
+        compression=False, inline=False, timers="rocksdb", changelog="off", unread=None,
+        large=False):
     fx = {"name": name, "job": job, "backend": backend, "snapshot": snapshot, "format": fmt,
           "incremental": incremental, "max_parallelism": max_parallelism,
           "compression": compression, "inline": inline}
@@ -52,7 +56,20 @@ def _fx(name, job, backend, snapshot, fmt, *, incremental=False, max_parallelism
         fx["changelog"] = changelog
     if unread:  # the manifest's "unread" list: what statequery lists but cannot read yet, why
         fx["unread"] = unread
+    if large:  # edge jobs: also the >64 KiB string and the 66000-byte array
+        fx["large"] = True
     return fx
+
+
+def _edge(job, backend, snapshot, fmt, *, incremental=False, large=False, max_parallelism=96):
+    """An edge-value fixture (edge_model.py): name edge-<job>-<backend>-<format|checkpoint>."""
+    if snapshot == "savepoint":
+        suffix = fmt
+    else:
+        suffix = ("incremental-" if incremental else "full-" if backend == "rocksdb" else "") + (
+            "checkpoint")
+    return _fx(f"edge-{job}-{backend}-{suffix}", f"edge-{job}", backend, snapshot, fmt,
+               incremental=incremental, max_parallelism=max_parallelism, large=large)
 
 
 MATRIX = [
@@ -104,10 +121,28 @@ MATRIX = [
     _fx("keys-sql-hashmap-native", "sql-keys", "hashmap", "savepoint", "native"),
     _fx("keys-sql-hashmap-canonical", "sql-keys", "hashmap", "savepoint", "canonical"),
     _fx("keys-sql-rocksdb-native", "sql-keys", "rocksdb", "savepoint", "native"),
+    # edge values of every type (edge_model.py); max parallelism 96 (not a power of two)
+    _edge("datastream", "hashmap", "savepoint", "canonical", large=True),
+    _edge("datastream", "rocksdb", "savepoint", "native", large=True),
+    _edge("datastream", "hashmap", "savepoint", "native"),
+    _edge("datastream", "rocksdb", "savepoint", "canonical"),
+    _edge("datastream", "hashmap", "checkpoint", "native"),
+    _edge("datastream", "rocksdb", "checkpoint", "native"),
+    _edge("datastream", "rocksdb", "checkpoint", "native", incremental=True),
+    # the SQL one (sql_edge_job.py): parallelism 1, max parallelism 300, run from its compiled plan
+    _edge("sql", "hashmap", "savepoint", "canonical", max_parallelism=300),
+    _edge("sql", "rocksdb", "savepoint", "native", max_parallelism=300),
+    _edge("sql", "hashmap", "savepoint", "native", max_parallelism=300),
+    _edge("sql", "rocksdb", "savepoint", "canonical", max_parallelism=300),
+    _edge("sql", "hashmap", "checkpoint", "native", max_parallelism=300),
+    _edge("sql", "rocksdb", "checkpoint", "native", max_parallelism=300),
+    _edge("sql", "rocksdb", "checkpoint", "native", incremental=True, max_parallelism=300),
 ]
 SQL_OPERATOR_JOBS = {"sql-ops": "ops", "sql-minibatch": "minibatch"}
+# SQL jobs run from a compiled plan: operator ids from the plan
+PLAN_JOBS = {*SQL_OPERATOR_JOBS, "edge-sql"}
 # jobs whose manifest states come from the dump and whose expected file is a subset of it
-SUBSET_JOBS = {*SQL_OPERATOR_JOBS, "sql-keys"}
+SUBSET_JOBS = {*PLAN_JOBS, "sql-keys"}
 BY_NAME = {f["name"]: f for f in MATRIX}
 
 # Series: one job run, several snapshots (consecutive retained checkpoints chk-1..3 and a
@@ -464,6 +499,44 @@ def raw_state_expected() -> list[dict]:
     for user in sorted({e["user"] for e in events}):
         n = sum(1 for e in events if e["user"] == user)
         add("raw-state", "count", "value", key=user, namespace=None, value=n)
+    return entries
+
+
+# --------------------------------------------------------------------------------------------
+# The edge-value DataStream job (EdgeDataStreamJob.java), modelled in edge_model.py
+# --------------------------------------------------------------------------------------------
+
+EDGE_DS_STATES = {"fixture-source": DS_STATES["fixture-source"],
+                  **edge_model.edge_ds_states(_st)}
+
+
+def sql_edge_expected(ids: dict[str, str]) -> list[dict]:
+    """The agg_words operator of sql_edge_job.py: the second global aggregation of the plan."""
+    import sql_edge_job
+
+    entries: list[dict] = []
+    glob = sorted((u for u in ids if u.endswith("_global-group-aggregate")),
+                  key=lambda u: int(u.split("_")[0]))
+    uid = glob[1]
+
+    def add(state, kind, key, **fields):
+        entries.append({"operator_uid": uid, "operator_id": ids[uid], "state": state,
+                        "kind": kind, "key": key, "namespace": None, **fields})
+
+    edge_model.sql_edge_entries(add, sql_edge_job.EDGE_ROWS)
+    return entries
+
+
+def edge_datastream_expected(fx: dict) -> list[dict]:
+    entries: list[dict] = []
+    ids = {uid: operator_id_for_uid(uid) for uid in edge_model.EDGE_DS_UIDS}
+
+    def add(uid, state, kind, **fields):
+        entries.append({"operator_uid": uid, "operator_id": ids[uid], "state": state,
+                        "kind": kind, **fields})
+
+    source_expected(add)
+    edge_model.edge_datastream_entries(add, bool(fx.get("large")))
     return entries
 
 
@@ -828,6 +901,17 @@ def run_job(fx: dict, scratch: Path) -> dict[str, str]:
                str(fx["incremental"]).lower(), str(fx["max_parallelism"]),
                str(fx["compression"]).lower(), str(fx["inline"]).lower(), kind, str(out),
                fx.get("timers", "rocksdb"), fx.get("changelog", "off")]
+    elif fx["job"] == "edge-sql":
+        kind = "checkpoint" if fx["snapshot"] == "checkpoint" else f"savepoint-{fx['format']}"
+        cmd = [sys.executable, str(HERE / "sql_edge_job.py"), "--backend", fx["backend"],
+               "--kind", kind, "--out", str(out), "--plan", str(scratch / "plan.json"),
+               "--max-parallelism", str(fx["max_parallelism"])]
+        cmd += ["--incremental"] if fx["incremental"] else []
+    elif fx["job"] == "edge-datastream":
+        kind = "checkpoint" if fx["snapshot"] == "checkpoint" else f"savepoint-{fx['format']}"
+        cmd = ["java", "-cp", build(), "statequery.fixtures.EdgeDataStreamJob", fx["backend"],
+               str(fx["incremental"]).lower(), str(fx["max_parallelism"]),
+               str(fx.get("large", False)).lower(), kind, str(out)]
     elif fx["job"] == "ttl-kryo":
         cmd = ["java", "-cp", build(), "statequery.fixtures.TtlKryoJob", fx["backend"],
                f"savepoint-{fx['format']}", str(out)]
@@ -954,19 +1038,20 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
         fixture_dir = FIXTURES / rel
 
         infos = snapshot_info(fixture_dir)
-        if fx["job"] in ("datastream", "ttl-kryo", "raw-state"):
+        if fx["job"] in ("datastream", "ttl-kryo", "raw-state", "edge-datastream"):
             for info in infos:
                 if info["uid"] and info["operator_id"] != operator_id_for_uid(info["uid"]):
                     raise RuntimeError(f"operator id mismatch for uid {info['uid']}: {info}")
             entries = {"datastream": datastream_expected, "ttl-kryo": ttl_kryo_expected,
-                       "raw-state": raw_state_expected}[fx["job"]]()
+                       "raw-state": raw_state_expected,
+                       "edge-datastream": lambda: edge_datastream_expected(fx)}[fx["job"]]()
         elif fx["job"] == "sql-keys":
             entries = sql_keys_expected(infos)
-        elif fx["job"] in SQL_OPERATOR_JOBS:
+        elif fx["job"] in PLAN_JOBS:
             save_plan(fx["job"], scratch / "plan.json", scratch / "out")
             ids = {i["uid"]: i["operator_id"] for i in infos if i["uid"]}
-            entries = (sql_ops_expected(ids) if fx["job"] == "sql-ops"
-                       else sql_minibatch_expected(ids))
+            entries = {"sql-ops": sql_ops_expected, "sql-minibatch": sql_minibatch_expected,
+                       "edge-sql": sql_edge_expected}[fx["job"]](ids)
         else:
             aggs = [i for i in infos if i["name"].startswith("GroupAggregate")]
             if len(aggs) != 1:
@@ -1091,6 +1176,8 @@ def manifest_record(fx: dict, rel: str, infos: list[dict]) -> dict:
             states = TK_STATES.get(info["uid"], [])
         elif fx["job"] == "raw-state":
             states = RAW_STATES.get(info["uid"], [])
+        elif fx["job"] == "edge-datastream":
+            states = EDGE_DS_STATES.get(info["uid"], [])
         elif fx["job"] in SUBSET_JOBS:
             states = dump_states.get(info["operator_id"], [])
         elif fx["job"] == "sequence":
@@ -1111,13 +1198,13 @@ def manifest_record(fx: dict, rel: str, infos: list[dict]) -> dict:
         rec["backend"], rec["state_backend"] = "rocksdb", "forst"
     rec["path"] = rel
     rec.update({k: fx[k] for k in ("incremental", "max_parallelism", "compression", "inline")})
-    for extra in ("timers", "changelog"):
+    for extra in ("timers", "changelog", "large"):
         if extra in fx:
             rec[extra] = fx[extra]
     rec["operators"] = operators
     if fx["job"] in SUBSET_JOBS:
         rec["expected"] = "subset"
-    if fx["job"] in SQL_OPERATOR_JOBS:
+    if fx["job"] in PLAN_JOBS:
         rec["plan"] = f"plans/{fx['job']}.json"
     return rec
 
