@@ -156,3 +156,66 @@ def flaky_proxy(upstream: str, failures: list[str] | None = None,
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+@contextmanager
+def static_http_server(root: str, lifetime: float = 120.0) -> Iterator[CountingServer]:
+    """Serve the files under ``root`` on 127.0.0.1 (GET with ``Range``, HEAD), recording every
+    request; 404 for anything else. Stops on exit or after ``lifetime`` seconds."""
+    import os
+    import re
+
+    record = CountingServer(0)
+    base = os.path.realpath(root)
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self, body: bool) -> None:
+            record.requests.append(f"{self.command} {self.path}")
+            path = os.path.realpath(os.path.join(base, self.path.split("?")[0].lstrip("/")))
+            if not path.startswith(base + os.sep) or not os.path.isfile(path):
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            with open(path, "rb") as f:
+                data = f.read()
+            m = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+            if m:
+                start = int(m.group(1))
+                end = min(int(m.group(2)) if m.group(2) else len(data) - 1, len(data) - 1)
+                part = data[start : end + 1]
+                self.send_response(206)
+                self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
+            else:
+                part = data
+                self.send_response(200)
+            self.send_header("Accept-Ranges", "bytes")
+            self.send_header("Content-Length", str(len(part)))
+            self.end_headers()
+            if body:
+                self.wfile.write(part)
+
+        def do_GET(self) -> None:  # noqa: N802 - the http.server protocol
+            self._answer(True)
+
+        def do_HEAD(self) -> None:  # noqa: N802
+            self._answer(False)
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    record.port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    timer = threading.Timer(lifetime, server.shutdown)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield record
+    finally:
+        timer.cancel()
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
