@@ -123,6 +123,7 @@ def _nestings(f: str, marker: Path, url: str) -> list[str]:
     return out
 
 
+@pytest.mark.slow
 def test_no_duckdb_table_function_reaches_duckdb(
     tmp_path: Path, catalog: Catalog, server: CountingServer, runs: list[str]
 ) -> None:
@@ -145,6 +146,7 @@ def test_no_duckdb_table_function_reaches_duckdb(
     assert server.requests == []
 
 
+@pytest.mark.slow
 def test_every_duckdb_function_outside_the_allow_list_is_refused(
     catalog: Catalog, runs: list[str]
 ) -> None:

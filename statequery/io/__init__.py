@@ -14,6 +14,7 @@ would do it. Each ranged read is one request; :class:`ReadStats` counts both.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import posixpath
@@ -21,7 +22,7 @@ import stat
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol, cast
 from urllib.parse import urlsplit
@@ -596,6 +597,13 @@ class FileIO:
                 raise MissingExtraError(f"reading {scheme}:// locations", package, extra) from e
             except (ValueError, TypeError) as e:  # unknown protocol, bad storage options
                 raise StorageError(f"cannot read {location}: {scheme}:// is not usable: {e}") from e
+            except StatequeryError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a client library that cannot start
+                first = (str(e).strip().splitlines() or [""])[0]  # not a loader's search log
+                raise StorageError(
+                    f"cannot read {location}: {scheme}:// is not usable here: "
+                    f"{type(e).__name__}: {first}{_environment_hint(scheme, e)}") from e
         return fs
 
     @staticmethod
@@ -711,25 +719,21 @@ class FileIO:
         fs = self._filesystem(location)
         try:
             fs.write_atomic(location, data)
-        except (OSError, FileNotFoundError) as e:
-            raise StorageError(f"cannot write {location}: {e}") from e
+        except StatequeryError:
+            raise
+        except Exception as e:  # fsspec implementations raise their own types
+            raise StorageError(f"cannot write {location}: {type(e).__name__}: {e}") from e
 
     def list_dir(self, location: str) -> list[str]:
         """Names of the entries of a directory (used by the catalog to find savepoints)."""
         location = normalize_location(location)
         fs = self._filesystem(location)
-        try:
-            return sorted(fs.list_dir(location))
-        except (OSError, ValueError) as e:
-            raise StorageError(f"cannot list {location}: {e}") from e
+        return sorted(self._call("list", location, lambda: fs.list_dir(location)))
 
     def is_dir(self, location: str) -> bool:
         location = normalize_location(location)
         fs = self._filesystem(location)
-        try:
-            return fs.is_dir(location)
-        except (OSError, ValueError) as e:
-            raise StorageError(f"cannot stat {location}: {e}") from e
+        return bool(self._call("stat", location, lambda: fs.is_dir(location)))
 
 
 class FileSystem(Protocol):
@@ -835,6 +839,41 @@ _OBJECT_STORES = ("s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "oss")
 _LINKLESS = (*_OBJECT_STORES, "s3n", "http", "https", "memory")
 
 
+def _environment_hint(scheme: str, e: BaseException) -> str:
+    """What a client library that failed to start is missing, when it can be told."""
+    text = str(e)
+    if scheme in ("hdfs", "viewfs") or "libjvm" in text or "libhdfs" in text:
+        import shutil
+
+        java = shutil.which("java")
+        home = os.path.dirname(os.path.dirname(os.path.realpath(java))) if java else None
+        jvm = ("a Java runtime was not found (install a JDK)" if not home
+               else f"set JAVA_HOME to the Java runtime (e.g. JAVA_HOME={home})")
+        return (f" (hdfs:// is read through pyarrow's libhdfs, which needs a JVM and Hadoop: "
+                f"{jvm}, and HADOOP_HOME or ARROW_LIBHDFS_DIR to Hadoop's native libhdfs; "
+                "CLASSPATH must hold Hadoop's jars)")
+    return ""
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Silence native libraries that print to file descriptor 2 while they start (pyarrow's
+    libhdfs loader prints a line per place it looked for libjvm): the error they raise says it."""
+    try:
+        saved = os.dup(2)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except OSError:  # no descriptor 2: nothing to silence
+        yield
+        return
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
 class FsspecFileSystem:
     """Any scheme fsspec knows (``s3``, ``hdfs``, ``gs``, ``abfs``, ``memory`` ...)."""
 
@@ -842,7 +881,11 @@ class FsspecFileSystem:
         import fsspec  # the only fsspec import in statequery
 
         self.scheme = scheme
-        self.fs = fsspec.filesystem(scheme, **storage_options)
+        if scheme in ("hdfs", "viewfs", "arrow_hdfs"):
+            with _quiet_stderr():
+                self.fs = fsspec.filesystem(scheme, **storage_options)
+        else:
+            self.fs = fsspec.filesystem(scheme, **storage_options)
 
     def open(self, location: str) -> IO[bytes]:
         # no read-ahead cache: statequery plans its ranged reads (adjacent key groups coalesced),
