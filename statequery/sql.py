@@ -223,7 +223,8 @@ class QueryLimits:
             if thr < 1 or float(thr_arg) != thr:
                 raise InvalidOptionError(f"threads: {thr_arg!r} must be a positive integer")
         to_arg: Any = timeout if timeout is not None else _env("STATEQUERY_SQL_TIMEOUT")
-        to = 60.0 if to_arg is None else _positive_number(to_arg, "timeout (STATEQUERY_SQL_TIMEOUT)")
+        to = 60.0 if to_arg is None else _positive_number(
+            to_arg, "timeout (STATEQUERY_SQL_TIMEOUT)")
         rows_arg: Any = max_rows if max_rows is not None else _env("STATEQUERY_SQL_MAX_ROWS")
         rows = None
         if rows_arg is not None:

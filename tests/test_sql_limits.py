@@ -248,7 +248,7 @@ def test_result_limits(catalog: Catalog) -> None:
     rows = statequery.sql(f"SELECT key FROM {T}", catalog).num_rows
     assert rows > 5
     assert statequery.sql(f"SELECT key FROM {T}", catalog, max_rows=rows).num_rows == rows
-    with pytest.raises(QueryLimitError, match=f"more than 5 rows"):
+    with pytest.raises(QueryLimitError, match="more than 5 rows"):
         statequery.sql(f"SELECT key FROM {T}", catalog, max_rows=5)
     tables, keys = _cross(4)  # 160,000 rows of 24-byte keys: ~4 MB
     with pytest.raises(QueryLimitError, match="larger than 1 MiB"):

@@ -1,8 +1,10 @@
 """A local, content-addressed cache of remote state files (RocksDB SSTs, MANIFESTs, ...).
 
-RocksDB opens files by local path, so every file a RocksDB handle names is fetched once through the
-storage seam (:class:`~statequery.io.FileIO`) into this cache, then hard-linked (or copied) into a
-private per-handle DB directory (:meth:`FileCache.new_db_dir`).
+RocksDB opens files by local path, so every remote file a RocksDB handle names is fetched once
+through the storage seam (:class:`~statequery.io.FileIO`) into this cache, then hard-linked (or
+copied) into a private per-handle DB directory (:meth:`FileCache.new_db_dir`). Local files are
+never cached: they are read in place (:meth:`FileCache.link`), so a file rewritten with the same
+size and a kept mtime is never served from an old copy.
 
 * **Location**: ``root`` argument, else ``$STATEQUERY_CACHE_DIR``, else
   ``$XDG_CACHE_HOME/statequery``, else ``~/.cache/statequery``. It must not lie inside the
@@ -469,7 +471,7 @@ def _place_local(io: FileIO, key: CacheKey, dest: str) -> None:
             with open(dest, "wb") as out:
                 if key.offset:
                     src.seek(key.offset)
-                written = _copy(src, out, key.size)  # type: ignore[arg-type]
+                written = _copy(src, out, key.size)
         except OSError as e:
             raise StorageError(f"cannot copy {key.location} to {dest}: {e}") from e
     if written != key.size:
