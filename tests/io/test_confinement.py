@@ -62,6 +62,26 @@ def test_http_savepoint_cannot_reach_another_host_or_port(
     assert evil.requests == []
 
 
+def test_https_savepoint_cannot_reach_another_port(tmp_path: Path) -> None:
+    """The same over TLS (self-signed loopback certificates): https on another port is another
+    store, and http on the same host is another filesystem."""
+    from tests.loopback import loopback_tls
+
+    tls = loopback_tls(str(tmp_path))
+    data = tmp_path / "data"
+    data.mkdir()
+    with static_http_server(str(data), tls=tls) as own, \
+            counting_http_server(tls=tls) as evil, counting_http_server() as plain:
+        for target in (evil.url, f"http://127.0.0.1:{own.port}", plain.url):
+            data_dir = data / target.rsplit(":", 1)[1]
+            chk = _checkpoint(data_dir, lambda p, t=target: f"{t}/latest/meta-data/{p[-8:]}-x")
+            uri = f"{own.url}/{chk.relative_to(data)}/_metadata"
+            with pytest.raises(StorageError, match=r"refuses to read"):
+                _read_everything(uri, FileIO({"ssl": False}))  # type: ignore[arg-type]
+        assert own.requests and own.scheme == "https"
+    assert evil.requests == [] and plain.requests == []
+
+
 def test_http_savepoint_reads_its_own_host(tmp_path: Path) -> None:
     """Absolute handles on the savepoint's own host and port are read (checkpoints use them)."""
     baseline = _read_everything(fixture_dir(FIXTURE))
