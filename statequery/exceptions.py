@@ -127,3 +127,12 @@ def require_extra(module: str, extra: str, feature: str) -> None:
 
 class SavepointChangedError(StatequeryError):
     """A table was set up over one savepoint, and the files at its location are now another."""
+
+
+class QueryLimitError(StatequeryError):
+    """A SQL query went past one of its limits (memory, rows or bytes of its result): the
+    message names the limit and how to change it (docs/security.md, "Query limits")."""
+
+
+class QueryTimeoutError(QueryLimitError):
+    """A SQL query ran longer than its wall-clock timeout and was interrupted."""

@@ -19,6 +19,9 @@ replacement scans off. No part of a query is ever turned into Python code. See `
 
 from __future__ import annotations
 
+import os
+import re
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +29,10 @@ from statequery.exceptions import (
     InvalidOptionError,
     MissingExtraError,
     NoSuchTableError,
+    QueryLimitError,
+    QueryTimeoutError,
     SavepointNotFoundError,
+    StatequeryError,
     require_extra,
 )
 
@@ -36,7 +42,7 @@ if TYPE_CHECKING:
 
     from statequery.catalog import Catalog
 
-__all__ = ["sql"]
+__all__ = ["ALLOWED_FUNCTIONS", "ALLOWED_NAMED_FUNCTIONS", "QueryLimits", "sql"]
 
 #: the SQL dialect queries are written in (what Spark users type); DuckDB runs the transpiled tree
 DIALECT = "spark"
@@ -51,6 +57,182 @@ DUCKDB_CONFIG: dict[str, Any] = {
     "python_enable_replacements": False,  # a table name never resolves to a Python variable
     "temp_directory": "",  # never spill to disk
 }
+
+
+#: the functions a query may call, as sqlglot's expression classes (what the Spark SQL text
+#: parses to). An allow-list: anything else (every table function, ``read_*``, ``query``,
+#: ``range``, ``repeat``, settings, environment, files) is refused before DuckDB sees the query.
+#: Each is a pure function of its arguments whose output is bounded by its input.
+ALLOWED_FUNCTIONS = frozenset({
+    # boolean and conditional operators, casts
+    "And", "Or", "Xor", "Case", "If", "Coalesce", "Nullif", "Nvl2", "Greatest", "Least",
+    "Cast", "TryCast", "Collate", "Exists", "Typeof",
+    # aggregates
+    "Count", "CountIf", "Sum", "Avg", "Min", "Max", "ArgMax", "ArgMin", "AnyValue", "First",
+    "Last", "ArrayAgg", "ArrayUniqueAgg", "Stddev", "StddevPop", "StddevSamp", "Variance",
+    "VariancePop", "ApproxDistinct", "ApproxQuantile", "Quantile", "Median", "Corr", "CovarPop",
+    "CovarSamp", "LogicalAnd", "LogicalOr", "BitwiseAndAgg", "BitwiseOrAgg", "BitwiseXorAgg",
+    "PercentileCont", "PercentileDisc",
+    # window functions
+    "RowNumber", "Rank", "DenseRank", "PercentRank", "CumeDist", "Ntile", "Lag", "Lead",
+    "FirstValue", "LastValue", "NthValue",
+    # numbers
+    "Abs", "Acos", "Asin", "Atan", "Atan2", "Cos", "Sin", "Tan", "Cbrt", "Ceil", "Floor", "Round",
+    "Sqrt", "Exp", "Ln", "Log", "Pow", "Sign", "IsNan", "Hex", "Unhex",
+    # strings
+    "Concat", "ConcatWs", "Lower", "Upper", "Length", "Substring", "Trim", "Left", "Right",
+    "Replace", "Translate", "Reverse", "Initcap", "StrPosition", "StartsWith", "EndsWith",
+    "Contains", "RegexpLike", "RegexpExtract", "RegexpReplace", "RegexpSplit", "Split",
+    "Levenshtein", "MD5", "SHA", "SHA2", "ToBase64", "FromBase64", "Ascii", "Chr", "Format",
+    "JSONExtract", "JSONExtractScalar", "JSONFormat", "FromJson",
+    # dates and times
+    "CurrentDate", "CurrentTimestamp", "DateAdd", "DateSub", "DateDiff", "DateTrunc",
+    "TimestampAdd", "TimestampSub", "TimestampDiff", "TimestampTrunc", "Extract", "Year",
+    "Month", "Day", "DayOfMonth", "DayOfWeek", "DayOfYear", "WeekOfYear", "Quarter", "Hour",
+    "Minute", "Second", "AddMonths", "MonthsBetween", "LastDay", "NextDay", "TsOrDsAdd",
+    "TsOrDsToDate", "StrToDate", "StrToTime", "StrToUnix", "TimeToStr", "UnixToStr",
+    "UnixToTime", "UnixSeconds", "UnixMillis", "TimeStrToTime",
+    # arrays, maps, structs (over the values of a row: bounded by the row)
+    "Array", "ArraySize", "ArrayContains", "ArrayDistinct", "ArrayExcept", "ArrayIntersect",
+    "ArrayFilter", "ArrayMax", "ArrayMin", "ArrayPosition", "ArrayRemove", "ArraySlice",
+    "ArraySort", "ArrayToString", "ArraysZip", "Flatten", "Transform", "Reduce",
+    "Explode", "Posexplode", "PosexplodeOuter", "Inline", "Unnest", "Map",
+    "VarMap", "MapKeys", "MapContainsKey", "MapFromEntries", "Struct", "StructExtract",
+})
+
+#: functions sqlglot does not model (parsed as ``Anonymous``), by lower-case name
+ALLOWED_NAMED_FUNCTIONS = frozenset({
+    "cardinality", "date_part", "make_date", "map_values", "map_entries", "mean", "now",
+    "pmod", "bround", "isnull", "isnotnull", "every", "some", "element_at", "timestamp_seconds",
+    "timestamp_millis", "timestamp_micros", "array_union", "arrays_overlap", "forall",
+})
+
+
+def _function_refusal(node: exp.Expr) -> str | None:
+    """Why the function call ``node`` may not run, or None."""
+    from sqlglot import exp
+
+    if isinstance(node, exp.Anonymous):
+        name = str(node.name)
+        if name.lower() in ALLOWED_NAMED_FUNCTIONS:
+            return None
+    else:
+        if type(node).__name__ in ALLOWED_FUNCTIONS:
+            return None
+        name = node.sql_name() if hasattr(node, "sql_name") else type(node).__name__
+    return (f"the function {name.lower()}() is not allowed in a query (statequery.sql runs "
+            "an allow-list of pure functions, docs/sql.md)")
+
+
+# -- limits --------------------------------------------------------------------------------------
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
+          "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40,
+          "tb": 1 << 40, "tib": 1 << 40}
+
+
+def parse_bytes(text: str | int, what: str) -> int:
+    """``"512MiB"``, ``"2g"``, ``"1073741824"`` as a number of bytes (powers of 1024)."""
+    if isinstance(text, int):
+        value = text
+    else:
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+        if not m or m.group(2).lower() not in _UNITS:
+            raise InvalidOptionError(f"{what}: {text!r} is not a size (e.g. 512MiB, 2GiB)")
+        value = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    if value <= 0:
+        raise InvalidOptionError(f"{what}: {text!r} must be positive")
+    return value
+
+
+def _machine_memory() -> int:
+    """Physical memory, or the cgroup's limit when lower (containers)."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        total = 8 << 30
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and 0 < int(text) < total:
+            total = int(text)
+    return total
+
+
+def _env(name: str) -> str | None:
+    value = os.environ.get(name, "").strip()
+    return value or None
+
+
+def _positive_number(text: str | float, what: str) -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise InvalidOptionError(f"{what}: {text!r} is not a number") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise InvalidOptionError(f"{what}: {text!r} must be a positive number")
+    return value
+
+
+@dataclass(frozen=True)
+class QueryLimits:
+    """What one query may use (docs/security.md, "Query limits").
+
+    * ``memory_limit`` (bytes): DuckDB's memory cap (default: a quarter of the machine's or
+      container's memory, at least 256 MiB and at most 8 GiB; ``$STATEQUERY_SQL_MEMORY_LIMIT``);
+    * ``threads``: DuckDB's threads (default: half the cores, at most 4;
+      ``$STATEQUERY_SQL_THREADS``);
+    * ``timeout`` (seconds of wall-clock time in DuckDB): the query is interrupted after it
+      (default 60; ``$STATEQUERY_SQL_TIMEOUT``);
+    * ``max_rows`` / ``max_bytes``: the largest result (default: no row limit, and at most
+      ``memory_limit`` bytes of Arrow data; ``$STATEQUERY_SQL_MAX_ROWS``,
+      ``$STATEQUERY_SQL_MAX_BYTES``).
+    """
+
+    memory_limit: int
+    threads: int
+    timeout: float
+    max_rows: int | None = None
+    max_bytes: int | None = None
+
+    @classmethod
+    def resolve(
+        cls,
+        memory_limit: int | str | None = None,
+        threads: int | None = None,
+        timeout: float | None = None,
+        max_rows: int | None = None,
+        max_bytes: int | str | None = None,
+    ) -> QueryLimits:
+        """The limits from the arguments, else the environment, else the machine's defaults."""
+        mem_arg = memory_limit if memory_limit is not None else _env("STATEQUERY_SQL_MEMORY_LIMIT")
+        if mem_arg is None:
+            mem = min(max(_machine_memory() // 4, 256 << 20), 8 << 30)
+        else:
+            mem = parse_bytes(mem_arg, "memory limit (STATEQUERY_SQL_MEMORY_LIMIT)")
+            if mem < 16 << 20:
+                raise InvalidOptionError(f"memory limit {mem_arg!r}: at least 16MiB")
+        thr_arg: Any = threads if threads is not None else _env("STATEQUERY_SQL_THREADS")
+        if thr_arg is None:
+            thr = max(1, min(4, (os.cpu_count() or 2) // 2))
+        else:
+            thr = int(_positive_number(thr_arg, "threads (STATEQUERY_SQL_THREADS)"))
+            if thr < 1 or float(thr_arg) != thr:
+                raise InvalidOptionError(f"threads: {thr_arg!r} must be a positive integer")
+        to_arg: Any = timeout if timeout is not None else _env("STATEQUERY_SQL_TIMEOUT")
+        to = 60.0 if to_arg is None else _positive_number(
+            to_arg, "timeout (STATEQUERY_SQL_TIMEOUT)")
+        rows_arg: Any = max_rows if max_rows is not None else _env("STATEQUERY_SQL_MAX_ROWS")
+        rows = None
+        if rows_arg is not None:
+            rows = int(_positive_number(rows_arg, "max rows (STATEQUERY_SQL_MAX_ROWS)"))
+        bytes_arg = max_bytes if max_bytes is not None else _env("STATEQUERY_SQL_MAX_BYTES")
+        size = mem if bytes_arg is None else parse_bytes(
+            bytes_arg, "max bytes (STATEQUERY_SQL_MAX_BYTES)")
+        return cls(mem, thr, to, rows, size)
 
 
 @dataclass
@@ -91,8 +273,12 @@ def _parse(query: str) -> tuple[exp.Expr, bool]:
                 raise InvalidOptionError("EXPLAIN must be followed by one SELECT")
             explain, query = True, tokens[1].text
         trees = sqlglot.parse(query, read=DIALECT)
+    except StatequeryError:
+        raise
     except SqlglotError as e:
         raise InvalidOptionError(f"cannot parse SQL: {e}") from None
+    except (ValueError, TypeError, AttributeError, KeyError, IndexError, RecursionError) as e:
+        raise InvalidOptionError(f"cannot parse SQL: {type(e).__name__}: {e}") from None
     trees = [t for t in trees if t is not None]
     if len(trees) != 1:
         raise InvalidOptionError(
@@ -110,6 +296,16 @@ def _parse(query: str) -> tuple[exp.Expr, bool]:
                 f"only SELECT queries are supported: {type(node).__name__.upper()} is not allowed"
             )
         if isinstance(node, exp.Table) and not isinstance(node.this, exp.Identifier):
+            raise InvalidOptionError(
+                f"only catalog tables can be read, not {node.this.sql(DIALECT)!r}"
+            )
+        if isinstance(node, exp.Func):
+            refused = _function_refusal(node)
+            if refused:
+                raise InvalidOptionError(refused)
+        if isinstance(node, (exp.Lateral, exp.From, exp.Join)) and isinstance(
+            node.this, exp.Func
+        ) and not isinstance(node.this, (exp.Explode, exp.Unnest, exp.Inline)):
             raise InvalidOptionError(
                 f"only catalog tables can be read, not {node.this.sql(DIALECT)!r}"
             )
@@ -212,13 +408,17 @@ def _read(cat: Catalog, src: _Source) -> pa.Table:
     return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
 
 
-def _connect() -> Any:
-    """A fresh in-memory DuckDB connection that can reach nothing but what is registered."""
+def _connect(limits: QueryLimits | None = None) -> Any:
+    """A fresh in-memory DuckDB connection that can reach nothing but what is registered, with
+    the memory and thread caps of ``limits``."""
     try:
         import duckdb
     except ImportError:
         raise MissingExtraError("statequery.sql", "duckdb", "sql") from None
-    con = duckdb.connect(":memory:", config=DUCKDB_CONFIG)
+    limits = limits or QueryLimits.resolve()
+    config = {**DUCKDB_CONFIG, "memory_limit": f"{max(1, limits.memory_limit >> 20)}MiB",
+              "threads": limits.threads}
+    con = duckdb.connect(":memory:", config=config)
     con.execute("SET TimeZone = 'UTC'")
     return con
 
@@ -251,21 +451,36 @@ def _restore_types(table: pa.Table, sources: list[_Source]) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=pa.schema(fields))
 
 
-def sql(query: str, catalog: Catalog | str | None = None) -> pa.Table:
+def sql(
+    query: str,
+    catalog: Catalog | str | None = None,
+    *,
+    memory_limit: int | str | None = None,
+    threads: int | None = None,
+    timeout: float | None = None,
+    max_rows: int | None = None,
+    max_bytes: int | str | None = None,
+) -> pa.Table:
     """Run a ``SELECT`` over the tables ``<database>.<table>`` of ``catalog`` (a
     :class:`~statequery.catalog.Catalog`, a folder, or the shipped default) as a pyarrow Table.
 
+    The limits (:class:`QueryLimits`: memory cap, threads, wall-clock timeout, result rows and
+    bytes) default to ``$STATEQUERY_SQL_*``, else to sizes from the machine.
+
     Raises :class:`InvalidOptionError` for SQL that does not parse, is not one query, reads
-    anything but catalog tables, or that DuckDB rejects; :class:`NoSuchTableError` for unknown
-    databases or tables; :class:`MissingExtraError` without DuckDB (``statequery[sql]``).
+    anything but catalog tables, calls a function outside the allow-list, or that DuckDB
+    rejects; :class:`NoSuchTableError` for unknown databases or tables;
+    :class:`QueryLimitError` / :class:`QueryTimeoutError` past a limit;
+    :class:`MissingExtraError` without DuckDB (``statequery[sql]``).
     """
     require_extra("sqlglot", "sql", "statequery.sql (SQL without Spark)")
     from sqlglot import exp
 
     from statequery.catalog import Catalog
 
+    limits = QueryLimits.resolve(memory_limit, threads, timeout, max_rows, max_bytes)
     tree, explain = _parse(query)
-    con = _connect()  # before reading: a missing extra is reported first
+    con = _connect(limits)  # before reading: a missing extra is reported first
     try:
         cat = catalog if isinstance(catalog, Catalog) else (
             Catalog() if catalog is None else Catalog(catalog)
@@ -299,21 +514,71 @@ def sql(query: str, catalog: Catalog | str | None = None) -> pa.Table:
                           alias=exp.TableAlias(this=exp.to_identifier(src.alias, quoted=True)))
             )
         _lock(con)
-        text = tree.sql(dialect="duckdb", comments=False)
-        return _run(con, ("EXPLAIN " if explain else "") + text, sources)
+        try:
+            text = tree.sql(dialect="duckdb", comments=False)
+        except Exception as e:  # noqa: BLE001 - sqlglot's generator fails in its own ways
+            raise InvalidOptionError(
+                f"cannot translate the query for DuckDB: {type(e).__name__}: {e}") from None
+        return _run(con, ("EXPLAIN " if explain else "") + text, sources, limits)
     finally:
         con.close()
 
 
-def _run(con: Any, text: str, sources: list[_Source]) -> pa.Table:
-    import duckdb
+def _size(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n >> 20} MiB"
 
+
+def _run(con: Any, text: str, sources: list[_Source], limits: QueryLimits) -> pa.Table:
+    """Run ``text``; DuckDB is interrupted after ``limits.timeout`` seconds, and the result is
+    fetched in batches, stopped as soon as it passes ``max_rows`` or ``max_bytes``."""
+    import duckdb
+    import pyarrow as pa
+
+    fired = threading.Event()
+
+    def interrupt() -> None:
+        fired.set()
+        con.interrupt()
+
+    timer = threading.Timer(limits.timeout, interrupt)
+    timer.daemon = True
+    batches: list[pa.RecordBatch] = []
     try:
         statements = duckdb.extract_statements(text)
         allowed = (duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN)
         if len(statements) != 1 or statements[0].type not in allowed:  # defence in depth
             raise InvalidOptionError("only one SELECT query is accepted")
-        table = con.sql(text).to_arrow_table()
+        timer.start()
+        reader = con.sql(text).to_arrow_reader(8192)
+        rows = size = 0
+        for batch in reader:
+            rows += batch.num_rows
+            size += batch.nbytes
+            if limits.max_rows is not None and rows > limits.max_rows:
+                raise QueryLimitError(
+                    f"the result has more than {limits.max_rows} rows (max rows: "
+                    "STATEQUERY_SQL_MAX_ROWS, --max-rows; or add a LIMIT)")
+            if limits.max_bytes is not None and size > limits.max_bytes:
+                raise QueryLimitError(
+                    f"the result is larger than {_size(limits.max_bytes)} (max bytes: "
+                    "STATEQUERY_SQL_MAX_BYTES, --max-bytes; or add a LIMIT)")
+            batches.append(batch)
+        table = pa.Table.from_batches(batches, schema=reader.schema)
     except duckdb.Error as e:
+        if fired.is_set() or isinstance(e, duckdb.InterruptException):
+            raise QueryTimeoutError(
+                f"the query ran longer than its timeout of {limits.timeout:g} s and was "
+                "interrupted (STATEQUERY_SQL_TIMEOUT, --timeout)") from None
+        if isinstance(e, duckdb.OutOfMemoryException) or "Out of Memory" in str(e):
+            raise QueryLimitError(
+                f"the query needs more memory than its cap of {_size(limits.memory_limit)} "
+                "(STATEQUERY_SQL_MEMORY_LIMIT, --memory-limit)") from None
         raise InvalidOptionError(f"cannot run the query: {e}") from None
+    except MemoryError:
+        raise QueryLimitError(
+            f"the query ran out of memory (cap {_size(limits.memory_limit)}: "
+            "STATEQUERY_SQL_MEMORY_LIMIT, --memory-limit)") from None
+    finally:
+        timer.cancel()
+        batches.clear()
     return _restore_types(table, sources)

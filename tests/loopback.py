@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,16 +16,70 @@ class CountingServer:
 
     port: int
     requests: list[str] = field(default_factory=list)
+    scheme: str = "http"
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
+
+
+@dataclass
+class LoopbackTLS:
+    """A self-signed certificate for 127.0.0.1 (made with ``cryptography``, a test dependency
+    through moto): ``context()`` for servers; clients skip verification (``ssl=False``)."""
+
+    cert: str
+    key: str
+
+    def context(self) -> ssl.SSLContext:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(self.cert, self.key)
+        return ctx
+
+
+def loopback_tls(directory: str) -> LoopbackTLS:
+    import datetime
+    import ipaddress
+    import os
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(
+            "127.0.0.1"))]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = os.path.join(directory, "cert.pem"), os.path.join(directory, "key.pem")
+    with open(cert_path, "wb") as f:
+        f.write(cert.public_bytes(serialization.Encoding.PEM))
+    with open(key_path, "wb") as f:
+        f.write(key.private_bytes(serialization.Encoding.PEM,
+                                  serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption()))
+    return LoopbackTLS(cert_path, key_path)
+
+
+def _serve(server: ThreadingHTTPServer, tls: LoopbackTLS | None) -> None:
+    if tls is not None:
+        server.socket = tls.context().wrap_socket(server.socket, server_side=True)
 
 
 @contextmanager
-def counting_http_server(lifetime: float = 120.0) -> Iterator[CountingServer]:
-    """Yield a :class:`CountingServer`; it shuts down on exit or after ``lifetime`` seconds."""
-    record = CountingServer(0)
+def counting_http_server(lifetime: float = 120.0,
+                         tls: LoopbackTLS | None = None) -> Iterator[CountingServer]:
+    """Yield a :class:`CountingServer` (https with ``tls``); it shuts down on exit or after
+    ``lifetime`` seconds."""
+    record = CountingServer(0, scheme="https" if tls else "http")
 
     class Handler(BaseHTTPRequestHandler):
         def _answer(self, body: bool) -> None:
@@ -46,6 +101,8 @@ def counting_http_server(lifetime: float = 120.0) -> Iterator[CountingServer]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    _serve(server, tls)
     record.port = server.server_address[1]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -143,6 +200,72 @@ def flaky_proxy(upstream: str, failures: list[str] | None = None,
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
+    record.port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    timer = threading.Timer(lifetime, server.shutdown)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield record
+    finally:
+        timer.cancel()
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+@contextmanager
+def static_http_server(root: str, lifetime: float = 120.0,
+                       tls: LoopbackTLS | None = None) -> Iterator[CountingServer]:
+    """Serve the files under ``root`` on 127.0.0.1 (GET with ``Range``, HEAD; https with
+    ``tls``), recording every request; 404 for anything else. Stops on exit or after
+    ``lifetime`` seconds."""
+    import os
+    import re
+
+    record = CountingServer(0, scheme="https" if tls else "http")
+    base = os.path.realpath(root)
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self, body: bool) -> None:
+            record.requests.append(f"{self.command} {self.path}")
+            path = os.path.realpath(os.path.join(base, self.path.split("?")[0].lstrip("/")))
+            if not path.startswith(base + os.sep) or not os.path.isfile(path):
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            with open(path, "rb") as f:
+                data = f.read()
+            m = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+            if m:
+                start = int(m.group(1))
+                end = min(int(m.group(2)) if m.group(2) else len(data) - 1, len(data) - 1)
+                part = data[start : end + 1]
+                self.send_response(206)
+                self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
+            else:
+                part = data
+                self.send_response(200)
+            self.send_header("Accept-Ranges", "bytes")
+            self.send_header("Content-Length", str(len(part)))
+            self.end_headers()
+            if body:
+                self.wfile.write(part)
+
+        def do_GET(self) -> None:  # noqa: N802 - the http.server protocol
+            self._answer(True)
+
+        def do_HEAD(self) -> None:  # noqa: N802
+            self._answer(False)
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    _serve(server, tls)
     record.port = server.server_address[1]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

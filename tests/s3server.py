@@ -36,9 +36,12 @@ class RequestCounter:
         self.app = app
         self.lock = threading.Lock()
         self.counts: Counter[str] = Counter()
+        self.paths: list[str] = []  # "METHOD /path" of every request, in order
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
         method = environ.get("REQUEST_METHOD", "?")
+        with self.lock:
+            self.paths.append(f"{method} {environ.get('PATH_INFO', '')}")
         if method == "GET" and environ.get("HTTP_RANGE"):
             method = "GET (ranged)"
         with self.lock:

@@ -123,7 +123,9 @@ def test_non_regular_state_file_errors_within_a_second(tmp_path: Path, kind: str
             pass
     assert elapsed < 1.0, f"reading took {elapsed:.1f}s"
     assert isinstance(outcome.get("error"), StorageError), outcome
-    assert target.name in str(outcome["error"]) and "regular file" in str(outcome["error"])
+    # a device can only be named through a link, which leaves the savepoint: refused as such
+    why = "outside" if kind == "device" else "regular file"
+    assert target.name in str(outcome["error"]) and why in str(outcome["error"])
 
 
 def test_huge_read_length_allocates_only_what_exists(tmp_path: Path) -> None:

@@ -133,9 +133,12 @@ def split_batch(batch: pa.RecordBatch, batch_size: int) -> Iterator[pa.RecordBat
 
 
 def _without_timestamps(t: pa.DataType) -> pa.DataType:
-    """``t`` with every (nested) timestamp type replaced by int64 (its value in its unit)."""
-    if pa.types.is_timestamp(t):
+    """``t`` with every (nested) timestamp type replaced by int64 (its value in its unit), and
+    dates by their days (``date32``) or milliseconds (``date64``) since the epoch."""
+    if pa.types.is_timestamp(t) or pa.types.is_date64(t):
         return pa.int64()
+    if pa.types.is_date32(t):
+        return pa.int32()
     if pa.types.is_struct(t):
         return pa.struct([f.with_type(_without_timestamps(f.type)) for f in t])
     if pa.types.is_map(t):
@@ -148,9 +151,10 @@ def _without_timestamps(t: pa.DataType) -> pa.DataType:
 
 
 def python_rows(table: pa.Table) -> list[dict[str, Any]]:
-    """``table.to_pylist()``, except that a column holding an instant Python's datetime cannot
-    represent (before year 1, after 9999) gives its timestamps as integers in the column's unit
-    since the epoch instead of raising ``OverflowError``."""
+    """``table.to_pylist()``, except that a column holding an instant or a date Python's datetime
+    cannot represent (before year 1, after 9999) gives its timestamps as integers in the column's
+    unit since the epoch (dates: days, or milliseconds for ``date64``) instead of raising
+    ``OverflowError``."""
     try:
         return table.to_pylist()  # type: ignore[no-any-return]
     except (OverflowError, ValueError, pa.ArrowException):

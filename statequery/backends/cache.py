@@ -1,8 +1,10 @@
 """A local, content-addressed cache of remote state files (RocksDB SSTs, MANIFESTs, ...).
 
-RocksDB opens files by local path, so every file a RocksDB handle names is fetched once through the
-storage seam (:class:`~statequery.io.FileIO`) into this cache, then hard-linked (or copied) into a
-private per-handle DB directory (:meth:`FileCache.new_db_dir`).
+RocksDB opens files by local path, so every remote file a RocksDB handle names is fetched once
+through the storage seam (:class:`~statequery.io.FileIO`) into this cache, then hard-linked (or
+copied) into a private per-handle DB directory (:meth:`FileCache.new_db_dir`). Local files are
+never cached: they are read in place (:meth:`FileCache.link`), so a file rewritten with the same
+size and a kept mtime is never served from an old copy.
 
 * **Location**: ``root`` argument, else ``$STATEQUERY_CACHE_DIR``, else
   ``$XDG_CACHE_HOME/statequery``, else ``~/.cache/statequery``. It must not lie inside the
@@ -43,7 +45,7 @@ from dataclasses import dataclass
 from typing import IO
 
 from statequery.exceptions import CorruptStateError, InvalidOptionError, StorageError
-from statequery.io import FileIO
+from statequery.io import FileIO, is_local
 
 try:  # POSIX only; on other platforms the cache works without cross-process locks
     import fcntl
@@ -323,10 +325,16 @@ class FileCache:
     def link(self, io: FileIO, key: CacheKey, dest: str) -> None:
         """Place a verified copy of ``key`` at ``dest`` (hard link, or copy across devices).
 
-        The key is completed with the endpoint and current version of its file
-        (:meth:`identify`); fetch and link run under the cache lock held shared, so no eviction
-        can remove the entry in between.
+        Local files are never served from the cache: they are read in place (:func:`_place_local`:
+        the file itself, opened through the storage seam, hard-linked or copied to ``dest``), so
+        a file rewritten with the same size and kept mtime (``cp -p``, ``touch -r``) is read as
+        it is now. Remote files: the key is completed with the endpoint and current version of
+        its file (:meth:`identify`: size plus ETag/version id); fetch and link run under the
+        cache lock held shared, so no eviction can remove the entry in between.
         """
+        if is_local(key.location):
+            _place_local(io, key, dest)
+            return
         key = self.identify(io, key)
         for _ in range(3):
             with _flock(self._lockfile, exclusive=False):
@@ -472,6 +480,45 @@ def _read_up_to(f: IO[bytes], n: int) -> bytes:
         parts.append(b)
         n -= len(b)
     return b"".join(parts)
+
+
+def _place_local(io: FileIO, key: CacheKey, dest: str) -> None:
+    """Put the current bytes of the local file ``key.location`` at ``dest``: opened once through
+    ``io`` (so its confinement holds), then that very file hard-linked (``/proc/self/fd``) or,
+    for segments, across devices or with a checksum to verify, copied. No cache entry."""
+    with io.new_input(key.location).open() as src:
+        try:
+            fd = src.fileno()
+            actual = os.fstat(fd).st_size
+        except OSError as e:
+            raise StorageError(f"cannot read {key.location}: {e}") from e
+        if key.offset is None and actual != key.size:
+            raise CorruptStateError(
+                f"file is {actual} bytes but its state handle says {key.size} "
+                "(truncated or replaced?)", key.location)
+        if key.offset is not None and actual < key.offset + key.size:
+            raise CorruptStateError(
+                f"file is {actual} bytes, too short for the segment [{key.offset}, "
+                f"{key.offset + key.size}) its state handle names (truncated?)", key.location)
+        if key.offset is None and not key.checksum:
+            try:
+                os.link(f"/proc/self/fd/{fd}", dest, follow_symlinks=True)
+                return
+            except OSError:
+                pass  # no /proc, another device, not permitted: copy
+        try:
+            with open(dest, "wb") as out:
+                if key.offset:
+                    src.seek(key.offset)
+                written = _copy(src, out, key.size)
+        except OSError as e:
+            raise StorageError(f"cannot copy {key.location} to {dest}: {e}") from e
+    if written != key.size:
+        raise CorruptStateError(
+            f"read {written} bytes but its state handle says {key.size} (truncated?)",
+            key.location)
+    if key.checksum and not _checksum_of(dest, key.checksum):
+        raise CorruptStateError(f"checksum mismatch (expected {key.checksum})", key.location)
 
 
 def _listdir(path: str) -> list[str]:

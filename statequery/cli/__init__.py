@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -43,6 +44,11 @@ from typing import Any
 from statequery.exceptions import InvalidOptionError, OutputError, StatequeryError
 
 __all__ = ["main"]
+
+#: result limits of ``statequery sql`` (a terminal, not a data pipeline: ``--out`` of ``read``
+#: or the Python API for more)
+CLI_MAX_ROWS = 100_000
+CLI_MAX_BYTES = 256 << 20
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -113,6 +119,21 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--json", action="store_true", help="print JSON lines")
     q.add_argument("--spark", action="store_true",
                    help="run it in a local Spark (the catalog attached as databases)")
+    q.add_argument("--memory-limit", metavar="SIZE",
+                   help="DuckDB's memory cap, e.g. 2GiB (default: $STATEQUERY_SQL_MEMORY_LIMIT, "
+                        "else a quarter of the machine's memory, at most 8GiB)")
+    q.add_argument("--threads", type=int,
+                   help="DuckDB threads (default: $STATEQUERY_SQL_THREADS, else half the cores, "
+                        "at most 4)")
+    q.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help="interrupt the query after this long (default: $STATEQUERY_SQL_TIMEOUT, "
+                        "else 60)")
+    q.add_argument("--max-rows", type=int,
+                   help=f"refuse results longer than this (default: $STATEQUERY_SQL_MAX_ROWS, "
+                        f"else {CLI_MAX_ROWS})")
+    q.add_argument("--max-bytes", metavar="SIZE",
+                   help=f"refuse results larger than this (default: $STATEQUERY_SQL_MAX_BYTES, "
+                        f"else {CLI_MAX_BYTES >> 20}MiB)")
     from statequery.cli.spark import _spark_args, add_parsers
 
     _spark_args(q)
@@ -506,14 +527,38 @@ def _silence_stdout() -> None:
         pass
 
 
+def _one_line(text: str) -> str:
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    return " ".join(lines[:1]) + (" ..." if len(lines) > 1 else "")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv``; returns the exit status (0 ok, 1 a user error, with a
-    one-line ``statequery: ...`` message on stderr). A closed output pipe is a quiet exit 0."""
+    one-line ``statequery: ...`` message on stderr). A closed output pipe is a quiet exit 0.
+
+    No input or environment problem shows a traceback: errors statequery knows are typed
+    (:class:`StatequeryError`); anything else is reported in one line as unexpected (a bug to
+    report), with the traceback only when ``STATEQUERY_DEBUG=1``."""
     try:
         return _main(argv)
     except BrokenPipeError:
         _silence_stdout()
         return 0
+    except StatequeryError as e:
+        print(f"statequery: {_one_line(str(e))}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("statequery: interrupted", file=sys.stderr)
+        return 130
+    except MemoryError:
+        print("statequery: out of memory", file=sys.stderr)
+        return 1
+    except Exception as e:  # noqa: BLE001 - the last line of defence against a traceback
+        if os.environ.get("STATEQUERY_DEBUG"):
+            raise
+        print(f"statequery: unexpected error (please report it; STATEQUERY_DEBUG=1 shows the "
+              f"traceback): {type(e).__name__}: {_one_line(str(e))}", file=sys.stderr)
+        return 1
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -550,7 +595,15 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command == "sql":
             from statequery.sql import sql
 
-            table = sql(args.query, args.catalog)
+            env = os.environ
+            table = sql(
+                args.query, args.catalog, memory_limit=args.memory_limit, threads=args.threads,
+                timeout=args.timeout,
+                max_rows=args.max_rows if args.max_rows is not None else (
+                    None if env.get("STATEQUERY_SQL_MAX_ROWS") else CLI_MAX_ROWS),
+                max_bytes=args.max_bytes if args.max_bytes is not None else (
+                    None if env.get("STATEQUERY_SQL_MAX_BYTES") else CLI_MAX_BYTES),
+            )
             if args.json:
                 for row in python_rows(table):
                     sys.stdout.write(json.dumps(row, default=_json_default, ensure_ascii=False)
@@ -579,10 +632,8 @@ def _main(argv: Sequence[str] | None) -> int:
             print(f"wrote StateMeta snapshot {where} ({len(sp.states)} states{named}{indexed})")
             return 0
     except StatequeryError as e:
-        print(f"statequery: {e}", file=sys.stderr)
+        print(f"statequery: {_one_line(str(e))}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:  # pragma: no cover
-        return 130
     return 2  # pragma: no cover - argparse rejects unknown commands
 
 

@@ -14,6 +14,7 @@ would do it. Each ranged read is one request; :class:`ReadStats` counts both.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import posixpath
@@ -21,7 +22,7 @@ import stat
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol, cast
 from urllib.parse import urlsplit
@@ -41,10 +42,13 @@ __all__ = [
     "LocalFileSystem",
     "ReadStats",
     "filesystem_of",
+    "is_local",
     "is_under",
     "join_location",
     "location_parent",
     "normalize_location",
+    "same_store",
+    "store_of",
 ]
 
 _LOCAL_SCHEMES = ("", "file", "local")
@@ -121,6 +125,11 @@ def normalize_location(location: str) -> str:
     return location
 
 
+def is_local(location: str) -> bool:
+    """Whether ``location`` is a local path (or a ``file:`` URI)."""
+    return _is_local(normalize_location(location))
+
+
 def _is_local(location: str) -> bool:
     scheme = urlsplit(location).scheme.lower()
     return scheme in _LOCAL_SCHEMES or len(scheme) == 1
@@ -136,6 +145,37 @@ def filesystem_of(location: str) -> str:
     return {"s3a": "s3", "s3n": "s3", "gcs": "gs", "abfss": "abfs"}.get(scheme, scheme)
 
 
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def store_of(location: str) -> tuple[str, str, int | None]:
+    """The store a location lives in: ``(filesystem, host or bucket, port)``.
+
+    ``("file", "", None)`` for local paths, ``("s3", "bucket", None)`` for ``s3://bucket/k``,
+    ``("http", "127.0.0.1", 8080)`` for ``http://127.0.0.1:8080/x`` (default ports filled in). Two
+    locations are on the same store only if all three agree: what a state handle must share with
+    its savepoint (the endpoint itself comes from the FileIO's storage options, the same for both).
+    """
+    location = normalize_location(location)
+    fs = filesystem_of(location)
+    if fs == "file":
+        return fs, "", None
+    parts = urlsplit(location)
+    try:
+        port = parts.port
+    except ValueError as e:
+        raise StorageError(f"invalid location {location!r}: {e}") from None
+    host = (parts.hostname or "").lower()
+    if not host and parts.path.strip("/"):  # memory:///bucket/x is memory://bucket/x
+        host = parts.path.strip("/").split("/", 1)[0]
+    return fs, host, port if port is not None else _DEFAULT_PORTS.get(fs)
+
+
+def same_store(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` are on the same store (:func:`store_of`)."""
+    return store_of(a) == store_of(b)
+
+
 def is_under(location: str, root: str) -> bool:
     """Whether ``location`` is ``root`` or inside it (same filesystem, bucket and path prefix)."""
     location, root = normalize_location(location), normalize_location(root)
@@ -145,11 +185,19 @@ def is_under(location: str, root: str) -> bool:
         loc = os.path.normpath(os.path.abspath(location))
         base = os.path.normpath(os.path.abspath(root))
         return loc == base or loc.startswith(base.rstrip(os.sep) + os.sep)
-    a, b = urlsplit(location), urlsplit(root)
-    if a.netloc.lower() != b.netloc.lower():
+    if store_of(location) != store_of(root):
         return False
-    path, base = posixpath.normpath(a.path or "/"), posixpath.normpath(b.path or "/")
+    path, base = _store_path(location), _store_path(root)
     return path == base or path.startswith(base.rstrip("/") + "/")
+
+
+def _store_path(location: str) -> str:
+    """The path of a remote location inside its store (bucket or host excluded)."""
+    parts = urlsplit(location)
+    path = parts.path or "/"
+    if not parts.hostname and path.strip("/"):  # memory:///bucket/x: the bucket is in the path
+        path = "/" + path.strip("/").split("/", 1)[1] if "/" in path.strip("/") else "/"
+    return posixpath.normpath(path)
 
 
 def location_parent(location: str) -> str:
@@ -278,6 +326,13 @@ class _CountingStream:
     def readable(self) -> bool:
         return True
 
+    def fileno(self) -> int:
+        """The descriptor of a local file (``OSError`` for remote streams)."""
+        try:
+            return int(self._raw.fileno())
+        except (AttributeError, ValueError) as e:
+            raise OSError(f"{self._location} has no file descriptor") from e
+
     def close(self) -> None:
         self._raw.close()
 
@@ -359,18 +414,117 @@ class FileIO:
             env = os.environ.get("STATEQUERY_ALLOWED_ROOTS", "")
             allowed_roots = [r.strip() for r in env.split(",") if r.strip()]
         self.allowed_roots = tuple(normalize_location(r) for r in allowed_roots)
+        #: savepoint trees registered by :meth:`confine`: what lies in one must resolve into it
+        self.confined_roots: tuple[str, ...] = ()
+        self._real_roots: dict[str, str] = {}
         self.stats = ReadStats()
         self._lock = threading.Lock()
         self._local = threading.local()
         self._pool: OrderedDict[str, _RangeReader] = OrderedDict()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"storage_options": self.storage_options, "allowed_roots": self.allowed_roots}
+        return {"storage_options": self.storage_options, "allowed_roots": self.allowed_roots,
+                "confined_roots": self.confined_roots}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(  # type: ignore[misc]
             state["storage_options"], list(state.get("allowed_roots", ()))
         )
+        for root in state.get("confined_roots", ()):
+            self.confine(root)
+
+    def confine(self, root: str) -> None:
+        """Register a savepoint's own tree: every file read whose location lies in ``root`` must
+        also *resolve* into it (or into an allowed root), symbolic links followed: a state file
+        replaced by a link to a file elsewhere is refused (:class:`StorageError`) before that
+        file is opened. Allowed roots are confined the same way."""
+        root = normalize_location(root)
+        with self._lock:
+            if root not in self.confined_roots:
+                self.confined_roots = (*self.confined_roots, root)
+
+    def _bounds(self, location: str) -> tuple[str, ...] | None:
+        """Where ``location`` may resolve to: None when it lies in no confined or allowed root
+        (an absolute path the user named), else the roots it may resolve into."""
+        inside = [r for r in (*self.confined_roots, *self.allowed_roots) if is_under(location, r)]
+        if not inside:
+            return None
+        return tuple(dict.fromkeys((*inside, *self.allowed_roots)))
+
+    def _real_root(self, root: str) -> str:
+        real = self._real_roots.get(root)
+        if real is None:
+            real = self._real_roots[root] = os.path.realpath(root)
+        return real
+
+    def _inside_real(self, real: str, bounds: tuple[str, ...]) -> bool:
+        for root in bounds:
+            if not _is_local(root):
+                continue
+            base = self._real_root(root)
+            if real == base or real.startswith(base.rstrip(os.sep) + os.sep):
+                return True
+        return False
+
+    def _escape(self, location: str, target: str, bounds: tuple[str, ...]) -> StorageError:
+        return StorageError(
+            f"{location} resolves to {target}, outside {' or '.join(bounds)} (a symbolic link "
+            "out of the savepoint or allowed root); statequery refuses to read it"
+        )
+
+    def _check_resolved(self, location: str) -> None:
+        """Before a local file is opened or stat'ed: its resolved path stays in its bounds."""
+        bounds = self._bounds(location)
+        if bounds is None:
+            return
+        real = os.path.realpath(location)
+        if not self._inside_real(real, bounds):
+            raise self._escape(location, real, bounds)
+
+    def _check_descriptor(self, location: str, raw: IO[bytes]) -> None:
+        """After a local file is opened: the file actually opened is inside the bounds (a link
+        swapped in between the check and the open is caught here)."""
+        bounds = self._bounds(location)
+        if bounds is None:
+            return
+        try:
+            fd = raw.fileno()
+            proc = f"/proc/self/fd/{fd}"
+            if os.path.islink(proc):
+                real = os.readlink(proc)
+            else:  # no /proc: the resolved name must still be the file that was opened
+                real = os.path.realpath(location)
+                st, fst = os.stat(real), os.fstat(fd)
+                if (st.st_dev, st.st_ino) != (fst.st_dev, fst.st_ino):
+                    real = "<a file swapped in while it was opened>"
+        except (OSError, ValueError) as e:
+            raise StorageError(f"cannot check where {location} resolves to: {e}") from e
+        if not self._inside_real(real, bounds):
+            raise self._escape(location, real, bounds)
+
+    def _check_links(self, fs: FileSystem, location: str) -> None:
+        """Remote filesystems with symbolic links (HDFS, SFTP ...): a link in a confined root
+        must point inside its bounds; object stores and HTTP have no links."""
+        if urlsplit(location).scheme.lower() in _LINKLESS:
+            return
+        bounds = self._bounds(location)
+        raw = getattr(fs, "fs", None)
+        if bounds is None or raw is None:
+            return
+        self._request(location)
+        info = self._call("stat", location, lambda: raw.info(location))
+        if not (info.get("islink") or info.get("type") in ("link", "symlink")):
+            return
+        dest = info.get("destination") or info.get("symlink_target") or info.get("target")
+        if not dest:
+            raise self._escape(location, "an unknown link target", bounds)
+        dest = str(dest)
+        if not urlsplit(dest).scheme:  # a path on the same filesystem, maybe relative
+            parts = urlsplit(location)
+            base = posixpath.dirname(parts.path)
+            dest = parts._replace(path=posixpath.normpath(posixpath.join(base, dest))).geturl()
+        if not any(is_under(dest, r) for r in bounds):
+            raise self._escape(location, dest, bounds)
 
     def __enter__(self) -> FileIO:
         return self
@@ -443,6 +597,13 @@ class FileIO:
                 raise MissingExtraError(f"reading {scheme}:// locations", package, extra) from e
             except (ValueError, TypeError) as e:  # unknown protocol, bad storage options
                 raise StorageError(f"cannot read {location}: {scheme}:// is not usable: {e}") from e
+            except StatequeryError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a client library that cannot start
+                first = (str(e).strip().splitlines() or [""])[0]  # not a loader's search log
+                raise StorageError(
+                    f"cannot read {location}: {scheme}:// is not usable here: "
+                    f"{type(e).__name__}: {first}{_environment_hint(scheme, e)}") from e
         return fs
 
     @staticmethod
@@ -479,14 +640,28 @@ class FileIO:
     def _size(self, location: str) -> int:
         self._request(location)
         fs = self._filesystem(location)
+        if _is_local(location):
+            self._check_resolved(location)
         return int(self._call("stat", location, lambda: fs.size(location)))
 
     def _open(self, location: str) -> IO[bytes]:
+        fs = self._filesystem(location)
+        local = _is_local(location)
+        if local:
+            self._check_resolved(location)
+        else:
+            self._check_links(fs, location)
         with self._lock:
             self.stats.opens[location] += 1
             self.stats.requests[location] += 1
-        fs = self._filesystem(location)
-        return self._call("open", location, lambda: fs.open(location))  # type: ignore[no-any-return]
+        raw: IO[bytes] = self._call("open", location, lambda: fs.open(location))
+        if local:
+            try:
+                self._check_descriptor(location, raw)
+            except BaseException:
+                raw.close()
+                raise
+        return raw
 
     def endpoint(self, location: str) -> str:
         """Which service a location lives on beyond its URI: the storage options' endpoint (an
@@ -544,25 +719,21 @@ class FileIO:
         fs = self._filesystem(location)
         try:
             fs.write_atomic(location, data)
-        except (OSError, FileNotFoundError) as e:
-            raise StorageError(f"cannot write {location}: {e}") from e
+        except StatequeryError:
+            raise
+        except Exception as e:  # fsspec implementations raise their own types
+            raise StorageError(f"cannot write {location}: {type(e).__name__}: {e}") from e
 
     def list_dir(self, location: str) -> list[str]:
         """Names of the entries of a directory (used by the catalog to find savepoints)."""
         location = normalize_location(location)
         fs = self._filesystem(location)
-        try:
-            return sorted(fs.list_dir(location))
-        except (OSError, ValueError) as e:
-            raise StorageError(f"cannot list {location}: {e}") from e
+        return sorted(self._call("list", location, lambda: fs.list_dir(location)))
 
     def is_dir(self, location: str) -> bool:
         location = normalize_location(location)
         fs = self._filesystem(location)
-        try:
-            return fs.is_dir(location)
-        except (OSError, ValueError) as e:
-            raise StorageError(f"cannot stat {location}: {e}") from e
+        return bool(self._call("stat", location, lambda: fs.is_dir(location)))
 
 
 class FileSystem(Protocol):
@@ -664,6 +835,43 @@ _FS_PACKAGES = {
 }
 
 _OBJECT_STORES = ("s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "oss")
+#: schemes without symbolic links (nothing to resolve before a read)
+_LINKLESS = (*_OBJECT_STORES, "s3n", "http", "https", "memory")
+
+
+def _environment_hint(scheme: str, e: BaseException) -> str:
+    """What a client library that failed to start is missing, when it can be told."""
+    text = str(e)
+    if scheme in ("hdfs", "viewfs") or "libjvm" in text or "libhdfs" in text:
+        import shutil
+
+        java = shutil.which("java")
+        home = os.path.dirname(os.path.dirname(os.path.realpath(java))) if java else None
+        jvm = ("a Java runtime was not found (install a JDK)" if not home
+               else f"set JAVA_HOME to the Java runtime (e.g. JAVA_HOME={home})")
+        return (f" (hdfs:// is read through pyarrow's libhdfs, which needs a JVM and Hadoop: "
+                f"{jvm}, and HADOOP_HOME or ARROW_LIBHDFS_DIR to Hadoop's native libhdfs; "
+                "CLASSPATH must hold Hadoop's jars)")
+    return ""
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Silence native libraries that print to file descriptor 2 while they start (pyarrow's
+    libhdfs loader prints a line per place it looked for libjvm): the error they raise says it."""
+    try:
+        saved = os.dup(2)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except OSError:  # no descriptor 2: nothing to silence
+        yield
+        return
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 class FsspecFileSystem:
@@ -673,7 +881,11 @@ class FsspecFileSystem:
         import fsspec  # the only fsspec import in statequery
 
         self.scheme = scheme
-        self.fs = fsspec.filesystem(scheme, **storage_options)
+        if scheme in ("hdfs", "viewfs", "arrow_hdfs"):
+            with _quiet_stderr():
+                self.fs = fsspec.filesystem(scheme, **storage_options)
+        else:
+            self.fs = fsspec.filesystem(scheme, **storage_options)
 
     def open(self, location: str) -> IO[bytes]:
         # no read-ahead cache: statequery plans its ranged reads (adjacent key groups coalesced),

@@ -39,6 +39,8 @@ from statequery.io import (
     join_location,
     location_parent,
     normalize_location,
+    same_store,
+    store_of,
 )
 
 __all__ = [
@@ -373,6 +375,10 @@ class _SliceStream(io.RawIOBase):
 _TREE_DIRS = ("shared", "taskowned")
 
 
+def _store_name(host: str, port: int | None) -> str:
+    return f"{host}:{port}" if port is not None else (host or "no host")
+
+
 class HandleResolver:
     """Turns handles into locations and bytes, relative to one ``_metadata`` directory.
 
@@ -384,6 +390,9 @@ class HandleResolver:
         self.metadata_dir = normalize_location(metadata_dir)
         self._lock = threading.Lock()
         self._resolved: dict[str, str] = {}
+        confine = getattr(io, "confine", None)
+        if confine is not None:  # what lies in the savepoint's tree must resolve into it
+            confine(self.job_dir or self.metadata_dir)
 
     @property
     def job_dir(self) -> str | None:
@@ -422,17 +431,28 @@ class HandleResolver:
     def refusal(self, location: str) -> str | None:
         """Why an absolute handle's ``location`` may not be read, or None when it may.
 
-        A savepoint chooses its handles, so they are not trusted: they may only name files on
-        the savepoint's own filesystem (a ``_metadata`` in S3 cannot make statequery fetch an
-        ``http://`` URL), and, when the FileIO has ``allowed_roots``, only under one of them or
-        under the savepoint's own directory tree.
+        A savepoint chooses its handles, so they are not trusted: they may only name files
+        under one of the FileIO's ``allowed_roots`` or on the savepoint's own store: same
+        filesystem, same host and port, same bucket (a ``_metadata`` served over http cannot
+        make statequery fetch ``http://169.254.169.254/...``, one in ``s3://a`` cannot read
+        ``s3://b``); when the FileIO has ``allowed_roots``, only inside the savepoint's own
+        directory tree. Where a location *resolves* (symbolic links) is checked by the FileIO
+        at open (:meth:`FileIO.confine`).
         """
+        roots = getattr(self.io, "allowed_roots", ())
+        if any(is_under(location, r) for r in roots):
+            return None
         own, theirs = filesystem_of(self.metadata_dir), filesystem_of(location)
         if theirs != own:
             return (f"it is on {theirs}://, not on the savepoint's own filesystem ({own}); "
                     "state handles may not point at other filesystems")
-        roots = getattr(self.io, "allowed_roots", ())
-        if roots and not any(is_under(location, r) for r in roots):
+        if not same_store(location, self.metadata_dir):
+            _, host, port = store_of(location)
+            _, own_host, own_port = store_of(self.metadata_dir)
+            return (f"it is on {_store_name(host, port)}, not on the savepoint's own store "
+                    f"({_store_name(own_host, own_port)}); state handles may only name objects "
+                    "of the savepoint's own host and bucket")
+        if roots:
             own_tree = self.job_dir or self.metadata_dir
             if not is_under(location, own_tree):
                 return f"it is outside the allowed roots ({', '.join(roots)})"

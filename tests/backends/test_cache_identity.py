@@ -24,10 +24,35 @@ def test_rewritten_file_of_the_same_size_is_fetched_again(tmp_path: Path) -> Non
     io = FileIO()
     cache.link(io, CacheKey(str(src), 4096), str(tmp_path / "first"))
     assert (tmp_path / "first").read_bytes() == b"A" * 4096
-    src.write_bytes(b"B" * 4096)  # rewritten in place, same size, same name
+    (tmp_path / "new").write_bytes(b"B" * 4096)
+    os.replace(tmp_path / "new", src)  # rewritten, same size, same name
     cache.link(io, CacheKey(str(src), 4096), str(tmp_path / "second"))
     assert (tmp_path / "second").read_bytes() == b"B" * 4096
     assert (tmp_path / "first").read_bytes() == b"A" * 4096  # a reader's link is untouched
+
+
+def test_local_file_rewritten_with_kept_mtime_is_read_as_it_is_now(tmp_path: Path) -> None:
+    """``cp -p`` / ``touch -r``: same size, same inode, same mtime, new bytes. Local files are
+    read in place, never from a cached copy (issue 23)."""
+    src = tmp_path / "state-file"
+    src.write_bytes(b"A" * 4096)
+    before = os.stat(src)
+    cache = FileCache(tmp_path / "cache")
+    io = FileIO()
+    cache.link(io, CacheKey(str(src), 4096), str(tmp_path / "first"))
+    assert (tmp_path / "first").read_bytes() == b"A" * 4096
+    with open(src, "r+b") as f:  # in place: the inode stays
+        f.write(b"B" * 4096)
+    os.utime(src, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(src)
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (
+        before.st_ino, before.st_size, before.st_mtime_ns)
+    cache.link(io, CacheKey(str(src), 4096), str(tmp_path / "second"))
+    assert (tmp_path / "second").read_bytes() == b"B" * 4096
+    assert cache.entries() == []  # no copy of a local file is kept
+    # a segment of a local file, too
+    cache.link(io, CacheKey(str(src), 100, offset=10), str(tmp_path / "segment"))
+    assert (tmp_path / "segment").read_bytes() == b"B" * 100
 
 
 def test_endpoint_is_part_of_the_identity() -> None:

@@ -71,6 +71,22 @@ class _Snapshot(Savepoint):
         raise KeyError(uid)
 
 
+def _remote_copy(name: str) -> str:
+    """The fixture ``name`` copied to ``memory://`` (idempotent): the cache holds remote files
+    only (local files are read in place, never from a cached copy); returns the directory of its
+    ``_metadata``."""
+    src = fixture_dir(name)
+    top = src.parent if src.name.startswith("chk-") else src
+    base = f"memory://sq-cache-test/{name}"
+    io = FileIO({})
+    for path in sorted(top.rglob("*")):
+        if path.is_file():
+            loc = f"{base}/{path.relative_to(top)}"
+            if not io.new_input(loc).exists():
+                io.write_atomic(loc, path.read_bytes())
+    return f"{base}/{src.name}" if src.name.startswith("chk-") else base
+
+
 def _state_names(snap: _Snapshot, handle: Any) -> list[str]:
     backend: Any = keyed_backend_for(handle, KeyedContext(snap.resolver, 128))
     return [s.name for s in backend.proxy.states]
@@ -124,7 +140,7 @@ def _assert_cache_clean(cache: FileCache, snap: _Snapshot | None = None) -> None
     sources = _entry_sources(cache, snap)
     for path, _ in cache.entries():
         if path in sources:  # entries of other snapshots are checked by their own tests
-            assert Path(path).read_bytes() == Path(sources[path]).read_bytes()
+            assert Path(path).read_bytes() == snap.io.new_input(sources[path]).read()
 
 
 def _entry_sources(cache: FileCache, snap: _Snapshot) -> dict[str, str]:
@@ -252,11 +268,13 @@ def test_single_key_lookup_fetches_one_subtask(cache: FileCache) -> None:
               for f in from_incremental_handle(h, snap.resolver).files}
     assert touched and touched <= own
     assert not touched & others
-    # a second lookup is served by the cache: nothing is read from the savepoint
+    # a second lookup reads the local files in place again (never a cached copy, issue 23),
+    # still only the owning subtask's
     snap.io.stats.reset()
     assert list(read_entries(handles, snap.io, "count", max_parallelism=128, key_groups=(kg, kg),
                              cache=cache, resolver=snap.resolver))
-    assert snap.io.stats.total_bytes == 0
+    assert set(snap.io.stats.opens) <= own
+    assert cache.entries() == []  # nothing of a local savepoint is copied into the cache
 
 
 def test_lookup_through_reader_reads_only_the_owning_subtask(tmp_path: Path,
@@ -455,7 +473,7 @@ def test_cache_location(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_damaged_cache_entry_is_fetched_again(cache: FileCache) -> None:
-    snap = _Snapshot(fixture_dir(NATIVE))
+    snap = _Snapshot(_remote_copy(NATIVE))
     _, names, handle = _user_state(snap)
     want = _read_all(handle, snap, cache, names)
     sst = _file(handle, "0")
@@ -470,7 +488,7 @@ def test_damaged_cache_entry_is_fetched_again(cache: FileCache) -> None:
 
 
 def test_eviction_keeps_the_cache_bounded(tmp_path: Path) -> None:
-    snap = _Snapshot(fixture_dir(NATIVE))
+    snap = _Snapshot(_remote_copy(NATIVE))
     _, names, handle = _user_state(snap)
     total = sum(f.size for f in handle.files if f.location)
     small = FileCache(tmp_path / "small", max_bytes=total // 3)
@@ -480,7 +498,7 @@ def test_eviction_keeps_the_cache_bounded(tmp_path: Path) -> None:
     assert _read_all(handle, snap, small, names) == want
     small.clear()
     assert small.size() == 0
-    _assert_cache_clean(small)
+    _assert_cache_clean(small, snap)
 
 
 def test_stale_db_directories_are_removed(tmp_path: Path) -> None:
@@ -496,8 +514,8 @@ def test_stale_db_directories_are_removed(tmp_path: Path) -> None:
 
 
 def _read_in_process(args: tuple[str, str]) -> list[tuple[str, str, bytes, bytes]]:
-    metadata_dir, cache_root = args
-    snap = _Snapshot(metadata_dir)
+    name, cache_root = args
+    snap = _Snapshot(_remote_copy(name))  # memory:// is per process: each makes its copy
     cache = FileCache(cache_root)
     out = []
     for op, handles in snap.keyed_operators():
@@ -513,23 +531,25 @@ def _read_in_process(args: tuple[str, str]) -> list[tuple[str, str, bytes, bytes
 @pytest.mark.parametrize("name", [NATIVE, INCREMENTAL])
 def test_two_processes_share_one_cache(name: str, tmp_path: Path) -> None:
     root = str(tmp_path / "shared-cache")
-    args = (str(fixture_dir(name)), root)
+    args = (name, root)
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(2) as pool:
         a, b = pool.map(_read_in_process, [args, args])
     assert a == b and a
     cache = FileCache(root)
-    _assert_cache_clean(cache, _Snapshot(fixture_dir(name)))
-    sources = _entry_sources(cache, _Snapshot(fixture_dir(name)))
+    snap = _Snapshot(_remote_copy(name))
+    _assert_cache_clean(cache, snap)
+    sources = _entry_sources(cache, snap)
     entries = cache.entries()
     assert len(entries) == len(sources)  # one entry per file, no duplicates
     for path, _ in entries:
-        assert Path(path).read_bytes() == Path(sources[path]).read_bytes()
+        assert Path(path).read_bytes() == snap.io.new_input(sources[path]).read()
 
 
 def test_threads_share_one_cache(tmp_path: Path) -> None:
     root = str(tmp_path / "c")
-    args = (str(fixture_dir(NATIVE)), root)
+    args = (NATIVE, root)
+    _remote_copy(NATIVE)  # before the threads start
     results: list[Any] = [None] * 4
     errors: list[BaseException] = []
 
@@ -546,7 +566,8 @@ def test_threads_share_one_cache(tmp_path: Path) -> None:
         t.join()
     assert not errors
     assert all(r == results[0] for r in results) and results[0]
-    _assert_cache_clean(FileCache(root))
+    _assert_cache_clean(FileCache(root), _Snapshot(_remote_copy(NATIVE)))
+    assert FileCache(root).entries()
 
 
 def test_inline_and_segment_files(tmp_path: Path, cache: FileCache) -> None:

@@ -1,0 +1,296 @@
+"""``statequery.sql`` under hostile queries (issue 23): an allow-list of functions applied to the
+parsed query before DuckDB sees it, and limits on memory, threads, time and result size.
+
+The generated set takes every table function DuckDB has (``duckdb_functions()``, enumerated at
+test time) and nests it in every place a query can hold one; none may reach DuckDB.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import statequery
+from statequery.catalog import Catalog
+from statequery.exceptions import (
+    InvalidOptionError,
+    NoSuchTableError,
+    QueryLimitError,
+    QueryTimeoutError,
+)
+from statequery.sql import QueryLimits, _connect, _lock
+from tests.loopback import CountingServer, counting_http_server
+
+sqlmod = sys.modules["statequery.sql"]  # the package attribute is the function
+
+T = "user_activity.user_state__count"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture()
+def catalog() -> Catalog:
+    return Catalog()
+
+
+@pytest.fixture()
+def server() -> Iterator[CountingServer]:
+    with counting_http_server() as s:
+        yield s
+
+
+@pytest.fixture()
+def runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The DuckDB texts that reached ``_run`` (what DuckDB was given)."""
+    seen: list[str] = []
+    real = sqlmod._run
+
+    def spy(con: Any, text: str, *args: Any) -> Any:
+        seen.append(text)
+        return real(con, text, *args)
+
+    monkeypatch.setattr(sqlmod, "_run", spy)
+    return seen
+
+
+ISSUE_PAYLOADS = [
+    f"SELECT list_sum(range(250000000)) AS n FROM {T}",
+    f"SELECT sum(x) AS n FROM {T}, LATERAL query('SELECT 42') AS q(x)",
+    f"SELECT count(*) AS n FROM {T}, LATERAL duckdb_settings()",
+    f"SELECT count(*) AS n FROM {T}, LATERAL read_text('/etc/passwd')",
+    f"SELECT length(repeat('x', 2000000000)) AS n FROM {T}",
+    f"SELECT size(sequence(1, 250000000)) AS n FROM {T}",
+    f"SELECT current_setting('memory_limit') AS n FROM {T}",
+]
+
+
+@pytest.mark.parametrize("query", ISSUE_PAYLOADS)
+def test_issue_payloads_are_refused_before_duckdb(
+    query: str, catalog: Catalog, runs: list[str]
+) -> None:
+    with pytest.raises(InvalidOptionError, match=r"is not allowed|only catalog tables"):
+        statequery.sql(query, catalog)
+    assert runs == []
+
+
+def _duckdb_table_functions() -> list[str]:
+    import duckdb
+
+    con = duckdb.connect(":memory:")
+    try:
+        rows = con.execute(
+            "SELECT DISTINCT function_name FROM duckdb_functions() "
+            "WHERE function_type IN ('table', 'table_macro') ORDER BY 1"
+        ).fetchall()
+    finally:
+        con.close()
+    return [r[0] for r in rows]
+
+
+def _nestings(f: str, marker: Path, url: str) -> list[str]:
+    args = ["", f"'{marker}'", f"'{url}/x'", "'/etc/passwd'", "'SELECT 42'", "1"]
+    out = []
+    for a in args:
+        call = f"{f}({a})"
+        out += [
+            f"SELECT * FROM {call}",
+            f"SELECT t.key FROM {T} t, {call}",
+            f"SELECT t.key FROM {T} t, LATERAL {call}",
+            f"SELECT t.key FROM {T} t JOIN {call} ON true",
+            f"SELECT t.key FROM {T} t, LATERAL (SELECT * FROM {call}) AS s",
+            f"SELECT (SELECT count(*) FROM {call}) AS n FROM {T}",
+            f"SELECT key FROM {T} WHERE key IN (SELECT * FROM {call})",
+            f"SELECT key FROM {T} WHERE EXISTS (SELECT 1 FROM {call})",
+            f"WITH x AS (SELECT * FROM {call}) SELECT key FROM {T}, x",
+            f"WITH x AS (SELECT key FROM {T}) SELECT * FROM x, (SELECT * FROM {call}) y",
+            f"SELECT key FROM {T} UNION ALL SELECT * FROM {call}",
+            f"SELECT {call} AS v FROM {T}",
+            f"SELECT key FROM {T} LATERAL VIEW {call} v AS c",
+            f"SELECT key FROM {T} WHERE {call} IS NOT NULL",
+            f"SELECT key, count(*) OVER (PARTITION BY {call}) AS n FROM {T}",
+            # a macro needs CREATE: one statement of DDL, or stacked
+            f"CREATE MACRO m() AS TABLE SELECT * FROM {call}",
+            f"SELECT key FROM {T}; CREATE TEMP MACRO m() AS TABLE SELECT * FROM {call}",
+        ]
+    return out
+
+
+@pytest.mark.slow
+def test_no_duckdb_table_function_reaches_duckdb(
+    tmp_path: Path, catalog: Catalog, server: CountingServer, runs: list[str]
+) -> None:
+    marker = tmp_path / "marker"
+    names = _duckdb_table_functions()
+    assert {"read_text", "query", "duckdb_settings", "range", "glob", "read_csv"} <= set(names)
+    reached: list[str] = []
+    for f in names:
+        for query in _nestings(f, marker, server.url):
+            runs.clear()
+            try:
+                statequery.sql(query, catalog)
+            except (InvalidOptionError, NoSuchTableError):
+                pass
+            if runs:
+                reached.append(query)
+    # the only table function a query may name is UNNEST (Spark's explode), over a row's list
+    assert {q for q in reached if "unnest(" not in q} == set(), reached[:5]
+    assert not marker.exists()
+    assert server.requests == []
+
+
+@pytest.mark.slow
+def test_every_duckdb_function_outside_the_allow_list_is_refused(
+    catalog: Catalog, runs: list[str]
+) -> None:
+    """Scalar, aggregate, window and macro functions too: a name DuckDB knows but the allow-list
+    does not is refused by the parsed query, whatever DuckDB would do with it."""
+    import duckdb
+    import sqlglot
+    from sqlglot import exp
+
+    con = duckdb.connect(":memory:")
+    names = [r[0] for r in con.execute(
+        "SELECT DISTINCT function_name FROM duckdb_functions() "
+        "WHERE function_type NOT IN ('table', 'table_macro', 'pragma') ORDER BY 1").fetchall()]
+    con.close()
+    checked = refused = 0
+    for name in names:
+        if not name.replace("_", "").isalnum() or not name[0].isalpha():
+            continue  # operators (+, ~~, ...)
+        query = f"SELECT {name}(key) AS v FROM {T}"
+        try:
+            tree = sqlglot.parse_one(query, read="spark")
+        except Exception:  # noqa: BLE001 - sqlglot fails in its own ways: a typed error for us
+            runs.clear()
+            with pytest.raises(InvalidOptionError, match="cannot parse SQL"):
+                statequery.sql(query, catalog)
+            assert runs == [], name
+            continue
+        allowed = all(
+            sqlmod._function_refusal(n) is None for n in tree.find_all(exp.Func)
+        )
+        runs.clear()
+        try:
+            statequery.sql(query, catalog)
+        except (InvalidOptionError, NoSuchTableError, QueryLimitError) as e:
+            if not allowed:
+                assert "is not allowed" in str(e), (name, e)
+        checked += 1
+        if not allowed:
+            refused += 1
+            assert runs == [], name
+    assert checked > 500 and refused > 400, (checked, refused)
+
+
+def test_the_allow_list_names_real_sqlglot_functions() -> None:
+    from sqlglot import exp
+
+    for name in sqlmod.ALLOWED_FUNCTIONS:
+        cls = getattr(exp, name, None)
+        assert isinstance(cls, type) and issubclass(cls, exp.Func), name
+
+
+def test_limits_from_arguments_environment_and_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("MEMORY_LIMIT", "THREADS", "TIMEOUT", "MAX_ROWS", "MAX_BYTES"):
+        monkeypatch.delenv(f"STATEQUERY_SQL_{var}", raising=False)
+    d = QueryLimits.resolve()
+    assert 256 << 20 <= d.memory_limit <= 8 << 30
+    assert 1 <= d.threads <= max(1, (os.cpu_count() or 1))
+    assert d.timeout == 60 and d.max_rows is None and d.max_bytes == d.memory_limit
+    monkeypatch.setenv("STATEQUERY_SQL_MEMORY_LIMIT", "1GiB")
+    monkeypatch.setenv("STATEQUERY_SQL_THREADS", "1")
+    monkeypatch.setenv("STATEQUERY_SQL_TIMEOUT", "2.5")
+    monkeypatch.setenv("STATEQUERY_SQL_MAX_ROWS", "10")
+    e = QueryLimits.resolve()
+    assert (e.memory_limit, e.threads, e.timeout, e.max_rows) == (1 << 30, 1, 2.5, 10)
+    assert QueryLimits.resolve(memory_limit="300MB", threads=2).memory_limit == 300 << 20
+    for bad in ({"memory_limit": "lots"}, {"memory_limit": "1KiB"}, {"threads": 0},
+                {"timeout": -1}, {"timeout": float("nan")}, {"max_rows": 0}):
+        with pytest.raises(InvalidOptionError):
+            QueryLimits.resolve(**bad)  # type: ignore[arg-type]
+    monkeypatch.setenv("STATEQUERY_SQL_TIMEOUT", "soon")
+    with pytest.raises(InvalidOptionError, match="STATEQUERY_SQL_TIMEOUT"):
+        QueryLimits.resolve()
+
+
+def test_duckdb_has_the_caps_and_they_are_locked() -> None:
+    import duckdb
+
+    con = _connect(QueryLimits(300 << 20, 1, 5.0))
+    _lock(con)
+    try:
+        mem = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+        assert mem.replace(" ", "") in ("300.0MiB", "314.5MB"), mem
+        assert con.execute("SELECT current_setting('threads')").fetchone()[0] == 1
+        for s in ("SET memory_limit = '100GB'", "SET threads = 64", "RESET memory_limit",
+                  "SET enable_external_access = true"):
+            with pytest.raises(duckdb.Error):
+                con.execute(s)
+    finally:
+        con.close()
+
+
+def _cross(n: int) -> tuple[str, str]:
+    tables = ", ".join(f"{T} t{i}" for i in range(n))
+    keys = " || ".join(f"t{i}.key" for i in range(n))
+    return tables, keys
+
+
+def test_result_limits(catalog: Catalog) -> None:
+    rows = statequery.sql(f"SELECT key FROM {T}", catalog).num_rows
+    assert rows > 5
+    assert statequery.sql(f"SELECT key FROM {T}", catalog, max_rows=rows).num_rows == rows
+    with pytest.raises(QueryLimitError, match="more than 5 rows"):
+        statequery.sql(f"SELECT key FROM {T}", catalog, max_rows=5)
+    tables, keys = _cross(4)  # 160,000 rows of 24-byte keys: ~4 MB
+    with pytest.raises(QueryLimitError, match="larger than 1 MiB"):
+        statequery.sql(f"SELECT {keys} AS k FROM {tables}", catalog, max_bytes="1MiB")
+
+
+def test_timeout_interrupts_the_query(catalog: Catalog) -> None:
+    tables, _ = _cross(9)  # 20^9 rows: minutes of work
+    start = time.monotonic()
+    with pytest.raises(QueryTimeoutError, match="timeout of 1 s"):
+        statequery.sql(f"SELECT count(*) AS n FROM {tables}", catalog, timeout=1)
+    assert time.monotonic() - start < 20
+
+
+CAP_MIB = 256
+MARGIN_MIB = 320  # the interpreter, pyarrow, DuckDB's code and the catalog tables read
+
+
+@pytest.mark.slow
+def test_memory_cap_holds_in_a_subprocess(tmp_path: Path) -> None:
+    """64 million distinct keys (gigabytes of hash table) against a 256 MiB cap: a typed error
+    within the timeout, and the process never grows past the cap plus a fixed margin."""
+    tables, keys = _cross(6)
+    script = textwrap.dedent(f"""
+        import json, resource, sys, time
+        import statequery
+        from statequery.exceptions import StatequeryError
+        start = time.monotonic()
+        try:
+            statequery.sql({f"SELECT count(DISTINCT {keys}) AS n FROM {tables}"!r},
+                           memory_limit="{CAP_MIB}MiB", timeout=60)
+            outcome = "rows"
+        except StatequeryError as e:
+            outcome = type(e).__name__ + ": " + str(e)
+        print(json.dumps({{"outcome": outcome, "seconds": time.monotonic() - start,
+                          "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}}))
+    """)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=180, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["outcome"].startswith("QueryLimitError: the query needs more memory than its cap")
+    assert got["seconds"] < 60
+    assert got["maxrss_kib"] < (CAP_MIB + MARGIN_MIB) * 1024, got
