@@ -102,7 +102,11 @@ cdef class _Buf:
         cdef Py_ssize_t need = self.size + n
         cdef Py_ssize_t cap
         cdef char* p
-        if need > self.cap:
+        if n < 0:
+            raise ValueError(f"negative buffer growth {n}")
+        # allocate even for n == 0: a NULL return is this function's error signal, so an empty
+        # value (``''``, ``x''``) appended to a buffer that holds no bytes yet must not get one
+        if need > self.cap or self.data == NULL:
             cap = self.cap * 2 if self.cap else 4096
             while cap < need:
                 cap *= 2
@@ -337,6 +341,8 @@ cdef class Column(Col):
         self._end_row(True)
 
     cdef void drop_last(self) except *:
+        if self.n <= 0:
+            raise ValueError(f"{self.what}: no row to drop")
         self.n -= 1
         self.valid.size -= 1
         if not self.valid.data[self.n]:
@@ -355,8 +361,11 @@ cdef class Column(Col):
     cdef void dup_last(self) except *:
         """Appends a copy of the last row (flat lists repeat the key)."""
         cdef Py_ssize_t start, size
-        cdef bint ok = self.valid.data[self.n - 1]
+        cdef bint ok
         cdef char* d
+        if self.n <= 0:
+            raise ValueError(f"{self.what}: no row to repeat")
+        ok = self.valid.data[self.n - 1]
         if self.width:
             d = self.data.grow(self.width)
             memcpy(d, d - self.width, self.width)
@@ -496,12 +505,12 @@ cdef class Column(Col):
                                  Py_ssize_t end) except -1:
         """``StringValue.writeString``: varint (length+1, 0 = null), one varint per UTF-16 unit;
         written as UTF-8 (lone surrogates become U+FFFD, as in the pure path)."""
-        cdef uint32_t b, c, n, shift, c2
-        cdef Py_ssize_t i, e
+        cdef uint32_t b, c, shift
+        cdef uint64_t n  # up to 35 bits: never truncated to a smaller, plausible length
+        cdef Py_ssize_t i, e, k
         cdef char* d
         cdef bint ascii
         cdef uint32_t pending = 0  # a high surrogate waiting for its low half
-        cdef uint32_t k
         if pos >= end:
             raise DecodeError("string runs past the end of the data", pos)
         b = buf[pos]
@@ -514,7 +523,7 @@ cdef class Column(Col):
                     raise DecodeError("string length runs past the end of the data", pos)
                 b = buf[pos]
                 pos += 1
-                n |= (b & 0x7F) << shift
+                n |= <uint64_t>(b & 0x7F) << shift
                 if b < 0x80:
                     break
                 shift += 7
@@ -524,7 +533,9 @@ cdef class Column(Col):
             self.null()
             return pos
         n -= 1
-        e = pos + n
+        if n > <uint64_t>(end - pos):
+            raise DecodeError(f"string of {n} chars exceeds the {end - pos} bytes left", pos)
+        e = pos + <Py_ssize_t>n
         if e <= end:
             ascii = True
             for i in range(pos, e):
@@ -536,9 +547,7 @@ cdef class Column(Col):
                 memcpy(d, buf + pos, n)
                 self._end_row(True)
                 return e
-        if n > end - pos:
-            raise DecodeError(f"string of {n} chars exceeds the {end - pos} bytes left", pos)
-        for k in range(n):
+        for k in range(<Py_ssize_t>n):
             if pos >= end:
                 raise DecodeError("string runs past the end of the data", pos)
             c = buf[pos]
@@ -665,7 +674,10 @@ cdef class StructCol(Col):
 
     cdef void dup_last(self) except *:
         cdef Col c
-        cdef bint ok = self.valid.data[self.n - 1]
+        cdef bint ok
+        if self.n <= 0:
+            raise ValueError(f"{self.what}: no row to repeat")
+        ok = self.valid.data[self.n - 1]
         for c in self.children:
             c.dup_last()
         self.valid.grow(1)[0] = ok
@@ -675,6 +687,8 @@ cdef class StructCol(Col):
 
     cdef void drop_last(self) except *:
         cdef Col c
+        if self.n <= 0:
+            raise ValueError(f"{self.what}: no row to drop")
         for c in self.children:
             c.drop_last()
         self.n -= 1
@@ -805,9 +819,13 @@ cdef class NullCol(Col):
         self.n += 1
 
     cdef void dup_last(self) except *:
+        if self.n <= 0:
+            raise ValueError(f"{self.what}: no row to repeat")
         self.n += 1
 
     cdef void drop_last(self) except *:
+        if self.n <= 0:
+            raise ValueError(f"{self.what}: no row to drop")
         self.n -= 1
 
     cdef void reset(self) except *:
