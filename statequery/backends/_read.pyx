@@ -1,4 +1,5 @@
-# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: language_level=3, cdivision=True
+# (boundscheck, wraparound: set by setup.py, off unless STATEQUERY_BOUNDSCHECK=1)
 """Compiled decode path (the optional fast twin of the pure-Python handlers; see
 :mod:`statequery.backends.fastpath` and docs/decoding.md).
 

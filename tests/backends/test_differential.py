@@ -38,7 +38,7 @@ import flinkenc
 import pyarrow as pa
 import pytest
 from conftest import fixture_dir
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
 import statequery
@@ -575,12 +575,38 @@ def _diff(fast: pa.Table, pure: pa.Table) -> str:
     return "; ".join(out)
 
 
+def _same_array(a: Any, b: Any) -> bool:
+    """Arrow equality, except that NaN equals NaN (mutated float bytes are often NaNs, which
+    ``equals`` never finds equal; their payload bits may differ: the pure path goes through
+    Python floats)."""
+    import pyarrow.compute as pc
+
+    if isinstance(a, pa.ChunkedArray):
+        a, b = a.combine_chunks(), b.combine_chunks()
+    if a.equals(b):
+        return True
+    t = a.type
+    if t != b.type or len(a) != len(b) or not a.is_valid().equals(b.is_valid()):
+        return False
+    if pa.types.is_floating(t):
+        same = pc.or_kleene(pc.equal(a, b), pc.and_(pc.is_nan(a), pc.is_nan(b)))
+        return bool(pc.all(pc.fill_null(same, True)).as_py())
+    if pa.types.is_struct(t):
+        return all(_same_array(a.field(i), b.field(i)) for i in range(t.num_fields))
+    if pa.types.is_list(t) or pa.types.is_map(t):
+        return bool(pc.list_value_length(a).equals(pc.list_value_length(b))) and _same_array(
+            a.flatten(), b.flatten())
+    return False
+
+
 def assert_same(pure: Any, fast: Any, what: str) -> None:
     if isinstance(pure, Corrupt) or isinstance(fast, Corrupt):
         assert pure == fast, f"{what}: pure {pure!r:.400}, compiled {fast!r:.400}"
         return
     assert fast.schema == pure.schema, what
-    assert fast.equals(pure), f"{what}: {_diff(fast, pure)}"
+    assert fast.num_rows == pure.num_rows and all(
+        _same_array(fast.column(n), pure.column(n)) for n in pure.column_names
+    ), f"{what}: {_diff(fast, pure)}"
 
 
 def _compiled(c: Case) -> None:
@@ -608,6 +634,12 @@ def _mutate(draw: Any, data: bytes, start: int) -> bytes:
     return bytes(out)
 
 
+def _delimitable(c: Case) -> bool:
+    """False for list state elements of no bytes (a Tuple of NullValues): the ``,``-joined
+    value cannot hold them (both paths reject it; no Flink job writes it)."""
+    return c.enc.kind != "list" or all(c.enc._ttl(x) for e in c.entries for x in e.value)
+
+
 def _check_built() -> None:
     if fastpath.compiled() is None:
         assert os.environ.get("STATEQUERY_NO_EXTENSIONS"), "compiled path not built"
@@ -623,6 +655,7 @@ def test_canonical_streams_read_the_same(data: Any) -> None:
     _check_built()
     c = case(data.draw)
     _compiled(c)
+    assume(_delimitable(c))
     other = data.draw(st.lists(st.tuples(st.binary(max_size=6), st.binary(max_size=6)),
                                max_size=2), label="skipped run")
     stream, offsets = canonical_bytes(c, other)
@@ -656,6 +689,7 @@ def test_rocksdb_pairs_read_the_same(data: Any) -> None:
     _check_built()
     c = case(data.draw)
     _compiled(c)
+    assume(_delimitable(c))
     pairs = rocksdb_pairs(c)
     pure, fast = _both(lambda: read_rocksdb(c, pairs))
     assert not isinstance(pure, Corrupt), f"the pure path rejects the encoder's bytes: {pure}"
