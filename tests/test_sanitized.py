@@ -74,6 +74,10 @@ def _env(path: Path) -> dict[str, str]:
         PYTHONMALLOC="malloc",
         PYTHONFAULTHANDLER="1",
     )
+    # fewer generated examples than the plain run (which has 60 differential and 30
+    # corruption examples per property): the checked build is several times slower, and the
+    # point here is memory errors on every code path, which the fixtures already walk
+    env.setdefault("STATEQUERY_FUZZ_EXAMPLES", "20")
     env.pop("STATEQUERY_PURE_PYTHON", None)
     return env
 

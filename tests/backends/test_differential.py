@@ -592,7 +592,10 @@ def _same_array(a: Any, b: Any) -> bool:
         same = pc.or_kleene(pc.equal(a, b), pc.and_(pc.is_nan(a), pc.is_nan(b)))
         return bool(pc.all(pc.fill_null(same, True)).as_py())
     if pa.types.is_struct(t):
-        return all(_same_array(a.field(i), b.field(i)) for i in range(t.num_fields))
+        # children under a null parent are not values (Arrow's equals ignores them too)
+        valid = a.is_valid()
+        return all(_same_array(pc.filter(a.field(i), valid), pc.filter(b.field(i), valid))
+                   for i in range(t.num_fields))
     if pa.types.is_list(t) or pa.types.is_map(t):
         return bool(pc.list_value_length(a).equals(pc.list_value_length(b))) and _same_array(
             a.flatten(), b.flatten())
