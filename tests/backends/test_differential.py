@@ -946,3 +946,69 @@ def test_the_encoder_writes_flinks_bytes(name: str) -> None:
                 if b.enc is not None:
                     checked[b.layout.name] = checked.get(b.layout.name, 0) + b.checked
     assert sum(checked.values()) > 0, checked
+
+
+# -- the values of issue 19, pinned ---------------------------------------------------------------
+
+_EDGE = ["", "东京", "Ω≈ç√", "a\x00b", "𝄞", "plain"]
+
+
+def _edge_map(text: str) -> list[tuple[str, bytes]]:
+    """A map with an empty user key and empty bytes (one entry per user key)."""
+    return [(text, b""), ("" if text else "~", b"\x00")]
+
+
+@pytest.mark.parametrize("kind", ["list-flat", "list-rows", "map-rows", "map-nested", "value"])
+def test_issue_19_values_on_every_container(kind: str) -> None:
+    """Keyed window state of ``Tuple2<String, Integer>`` keys holding ``''``, CJK, symbols, NUL
+    and a non-BMP character (segfaults and SystemErrors before), empty strings and byte arrays
+    as values and user keys: both paths, three containers, and the values that went in."""
+    _check_built()
+    t2 = TupleSpec(fields=(PrimitiveSpec(name="string"), PrimitiveSpec(name="int")))
+    tw = NamespaceSpec(name="time_window")
+    s, b = PrimitiveSpec(name="string"), PrimitiveArraySpec(element="byte")
+    base, mode = kind.split("-") if "-" in kind else (kind, "rows")
+    entries = []
+    for i, text in enumerate(_EDGE):
+        key, ns = {"f0": text, "f1": i}, {"start": 0, "end": 60_000}
+        v: Any = {"list": [text, "", None], "value": text,
+                  "map": _edge_map(text) if mode == "rows" else [(text, b"")]}[base]
+        entries.append(flinkenc.Entry(i % 3, key, ns, None, v))
+    value = b if base == "map" else s
+    full: SerializerSpec = {"list": ListSpec(element=s), "value": s,
+                            "map": MapSpec(key=s, value=b)}[base]
+    layout = StateLayout(name="window-contents", kind=base, key=t2, namespace=tw,
+                         user_key=s if base == "map" else None, value=value, state_value=full)
+    c = Case(layout, mode, flinkenc.StateBytes(base, t2, tw, value, layout.user_key), entries)
+    _compiled(c)
+    stream, offsets = canonical_bytes(c, [])
+    heap, heap_offsets = heap_bytes(c, None)
+    pairs = rocksdb_pairs(c)
+    tables = []
+    for read in (lambda: read_canonical(c, stream, offsets),
+                 lambda: read_heap(c, None, heap, heap_offsets),
+                 lambda: read_rocksdb(c, pairs)):
+        pure, fast = _both(read)
+        assert not isinstance(pure, Corrupt), pure
+        assert_same(pure, fast, kind)
+        tables.append(fast)
+    keys = sorted({r["key"]["f0"] for t in tables for r in t.select(["key"]).to_pylist()})
+    assert keys == sorted(_EDGE)
+    for t in tables:
+        rows = t.to_pylist()
+        if kind == "list-flat":
+            assert sorted((r["key"]["f0"], r["index"], r["value"]) for r in rows
+                          if r["value"] is not None) == sorted(
+                (x, i, y) for x in _EDGE for i, y in enumerate([x, ""]))
+        elif kind == "list-rows":
+            assert sorted((r["key"]["f0"], tuple(r["value"])) for r in rows) == sorted(
+                (x, (x, "", None)) for x in _EDGE)
+        elif kind == "value":
+            assert sorted((r["key"]["f0"], r["value"]) for r in rows) == sorted(
+                (x, x) for x in _EDGE)
+        elif kind == "map-rows":
+            assert sorted((r["key"]["f0"], r["user_key"], r["value"]) for r in rows) == sorted(
+                (x, uk, v) for x in _EDGE for uk, v in _edge_map(x))
+        else:
+            assert sorted((r["key"]["f0"], tuple(r["map"])) for r in rows) == sorted(
+                (x, ((x, b""),)) for x in _EDGE)
