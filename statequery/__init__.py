@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+# the functions shadow their modules, ``statequery.capture`` and ``statequery.sql``, as the
+# package attributes
+from statequery.capture import capture
 from statequery.exceptions import (
     CorruptStateError,
     MissingExtraError,
@@ -21,8 +24,6 @@ from statequery.exceptions import (
     UnknownSerializerError,
     UnsupportedFormatError,
 )
-
-# the function shadows its module, ``statequery.sql``, as the package attribute
 from statequery.sql import sql
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ __all__ = [
     "UnknownSerializerError",
     "UnsupportedFormatError",
     "__version__",
+    "capture",
     "open",
     "sql",
 ]

@@ -396,11 +396,13 @@ def _to_bytes(value: Any) -> bytes:
 def _timestamp_parts(value: Any) -> tuple[int, int]:
     """(epoch millis, nano of milli) of a TIMESTAMP value: datetime or epoch nanoseconds."""
     if isinstance(value, _dt.datetime):
+        # pandas.Timestamp and statequery.keys.Timestamp carry nanoseconds below the micros
+        extra = int(getattr(value, "nanosecond", 0) or 0)
         if value.tzinfo is not None:
             value = value.astimezone(_dt.timezone.utc).replace(tzinfo=None)
         delta = value - _EPOCH
         micros = (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
-        nanos = micros * 1000
+        nanos = micros * 1000 + extra
     elif isinstance(value, int) and not isinstance(value, bool):
         nanos = value
     else:

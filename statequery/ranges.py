@@ -56,18 +56,12 @@ def scan_states(
 ) -> dict[str, BatchBuilder]:
     """Like :func:`read_states`, into builders made by ``builder_factory(schema, layout)`` (which
     may collect more than rows, e.g. entry sizes); returns them unflushed."""
-    from statequery.backends import KeyedContext, keyed_backend_from_model
+    from statequery.scan import keyed_backend
 
     builders = {s.name: builder_factory(state_schema(s.layout), s.layout) for s in infos}
     wanted = set(key_groups)
     for task in _tasks(sp, infos, wanted, None):
-        backend = keyed_backend_from_model(
-            task.handle,
-            KeyedContext(sp.resolver, task.max_parallelism, task.operator),
-            task.compressed,
-            task.key_serializer,
-            task.states,
-        )
+        backend = keyed_backend(task, sp.resolver)
         requests = [(task.layout(n), builders[n]) for n in task.wanted]
         for _kg in backend.scan_states(requests, None, wanted):
             pass

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from statequery.decoder import Decoder
 from statequery.discovery import find_metadata
 from statequery.exceptions import (
     CorruptStateError,
@@ -30,6 +31,7 @@ from statequery.exceptions import (
     NoSuchStateError,
     NoSuchTableError,
     SnapshotIgnoredWarning,
+    UnknownSerializerError,
 )
 from statequery.io import FileIO, join_location, location_parent
 from statequery.metadata.checkpoint import CheckpointMetadata, OperatorState, parse_metadata
@@ -48,6 +50,7 @@ from statequery.metadata.kinds import OPERATOR_KINDS, layout_or_unknown
 from statequery.metadata.plan import (
     CompiledPlan,
     PlanNode,
+    apply_descriptions,
     apply_plan,
     match_operators,
     name_operator,
@@ -55,6 +58,7 @@ from statequery.metadata.plan import (
     table_stem,
 )
 from statequery.metadata.proxy import (
+    MAX_HEADER,
     KeyedBackendProxy,
     OperatorBackendProxy,
     StateMetaInfo,
@@ -62,10 +66,17 @@ from statequery.metadata.proxy import (
     read_keyed_proxy,
     read_operator_proxy,
 )
+from statequery.metadata.rawkeyed import (
+    RAW_KEYED_STATE,
+    RAW_OPERATOR_STATE,
+    RawKeyedHeader,
+    read_raw_keyed_header,
+)
 from statequery.metadata.runindex import RunIndex
 from statequery.metadata.statemeta import (
     SNAPSHOT_FILE_NAME,
     HeaderInfo,
+    JobInfo,
     OperatorInfo,
     SnapshotVersionError,
     StateInfo,
@@ -224,10 +235,14 @@ class Savepoint:
                     headers=self._headers,
                 )
                 self._lazy_operators.clear()
-            if self.sql_plan is None:
+            if self.sql_plan is None and self._meta.job is None:
                 return self._meta
             if self._named_meta is None:
-                self._named_meta = apply_plan(self._meta, self.sql_plan)
+                if self.sql_plan is not None:
+                    self._named_meta = apply_plan(self._meta, self.sql_plan)
+                else:  # captured (statequery.capture): names from the vertex descriptions
+                    assert self._meta.job is not None
+                    self._named_meta = apply_descriptions(self._meta, self._meta.job)
             return self._named_meta
 
     @property
@@ -238,6 +253,12 @@ class Savepoint:
         if self._plan_nodes is None:
             self._plan_nodes = match_operators(self.sql_plan, self._identities())
         return self._plan_nodes
+
+    @property
+    def job(self) -> JobInfo | None:
+        """The job this savepoint was captured from (``statequery capture``), from its StateMeta
+        snapshot; None when it was not captured."""
+        return self._meta.job if self._meta is not None else None
 
     @property
     def fingerprint(self) -> str:
@@ -403,13 +424,17 @@ class Savepoint:
     def default_snapshot_location(self) -> str:
         return join_location(self.location, SNAPSHOT_FILE_NAME)
 
-    def write_snapshot(self, location: str | None = None, index: bool = False) -> str:
+    def write_snapshot(self, location: str | None = None, index: bool = False,
+                       job: JobInfo | None = None) -> str:
         """Write the StateMeta snapshot (next to ``_metadata`` by default); returns where. The
         attached plan, if any, is kept in it. ``index``: also the run index of every canonical
-        keyed stream (:meth:`index_runs` walks every key group not indexed yet)."""
+        keyed stream (:meth:`index_runs` walks every key group not indexed yet). ``job``: the
+        job it was captured from (:func:`statequery.capture.capture`; default: the job of the
+        snapshot this savepoint was opened with, if any)."""
         self.meta  # noqa: B018  (derive)
         assert self._meta is not None
-        base = replace(self._meta, run_index=self.index_runs() if index else None)
+        base = replace(self._meta, run_index=self.index_runs() if index else None,
+                       job=job if job is not None else self._meta.job)
         if self.sql_plan is not None:
             base = replace(base, plan=self.sql_plan.text)
         return write_snapshot(self.io, location or self.default_snapshot_location, base)
@@ -505,8 +530,10 @@ class Savepoint:
         """The rows of one state as a Table.
 
         ``operator`` is a uid, name or id (with ``state`` the state name), a ``table_name`` from
-        :meth:`state_meta`, or a :class:`StateInfo`. ``key`` reads only the key group that can
-        hold it; ``key_groups`` restricts the read to those key groups; ``mode`` is ``rows``,
+        :meth:`state_meta`, or a :class:`StateInfo`. ``key`` (a key as this method returns it,
+        or its text form: :mod:`statequery.keys`) reads only the key group that can hold it and
+        only its rows (an :class:`~statequery.exceptions.InvalidKeyError` when it does not fit the
+        key type); ``key_groups`` restricts the read to those key groups; ``mode`` is ``rows``,
         ``flat`` (list elements) or ``nested`` (one map per key). Columns:
         :mod:`statequery.arrow.schemas`. For large states use :meth:`read_batches`.
         """
@@ -647,7 +674,9 @@ class Savepoint:
         """Everything every keyed state holds for ``key``: ``{(operator, state): Table}``.
 
         Reads only the key group that can hold the key, computed as Flink computes it. ``operator``
-        (uid, name or id) limits the search to one operator.
+        (uid, name or id) limits the search to one operator. ``key`` as :meth:`read` takes it;
+        :class:`~statequery.exceptions.InvalidKeyError` when it does not fit the key type of the
+        operator (or, without ``operator``, of any operator).
         """
         from statequery.display import LookupResult
         from statequery.scan import lookup
@@ -694,11 +723,16 @@ class Savepoint:
         return source_splits(self, operator, source)
 
     def key_group_of(self, state: StateInfo | str, key: Any, name: str | None = None) -> int:
-        """The key group Flink assigned to ``key`` in this state's operator."""
+        """The key group Flink assigned to ``key`` in this state's operator
+        (:func:`statequery.keys.resolve_key`: the spellings every ``key=`` accepts)."""
         from statequery.hashing import key_group_of
+        from statequery.keys import resolve_key
 
         s = self._resolve_state(state, name)
-        return key_group_of(key, s.max_parallelism, s.key_spec)
+        kg = resolve_key(key, s.key_spec, s.max_parallelism).key_group
+        if kg is None:  # a user hashCode: the refusal names it
+            return key_group_of(key, s.max_parallelism, s.key_spec)
+        return kg
 
 
 # -- deriving the StateMeta model ----------------------------------------------------------------
@@ -708,7 +742,7 @@ class Savepoint:
 class _HeaderJob:
     op_index: int
     subtask: int
-    kind: str  # keyed | operator
+    kind: str  # keyed | operator | raw_keyed
     handle: StreamHandle
     prefix: dict[str, int] = dataclasses.field(default_factory=dict)
 
@@ -851,16 +885,22 @@ def read_headers(
             ks = _keyed_header_stream(st.managed_keyed)
             if ks is not None:
                 jobs.append(_HeaderJob(i, st.index, "keyed", ks))
+            rk = st.raw_keyed
+            if isinstance(rk, KeyGroupsHandle) and rk.offsets:
+                jobs.append(_HeaderJob(i, st.index, "raw_keyed", rk))
             oh = st.managed_operator
             if oh is not None and oh.partitions and not oh.is_empty:
                 offsets = [o for p in oh.partitions for o in p.offsets if o > 0]
                 prefix = {"prefix": min(offsets)} if offsets else {}
                 jobs.append(_HeaderJob(i, st.index, "operator", oh.delegate, prefix))
 
-    def run(job: _HeaderJob) -> KeyedBackendProxy | OperatorBackendProxy:
+    def run(job: _HeaderJob) -> KeyedBackendProxy | OperatorBackendProxy | RawKeyedHeader:
         # where data starts is known from the handle's offsets: read exactly the header
         if job.kind == "keyed":
             return read_header(resolver, job.handle, read_keyed_proxy, **_prefix(job.handle))
+        if job.kind == "raw_keyed":
+            assert isinstance(job.handle, KeyGroupsHandle)
+            return _raw_keyed_header(resolver, job.handle)
         return read_header(resolver, job.handle, read_operator_proxy, **job.prefix)
 
     if len(jobs) > 1 and max_workers > 1:
@@ -869,6 +909,120 @@ def read_headers(
     else:
         results = [run(j) for j in jobs]
     return {(j.op_index, j.subtask, j.kind): r for j, r in zip(jobs, results, strict=True)}
+
+
+def _raw_keyed_header(resolver: HandleResolver, handle: KeyGroupsHandle) -> RawKeyedHeader:
+    """The first key group of a raw keyed stream: its timer services (heap timers of a RocksDB
+    checkpoint), or why it is not a timer stream (the state is then listed as ``raw``). Reads
+    exactly that key group's bytes (its extent is known from the offsets)."""
+    offsets = handle.offsets
+    first = offsets[0]
+    later = [o for o in offsets[1:] if o > first]
+    source = resolver.source_name(handle.delegate)
+    try:
+        end = later[0] if later else resolver.stream_size(handle.delegate)
+        if end - first > MAX_HEADER:
+            return RawKeyedHeader(
+                0, error=f"raw keyed state: its first key group is {end - first} bytes"
+            )
+        data = resolver.read(handle.delegate, first, end - first)
+        return read_raw_keyed_header(Decoder(data, source=source, base_offset=first))
+    except (CorruptStateError, UnknownSerializerError) as e:
+        return RawKeyedHeader(0, error=f"raw keyed state header: {e}")
+
+
+def _raw_states(
+    op: OperatorState,
+    subtasks: list[SubtaskInfo],
+    headers: list[RawKeyedHeader],
+    backend: str | None,
+    fmt: str | None,
+) -> list[StateInfo]:
+    """The states of an operator's raw keyed and raw operator streams: the timer queues of the
+    raw keyed timer services, else one ``raw`` row per kind of stream, with its size and why it
+    is not read. Never nothing: a stream Flink restores is a row of ``state_meta``."""
+    states: list[StateInfo] = []
+    raw_keyed = sum(s.raw_keyed_bytes for s in subtasks)
+    raw_operator = sum(s.raw_operator_bytes for s in subtasks)
+    timers = [h for h in headers if h.timers and h.states]
+    if timers:
+        seen: dict[str, StateMetaInfo] = {}
+        for h in timers:
+            for meta in h.states:
+                seen.setdefault(meta.name, meta)
+        error = next((h.error for h in headers if h.error), None)
+        for meta in seen.values():
+            info = _state_info(op, meta, None, backend, fmt)
+            reason = info.reason or error
+            states.append(
+                dataclasses.replace(
+                    info,
+                    key_spec=info.layout.key,
+                    size_bytes=raw_keyed,
+                    decodable=reason is None,
+                    reason=reason,
+                    stream="raw_keyed",
+                )
+            )
+    elif any(s.raw_keyed_handle is not None for s in subtasks):
+        reason = next(
+            (h.error for h in headers if h.error),
+            "raw keyed state: statequery does not decode it",
+        )
+        states.append(_raw_state(op, RAW_KEYED_STATE, reason, raw_keyed, fmt, "raw_keyed"))
+    if any(s.raw_operator_handle is not None for s in subtasks):
+        states.append(
+            _raw_state(
+                op,
+                RAW_OPERATOR_STATE,
+                "raw operator state written by the operator itself: its layout is the "
+                "operator's own, statequery does not decode it",
+                raw_operator,
+                fmt,
+                "raw_operator",
+            )
+        )
+    return states
+
+
+#: the state_meta row of keyed state whose states no header names (never dropped silently)
+UNREAD_KEYED_STATE = "(keyed state)"
+
+
+def _headerless_reason(h: KeyedHandle) -> str:
+    """Why a keyed handle's states cannot be listed (it has no state-file header to read)."""
+    if isinstance(h, ChangelogHandle) and not h.materialized:
+        return (
+            "changelog state backend: this checkpoint holds the keyed state only as a change "
+            f"log ({len(h.non_materialized)} change-log handle(s), written before the first "
+            "materialization); statequery does not read change logs, so its states and their "
+            "names are unknown (take a savepoint, or a checkpoint after materialization)"
+        )
+    return (
+        f"keyed state handle {type(h).__name__} (type {getattr(h, 'handle_type', '?')}) "
+        "has no state-file header "
+        "statequery reads"
+    )
+
+
+def _raw_state(
+    op: OperatorState, name: str, reason: str, size: int, fmt: str | None, stream: str
+) -> StateInfo:
+    return StateInfo(
+        operator_id=op.operator_id,
+        operator_uid=op.uid,
+        operator_name=op.name,
+        parallelism=op.parallelism,
+        max_parallelism=op.max_parallelism,
+        name=name,
+        kind="raw",
+        backend_type="RAW",
+        decodable=False,
+        reason=reason,
+        size_bytes=size,
+        format=fmt,
+        stream=stream,
+    )
 
 
 @dataclass(frozen=True)
@@ -960,10 +1114,21 @@ def derive_operator(
     op_backend = None
     subtasks = []
     header_errors: list[str] = []
+    raw_headers: list[RawKeyedHeader] = []
     for st in op.subtasks:
         kp = headers.get((i, st.index, "keyed"))
         opp = headers.get((i, st.index, "operator"))
-        keyed_header = operator_header = None
+        rkp = headers.get((i, st.index, "raw_keyed"))
+        keyed_header = operator_header = raw_keyed_header = None
+        if isinstance(rkp, RawKeyedHeader):
+            raw_headers.append(rkp)
+            raw_keyed_header = HeaderInfo(
+                rkp.version,
+                False,
+                rkp.header_end,
+                {s.name: s.state_id for s in rkp.states},
+                rkp.error,
+            )
         if st.managed_keyed is not None:
             op_backend = op_backend or _backend_of(st.managed_keyed)
         if isinstance(kp, KeyedBackendProxy):
@@ -995,7 +1160,9 @@ def derive_operator(
         subtasks.append(
             SubtaskInfo(
                 index=st.index,
-                key_groups=mk.key_group_range if mk is not None else None,
+                key_groups=mk.key_group_range
+                if mk is not None
+                else (st.raw_keyed.key_group_range if st.raw_keyed is not None else None),
                 keyed_handle=mk,
                 operator_handle=st.managed_operator,
                 raw_keyed_handle=st.raw_keyed,
@@ -1006,6 +1173,13 @@ def derive_operator(
                 operator_bytes=(st.managed_operator.delegate.size or 0)
                 if st.managed_operator is not None
                 else 0,
+                raw_keyed_header=raw_keyed_header,
+                raw_keyed_bytes=_stream_bytes(st.raw_keyed.stream_handles())
+                if st.raw_keyed is not None
+                else 0,
+                raw_operator_bytes=(st.raw_operator.delegate.size or 0)
+                if st.raw_operator is not None
+                else 0,
             )
         )
     keyed_bytes = sum(s.keyed_bytes for s in subtasks)
@@ -1013,6 +1187,16 @@ def derive_operator(
         isinstance(s.keyed_handle, ChangelogHandle) and s.keyed_handle.non_materialized
         for s in subtasks
     )
+    # keyed handles whose states no header names (a change log without a materialized base,
+    # a handle type statequery does not read): never dropped without a word
+    headerless = [
+        (s, _headerless_reason(s.keyed_handle))
+        for s in subtasks
+        if s.keyed_handle is not None and s.keyed_header is None
+    ]
+    if headerless:
+        sub, why = headerless[0]
+        header_errors.append(f"the keyed state of subtask {sub.index} cannot be read: {why}")
     states = []
     for info, where in merged.values():
         state = _state_info(op, info, key_spec if where == "keyed" else None, op_backend, fmt)
@@ -1037,6 +1221,25 @@ def derive_operator(
                 state, size_bytes=size, decodable=reason is None, reason=reason
             )
         )
+    if headerless and not any(st.keyed for st in states):
+        states.append(
+            _raw_state(
+                op,
+                UNREAD_KEYED_STATE,
+                headerless[0][1],
+                sum(s.keyed_bytes for s, _ in headerless),
+                fmt,
+                "managed",
+            )
+        )
+    managed = {s.name for s in states}
+    states.extend(
+        s
+        for s in _raw_states(op, subtasks, raw_headers, op_backend, fmt)
+        if s.name not in managed
+    )
+    if key_spec is None:
+        key_spec = next((s.key_spec for s in states if s.stream == "raw_keyed"), None)
     return OperatorInfo(
         operator_id=op.operator_id,
         uid=op.uid,

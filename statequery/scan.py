@@ -28,14 +28,16 @@ from statequery.arrow.batches import BatchBuilder, split_batch
 from statequery.arrow.schemas import resolve_mode, state_schema
 from statequery.exceptions import (
     CorruptStateError,
+    InvalidKeyError,
     InvalidOptionError,
     UnsupportedFormatError,
 )
 from statequery.io import FileIO
+from statequery.keys import ResolvedKey
 from statequery.metadata.handles import HandleResolver, KeyGroupsHandle, OperatorStreamHandle
 from statequery.metadata.kinds import StateLayout
 from statequery.metadata.runindex import IndexedRuns, Runs, runs_of
-from statequery.serializers.spec import RowDataSpec, RowSpec, SerializerSpec, TupleSpec
+from statequery.serializers.spec import SerializerSpec
 
 if TYPE_CHECKING:
     from statequery.metadata.statemeta import OperatorInfo, StateInfo, SubtaskInfo
@@ -65,8 +67,9 @@ class ScanTask:
     ``states`` are the layouts of the subtask header's states in state-id order (keyed: the
     backends need them to walk the stream; operator: the one state); ``wanted`` the states whose
     rows the task returns. ``key_groups`` None means every key group of the handle; ``keys``
-    (normalised) keep only those keys' rows. ``byte_ranges`` are the ``(start, end)`` stream
-    offsets the task reads (canonical and hashmap layouts; empty when not known up front).
+    (:class:`~statequery.keys.ResolvedKey`) keep only those keys' rows. ``byte_ranges`` are
+    the ``(start, end)`` stream offsets the task reads (canonical and hashmap layouts; empty
+    when not known up front).
     ``runs``: the run index of the task's key groups for its wanted states (canonical layout,
     when the savepoint has one, :mod:`statequery.metadata.runindex`): an uncompressed stream
     then reads only those runs, and ``byte_ranges`` are theirs. A task whose ``wanted`` is
@@ -84,10 +87,12 @@ class ScanTask:
     compressed: bool = False
     key_serializer: SerializerSpec | None = None
     key_groups: tuple[int, ...] | None = None
-    keys: tuple[Any, ...] | None = None
+    keys: tuple[ResolvedKey, ...] | None = None
     mode: str | None = None
     byte_ranges: tuple[tuple[int, int], ...] = ()
     runs: IndexedRuns | None = None
+    #: the handle is the subtask's raw keyed stream (heap timers of a RocksDB checkpoint)
+    raw: bool = False
 
     @property
     def keyed(self) -> bool:
@@ -107,45 +112,34 @@ class ScanTask:
 
 
 def normalize_key(key: Any, spec: SerializerSpec | None) -> Any:
-    """The user's key in the form the readers return (dicts for rows and tuples)."""
-    if isinstance(spec, RowDataSpec):
-        names = [f.name or f"f{i}" for i, f in enumerate(spec.type.fields)]
-        return _as_fields(key, names)
-    if isinstance(spec, RowSpec):
-        return _as_fields(key, list(spec.field_names))
-    if isinstance(spec, TupleSpec):
-        return _as_fields(key, [f"f{i}" for i in range(len(spec.fields))])
-    return key
+    """The user's key as the readers return it (dicts for rows and tuples):
+    :func:`statequery.keys.convert_key`."""
+    from statequery.keys import convert_key
+
+    return convert_key(key, spec)
 
 
-def _as_fields(key: Any, names: list[str]) -> Any:
-    if isinstance(key, dict):
-        if set(key) != set(names):
-            # a key of another row type (a lookup over every operator skips this one)
-            raise InvalidOptionError(
-                f"key {key!r} has the fields {sorted(key)}, the key type {names}"
-            )
-        return key
-    if isinstance(key, (tuple, list)):
-        if len(key) != len(names):
-            raise InvalidOptionError(
-                f"key {key!r} has {len(key)} fields, the key type {len(names)}"
-            )
-        return dict(zip(names, key, strict=True))
-    if len(names) == 1:
-        return {names[0]: key}
-    raise InvalidOptionError(f"key {key!r} needs {len(names)} fields")
+def resolve_keys(
+    keys: Sequence[Any], spec: SerializerSpec | None, max_parallelism: int
+) -> tuple[ResolvedKey, ...]:
+    """Each of ``keys`` through :func:`statequery.keys.resolve_key` (duplicates dropped)."""
+    from statequery.keys import resolve_key
+
+    out: list[ResolvedKey] = []
+    for k in keys:
+        r = resolve_key(k, spec, max_parallelism)
+        if r not in out:
+            out.append(r)
+    return tuple(out)
 
 
 def key_group_for(key: Any, spec: SerializerSpec | None, max_parallelism: int) -> int | None:
-    """The key group Flink assigns ``key`` to; None when it cannot be computed (POJO keys: then
-    every key group is read and rows are filtered by key)."""
-    from statequery.hashing import key_group_of
+    """The key group Flink assigns ``key`` to (:func:`statequery.keys.resolve_key`); None when
+    it cannot be computed (POJO keys: then every key group is read and rows are filtered by
+    key)."""
+    from statequery.keys import resolve_key
 
-    try:
-        return key_group_of(key, max_parallelism, spec)
-    except UnsupportedFormatError:
-        return None
+    return resolve_key(key, spec, max_parallelism).key_group
 
 
 def _key_group_set(key_groups: Iterable[Any]) -> set[int]:
@@ -296,20 +290,23 @@ def plan_states(
         resolve_mode(s.layout, mode)
     op = savepoint.operator(states[0].operator_id)
     wanted: set[int] | None = None if key_groups is None else _key_group_set(key_groups)
-    normalized: tuple[Any, ...] | None = None
+    normalized: tuple[ResolvedKey, ...] | None = None
     if keys is not None:
-        key_spec = _operator_key_spec(states)
-        normalized = tuple(normalize_key(k, key_spec) for k in keys)
-        groups = {key_group_for(k, key_spec, op.max_parallelism) for k in keys}
+        normalized = resolve_keys(keys, _operator_key_spec(states), op.max_parallelism)
+        groups = {k.key_group for k in normalized}
         if None not in groups:
             kgs = {g for g in groups if g is not None}
             wanted = kgs if wanted is None else wanted & kgs
-    names = [s.name for s in states]
-    tasks = []
+    names = [s.name for s in states if s.stream != "raw_keyed"]
+    raw_names = [s.name for s in states if s.stream == "raw_keyed"]
+    tasks: list[ScanTask] = []
     for st in sorted(op.subtasks, key=lambda s: s.index):
         task_groups = _subtask_key_groups(st, wanted)
         if task_groups == ():
             continue
+        if raw_names:
+            tasks.extend(_plan_raw_keyed(savepoint, op, st, raw_names, task_groups, normalized,
+                                         mode, split))
         header = st.keyed_header
         held = tuple(n for n in names if header is not None and n in header.state_ids)
         if header is None or not held:
@@ -336,6 +333,51 @@ def plan_states(
     return tasks
 
 
+def _plan_raw_keyed(
+    savepoint: Savepoint,
+    op: OperatorInfo,
+    st: SubtaskInfo,
+    names: list[str],
+    groups: tuple[int, ...] | None,
+    keys: tuple[Any, ...] | None,
+    mode: str | None,
+    split: int | None,
+) -> Iterator[ScanTask]:
+    """The tasks over one subtask's raw keyed stream (heap timers of a RocksDB checkpoint)."""
+    header = st.raw_keyed_header
+    handle = st.raw_keyed_handle
+    if header is None or not isinstance(handle, KeyGroupsHandle):
+        return
+    if header.error is not None:
+        # this subtask's stream did not parse as timers while the operator's others did
+        raise CorruptStateError(
+            f"raw keyed state of subtask {st.index}: {header.error}",
+            savepoint.resolver.source_name(handle.delegate),
+        )
+    # every subtask is walked, also one whose first key group declared none of the wanted
+    # services: each key group is checked against the services its subtask's header declared
+    held = tuple(names)
+    declared = _header_order(op, header.state_ids)
+    by_name = {s.name: s.layout for s in op.states}
+    undeclared = tuple(by_name[n] for n in held if n not in header.state_ids)
+    base = ScanTask(
+        operator=op.display_name,
+        operator_id=op.operator_id,
+        subtask=st.index,
+        metadata_dir=savepoint.resolver.metadata_dir,
+        handle=handle,
+        states=declared + undeclared,
+        wanted=held,
+        max_parallelism=op.max_parallelism,
+        key_serializer=op.key_spec,
+        keys=keys,
+        mode=mode,
+        raw=True,
+    )
+    for chunk in _chunks(st, groups, split):
+        yield _with_groups(base, chunk)
+
+
 def _operator_key_spec(states: Sequence[StateInfo]) -> SerializerSpec | None:
     """The key type of an operator's keyed states (timers name it inside their TimerSpec)."""
     for s in states:
@@ -346,7 +388,7 @@ def _operator_key_spec(states: Sequence[StateInfo]) -> SerializerSpec | None:
 
 def _subtask_key_groups(st: SubtaskInfo, wanted: set[int] | None) -> tuple[int, ...] | None:
     """The subtask's wanted key groups: None for all of them, ``()`` for none."""
-    if st.keyed_handle is None or st.key_groups is None:
+    if (st.keyed_handle is None and st.raw_keyed_handle is None) or st.key_groups is None:
         return ()
     if wanted is None:
         return None
@@ -447,18 +489,33 @@ def execute(
         yield from _execute_operator(task, resolver, batch_size)
 
 
-def _execute_keyed(
-    task: ScanTask, resolver: HandleResolver, batch_size: int
-) -> Iterator[tuple[str, pa.RecordBatch]]:
-    from statequery.backends import CanonicalKeyedBackend, KeyedContext, keyed_backend_from_model
+def keyed_backend(task: ScanTask, resolver: HandleResolver) -> Any:
+    """The backend that walks a keyed task's handle (from the model: no header byte read)."""
+    from statequery.backends import HandleStream, KeyedContext, keyed_backend_from_model
 
-    backend = keyed_backend_from_model(
+    if task.raw:
+        from statequery.backends.rawkeyed import RawTimersBackend
+
+        stream = HandleStream(resolver, task.handle.delegate)
+        return RawTimersBackend(
+            stream.name, stream, task.handle.start_key_group, tuple(task.handle.offsets),
+            task.states,
+        )
+    return keyed_backend_from_model(
         task.handle,
         KeyedContext(resolver, task.max_parallelism, task.operator),
         task.compressed,
         task.key_serializer,
         task.states,
     )
+
+
+def _execute_keyed(
+    task: ScanTask, resolver: HandleResolver, batch_size: int
+) -> Iterator[tuple[str, pa.RecordBatch]]:
+    from statequery.backends import CanonicalKeyedBackend
+
+    backend = keyed_backend(task, resolver)
     builders = {}
     requests = []
     for name in task.wanted:
@@ -467,8 +524,12 @@ def _execute_keyed(
         builders[name] = builder
         requests.append((layout, builder))
     keys = task.keys
-    one_key = keys[0] if keys is not None and len(keys) == 1 else None
-    key_lists = {n: (b.column("key") if keys is not None else None) for n, b in builders.items()}
+    # every key has its serialized bytes: the backends keep only the entries whose key bytes
+    # are one of them (before decoding); otherwise (POJO keys...) rows are compared by value
+    exact = keys is not None and all(k.serialized is not None for k in keys)
+    by_bytes = tuple(k.serialized for k in keys or () if k.serialized is not None) if exact \
+        else None
+    by_value = None if keys is None or exact else [k.value for k in keys]
     wanted = None if task.key_groups is None else set(task.key_groups)
     scanned: Iterator[int]
     if isinstance(backend, CanonicalKeyedBackend):
@@ -488,37 +549,32 @@ def _execute_keyed(
             requests,
             task.mode,
             wanted,
-            key=one_key,
+            key_bytes=by_bytes,
             runs=runs.by_key_group() if usable and runs is not None else None,
             record=record,
         )
     else:
-        scanned = backend.scan_states(requests, task.mode, wanted, key=one_key)
+        scanned = backend.scan_states(requests, task.mode, wanted, key_bytes=by_bytes)
     for _kg in scanned:
         for name, builder in builders.items():
             if len(builder) >= batch_size:
-                yield from _flush(name, builder, key_lists[name], keys, batch_size)
+                yield from _flush(name, builder, by_value, batch_size)
     for name, builder in builders.items():
-        yield from _flush(name, builder, key_lists[name], keys, batch_size)
+        yield from _flush(name, builder, by_value, batch_size)
 
 
 def _flush(
     name: str,
     builder: BatchBuilder,
-    key_list: list[Any] | None,
-    keys: tuple[Any, ...] | None,
+    by_value: list[Any] | None,
     batch_size: int,
 ) -> Iterator[tuple[str, pa.RecordBatch]]:
-    mask = None
-    if key_list is not None and keys is not None and len(key_list) == len(builder):
-        mask = [k in keys for k in key_list]
     batch = builder.flush()
     if batch is None:
         return
-    if mask is None and keys is not None and key_list is not None:
-        # a compiled sink filled the key column (no Python list): primitive keys, read back
-        mask = [k in keys for k in batch.column("key").to_pylist()]
-    if mask is not None:
+    if by_value is not None:
+        # keys without serialized bytes: compared as read() returns them (Arrow's values)
+        mask = [k in by_value for k in batch.column("key").to_pylist()]
         batch = batch.filter(pa.array(mask, type=pa.bool_()))
         if batch.num_rows == 0:
             return
@@ -553,7 +609,7 @@ def _execute_operator(
         read_operator_list_state(
             stream, layout, part.offsets, all_offsets, task.compressed, task.subtask, builder
         )
-    yield from _flush(layout.name, builder, None, None, batch_size)
+    yield from _flush(layout.name, builder, None, batch_size)
 
 
 # -- the front ends' operations -----------------------------------------------------------------
@@ -593,6 +649,7 @@ def read_table(
     mode: str | None = None,
 ) -> pa.Table:
     """:func:`read_batches` collected into one Table."""
+    _check_readable(state)  # before the schema: a state without rows says why
     schema = state_schema(state.layout, mode)
     batches = list(read_batches(savepoint, state, keys=keys, key_groups=key_groups, mode=mode))
     return pa.Table.from_batches(batches, schema=schema)
@@ -640,15 +697,23 @@ def lookup(
     """
     ops = [savepoint.operator(operator)] if operator is not None else savepoint.keyed_operators()
     out: dict[tuple[str, str], pa.Table] = {}
+    refused: list[str] = []  # operators whose key type cannot hold the key, and why
+    tried = 0
     for op in ops:
         refs = [s for s in op.states if s.layout.keyed]
         if not refs:
             continue
+        tried += 1
         try:
             tasks = plan_states(savepoint, refs, keys=[key])
-        except (InvalidOptionError, UnsupportedFormatError, TypeError, ValueError, OverflowError):
+        except (InvalidOptionError, UnsupportedFormatError, TypeError, ValueError, OverflowError) \
+                as e:
             if operator is not None:
                 raise
+            if isinstance(e, InvalidKeyError):
+                refused.append(f"{op.display_name}: {e}")
+            else:
+                tried -= 1
             continue
         tables: dict[str, list[pa.RecordBatch]] = {}
         for task in tasks:
@@ -664,4 +729,8 @@ def lookup(
                 out[(op.display_name, r.name)] = pa.Table.from_batches(
                     tables[r.name], schema=state_schema(r.layout)
                 )
+    if tried and len(refused) == tried:
+        # no operator's key type can hold the key: an error, not "no rows"
+        raise InvalidKeyError("no keyed operator's key type holds this key (" +
+                              "; ".join(refused) + ")")
     return out

@@ -132,6 +132,12 @@ def _literal_text(node: exp.Expr) -> str | None:
         return str(node.this)
     if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) and node.this.is_number:
         return "-" + str(node.this.this)
+    if isinstance(node, exp.Boolean):
+        return "true" if node.this else "false"
+    if isinstance(node, (exp.Cast, exp.TryCast)) and isinstance(node.this, exp.Literal):
+        # typed literals (DATE '2024-01-01', TIMESTAMP '...', CAST('12.50' AS DECIMAL(10, 2))):
+        # the text is read against the state's key type, exactly as a plain literal is
+        return str(node.this.this)
     return None
 
 

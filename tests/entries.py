@@ -47,14 +47,33 @@ def _float(v: float) -> Any:
     return v
 
 
-def jsonify_column(array: pa.Array | pa.ChunkedArray, epoch_ms: bool = False) -> list[Any]:
-    """The JSON-normalised values of an Arrow column."""
+def _timestamp_text_nanos(text: str) -> int:
+    """Epoch nanoseconds of a TIMESTAMP(7..9) as statequery writes it (``YYYY-MM-DD
+    HH:MM:SS.fffffffff``, ``Z`` after an LTZ): what the oracle dumps."""
+    from statequery.serializers.readers import _days_from_civil
+
+    date, time = text.rstrip("Z").split(" ")
+    y, mo, d = (int(x) for x in date.split("-"))
+    hms, frac = time.split(".")
+    h, mi, sec = (int(x) for x in hms.split(":"))
+    nanos = int(frac.ljust(9, "0"))
+    return (_days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec) * 10**9 + nanos
+
+
+def jsonify_column(
+    array: pa.Array | pa.ChunkedArray, epoch_ms: bool = False, field: pa.Field | None = None
+) -> list[Any]:
+    """The JSON-normalised values of an Arrow column (``field``: its field, whose metadata may
+    say the strings are TIMESTAMP(7..9) texts)."""
     if isinstance(array, pa.ChunkedArray):
         out: list[Any] = []
         for chunk in array.chunks:
-            out.extend(jsonify_column(chunk, epoch_ms))
+            out.extend(jsonify_column(chunk, epoch_ms, field))
         return out
     t = array.type
+    meta = (field.metadata or {}) if field is not None else {}
+    if pa.types.is_string(t) and meta.get(b"statequery.sql_type", b"").startswith(b"TIMESTAMP"):
+        return [None if v is None else _timestamp_text_nanos(v) for v in array.to_pylist()]
     if pa.types.is_dictionary(t):
         return jsonify_column(array.cast(t.value_type), epoch_ms)
     if pa.types.is_struct(t):
@@ -63,7 +82,7 @@ def jsonify_column(array: pa.Array | pa.ChunkedArray, epoch_ms: bool = False) ->
             t.field(i).type == _EPOCH_MS for i in range(2)
         )
         children = {
-            t.field(i).name: jsonify_column(array.field(i), epoch_ms or window)
+            t.field(i).name: jsonify_column(array.field(i), epoch_ms or window, t.field(i))
             for i in range(t.num_fields)
         }
         valid = array.is_valid().to_pylist()
@@ -72,8 +91,8 @@ def jsonify_column(array: pa.Array | pa.ChunkedArray, epoch_ms: bool = False) ->
             for i in range(len(array))
         ]
     if pa.types.is_map(t):
-        keys = jsonify_column(array.keys, epoch_ms)
-        items = jsonify_column(array.items, epoch_ms)
+        keys = jsonify_column(array.keys, epoch_ms, t.key_field)
+        items = jsonify_column(array.items, epoch_ms, t.item_field)
         offsets = array.offsets.to_pylist()
         valid = array.is_valid().to_pylist()
         res: list[Any] = []
@@ -88,7 +107,7 @@ def jsonify_column(array: pa.Array | pa.ChunkedArray, epoch_ms: bool = False) ->
             res.append(entries)
         return res
     if pa.types.is_list(t) or pa.types.is_large_list(t):
-        values = jsonify_column(array.values, epoch_ms)
+        values = jsonify_column(array.values, epoch_ms, t.value_field)
         offsets = array.offsets.to_pylist()
         valid = array.is_valid().to_pylist()
         return [
@@ -118,7 +137,9 @@ def jsonify_column(array: pa.Array | pa.ChunkedArray, epoch_ms: bool = False) ->
 
 def _columns(table: pa.Table) -> dict[str, list[Any]]:
     return {
-        name: jsonify_column(table.column(name), epoch_ms=name in _MS_COLUMNS)
+        name: jsonify_column(
+            table.column(name), epoch_ms=name in _MS_COLUMNS, field=table.schema.field(name)
+        )
         for name in table.column_names
     }
 

@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "statequery"
-OPTIONAL = ("pyspark", "rocksdict", "sqlglot", "duckdb")
+OPTIONAL = ("pyspark", "rocksdict", "sqlglot", "duckdb", "google_crc32c", "crc32c", "xxhash")
 
 
 def _python(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -43,6 +43,11 @@ def test_import_statequery_loads_no_optional_dependency() -> None:
 MISSING = [
     (
         "rocksdict",
+        "statequery.open('catalog/user_activity_rocksdb').lookup('user-3')",
+        "statequery[rocksdb]",
+    ),
+    (
+        "xxhash",
         "statequery.open('catalog/user_activity_rocksdb').lookup('user-3')",
         "statequery[rocksdb]",
     ),

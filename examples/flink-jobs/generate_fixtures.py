@@ -42,10 +42,17 @@ MAX_FIXTURE_BYTES = 2 * 1024 * 1024
 
 
 def _fx(name, job, backend, snapshot, fmt, *, incremental=False, max_parallelism=128,
-        compression=False, inline=False):
-    return {"name": name, "job": job, "backend": backend, "snapshot": snapshot, "format": fmt,
-            "incremental": incremental, "max_parallelism": max_parallelism,
-            "compression": compression, "inline": inline}
+        compression=False, inline=False, timers="rocksdb", changelog="off", unread=None):
+    fx = {"name": name, "job": job, "backend": backend, "snapshot": snapshot, "format": fmt,
+          "incremental": incremental, "max_parallelism": max_parallelism,
+          "compression": compression, "inline": inline}
+    if timers != "rocksdb":  # state.backend.rocksdb.timer-service.factory
+        fx["timers"] = timers
+    if changelog != "off":  # state.changelog.enabled, periodic-materialize.interval
+        fx["changelog"] = changelog
+    if unread:  # the manifest's "unread" list: what statequery lists but cannot read yet, why
+        fx["unread"] = unread
+    return fx
 
 
 MATRIX = [
@@ -68,8 +75,24 @@ MATRIX = [
         "native", incremental=True),
     _fx("datastream-hashmap-checkpoint-snappy", "datastream", "hashmap", "checkpoint", "native",
         compression=True),
+    # heap timers on RocksDB: checkpoints write the timers into the operator's raw keyed state
+    _fx("datastream-rocksdb-checkpoint-heaptimers", "datastream", "rocksdb", "checkpoint",
+        "native", timers="heap"),
+    _fx("datastream-rocksdb-incremental-checkpoint-heaptimers", "datastream", "rocksdb",
+        "checkpoint", "native", incremental=True, timers="heap"),
+    # ForSt (Flink 2.x's disaggregated state backend), its primary directory local
+    _fx("datastream-forst-native", "datastream", "forst", "savepoint", "native"),
+    _fx("datastream-forst-checkpoint", "datastream", "forst", "checkpoint", "native",
+        incremental=True),
+    # the changelog state backend before its first materialization: keyed state only in the log
+    _fx("changelog-hashmap-unmaterialized-checkpoint", "datastream", "hashmap", "checkpoint",
+        "native", changelog="1h",
+        unread="the keyed state is only in the change log: listed with the reason, not read"),
     _fx("ttl-kryo-hashmap-canonical", "ttl-kryo", "hashmap", "savepoint", "canonical"),
     _fx("ttl-kryo-rocksdb-native", "ttl-kryo", "rocksdb", "savepoint", "native"),
+    # an operator's own raw keyed and raw operator state (listed with a reason, never hidden)
+    _fx("raw-state-hashmap-canonical", "raw-state", "hashmap", "savepoint", "canonical"),
+    _fx("raw-state-rocksdb-native", "raw-state", "rocksdb", "savepoint", "native"),
     # every stateful SQL operator (sql_operators_job.py), run from its compiled plan
     _fx("sql-ops-hashmap-native", "sql-ops", "hashmap", "savepoint", "native", max_parallelism=8),
     _fx("sql-ops-rocksdb-native", "sql-ops", "rocksdb", "savepoint", "native", max_parallelism=8),
@@ -77,8 +100,14 @@ MATRIX = [
         max_parallelism=8),
     _fx("sql-minibatch-rocksdb-native", "sql-minibatch", "rocksdb", "savepoint", "native",
         max_parallelism=8),
+    # GROUP BY keys of every common SQL type, nulls included (sql_keys_job.py)
+    _fx("keys-sql-hashmap-native", "sql-keys", "hashmap", "savepoint", "native"),
+    _fx("keys-sql-hashmap-canonical", "sql-keys", "hashmap", "savepoint", "canonical"),
+    _fx("keys-sql-rocksdb-native", "sql-keys", "rocksdb", "savepoint", "native"),
 ]
 SQL_OPERATOR_JOBS = {"sql-ops": "ops", "sql-minibatch": "minibatch"}
+# jobs whose manifest states come from the dump and whose expected file is a subset of it
+SUBSET_JOBS = {*SQL_OPERATOR_JOBS, "sql-keys"}
 BY_NAME = {f["name"]: f for f in MATRIX}
 
 # Series: one job run, several snapshots (consecutive retained checkpoints chk-1..3 and a
@@ -403,6 +432,42 @@ def ttl_kryo_expected() -> list[dict]:
 
 
 # --------------------------------------------------------------------------------------------
+# The raw-state job, modelled (RawStateJob.java)
+# --------------------------------------------------------------------------------------------
+
+RAW_UIDS = {
+    "fixture-source": "Source: Fixture Source",
+    "raw-state": "Raw State",
+    "fixture-sink": "Fixture Sink: Writer",
+}
+RAW_STATES = {
+    "fixture-source": DS_STATES["fixture-source"],
+    "raw-state": [
+        _st("count", "value", "BIGINT", "STRING", "VOID"),
+        # the operator's own raw keyed / raw operator bytes: listed, with a reason, never read
+        _st("(raw keyed state)", "raw", None, decodable=False),
+        _st("(raw operator state)", "raw", None, decodable=False),
+    ],
+}
+
+
+def raw_state_expected() -> list[dict]:
+    entries: list[dict] = []
+    ids = {uid: operator_id_for_uid(uid) for uid in RAW_UIDS}
+
+    def add(uid, state, kind, **fields):
+        entries.append({"operator_uid": uid, "operator_id": ids[uid], "state": state,
+                        "kind": kind, **fields})
+
+    source_expected(add)
+    events = [ds_event(i) for i in range(N_EVENTS)]
+    for user in sorted({e["user"] for e in events}):
+        n = sum(1 for e in events if e["user"] == user)
+        add("raw-state", "count", "value", key=user, namespace=None, value=n)
+    return entries
+
+
+# --------------------------------------------------------------------------------------------
 # The SQL job, modelled (sql_job.py)
 # --------------------------------------------------------------------------------------------
 
@@ -461,6 +526,58 @@ def sql_expected(agg_operator_id: str) -> list[dict]:
         add("accState", "value", word, value=acc)
         for m in distinct:
             add("distinctAcc_0", "map", word, user_key=m, value=1)
+    return entries
+
+
+# --------------------------------------------------------------------------------------------
+# The SQL keys job (sql_keys_job.py): the composite-key and the DATE-key aggregations, modelled
+# from the job's rows (a subset of the dump: the other aggregations hold the same kind of state).
+# The plan numbers the GROUP BY operators in query order: by_composite is GroupAggregate[4],
+# by_date GroupAggregate[12].
+# --------------------------------------------------------------------------------------------
+
+
+def _sql_keys_rows() -> list[dict]:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sql_keys_job", HERE / "sql_keys_job.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return list(module.ROWS)
+
+
+def sql_keys_expected(infos: list[dict]) -> list[dict]:
+    ids = {i["name"]: i["operator_id"] for i in infos}
+    entries: list[dict] = []
+
+    def days(text):
+        return None if text is None else (dt.date.fromisoformat(text) - dt.date(1970, 1, 1)).days
+
+    def cents(text):
+        if text is None:
+            return None
+        units, _, frac = text.partition(".")
+        return f"{units}.{(frac + '00')[:2]}"
+
+    composite: dict[str, tuple[dict, list[int]]] = {}
+    by_date: dict[str, tuple[dict, list[int]]] = {}
+    for r in _sql_keys_rows():
+        bs = r.get("bs")
+        key = {"f0": days(r.get("ds")), "f1": cents(r.get("amt")),
+               "f2": None if bs is None else b64(bs.encode("utf-8")),
+               "f3": r.get("flag"), "f4": r.get("s")}
+        composite.setdefault(canonical(key), (key, []))[1].append(r["n"])
+        dkey = {"f0": days(r.get("ds"))}
+        by_date.setdefault(canonical(dkey), (dkey, []))[1].append(r["n"])
+    for key, ns in composite.values():
+        entries.append({"operator_uid": "", "operator_id": ids["GroupAggregate[4]"],
+                        "state": "accState", "kind": "value", "key": key, "namespace": None,
+                        "value": {"f0": len(ns), "f1": sum(ns)}})
+    for key, ns in by_date.values():
+        entries.append({"operator_uid": "", "operator_id": ids["GroupAggregate[12]"],
+                        "state": "accState", "kind": "value", "key": key, "namespace": None,
+                        "value": {"f0": len(ns)}})
     return entries
 
 
@@ -709,9 +826,17 @@ def run_job(fx: dict, scratch: Path) -> dict[str, str]:
         kind = "checkpoint" if fx["snapshot"] == "checkpoint" else f"savepoint-{fx['format']}"
         cmd = ["java", "-cp", build(), "statequery.fixtures.DataStreamStateJob", fx["backend"],
                str(fx["incremental"]).lower(), str(fx["max_parallelism"]),
-               str(fx["compression"]).lower(), str(fx["inline"]).lower(), kind, str(out)]
+               str(fx["compression"]).lower(), str(fx["inline"]).lower(), kind, str(out),
+               fx.get("timers", "rocksdb"), fx.get("changelog", "off")]
     elif fx["job"] == "ttl-kryo":
         cmd = ["java", "-cp", build(), "statequery.fixtures.TtlKryoJob", fx["backend"],
+               f"savepoint-{fx['format']}", str(out)]
+    elif fx["job"] == "sql-keys":
+        cmd = [sys.executable, str(HERE / "sql_keys_job.py"), "--backend", fx["backend"],
+               "--kind", f"savepoint-{fx['format']}", "--out", str(out), "--max-parallelism",
+               str(fx["max_parallelism"])]
+    elif fx["job"] == "raw-state":
+        cmd = ["java", "-cp", build(), "statequery.fixtures.RawStateJob", fx["backend"],
                f"savepoint-{fx['format']}", str(out)]
     elif fx["job"] in SQL_OPERATOR_JOBS:
         cmd = [sys.executable, str(HERE / "sql_operators_job.py"), "--job",
@@ -738,11 +863,14 @@ def dump_available() -> bool:
     return (BUILD / "statequery" / "fixtures" / "SavepointDump.class").exists()
 
 
-def run_dump(snapshot_dir: Path, out: Path, log: Path) -> bool:
+def run_dump(snapshot_dir: Path, out: Path, log: Path, backend: str | None = None) -> bool:
+    """``backend`` ``forst``: restore RocksDB-format handles with ForSt's own backend."""
     out.parent.mkdir(parents=True, exist_ok=True)
+    flags = [f"--backend={backend}"] if backend == "forst" else []
     with open(log, "w") as err:
         proc = subprocess.run(["java", "-cp", build(), "statequery.fixtures.SavepointDump",
-                               str(snapshot_dir), str(out)], stdout=err, stderr=err, timeout=300)
+                               *flags, str(snapshot_dir), str(out)], stdout=err, stderr=err,
+                              timeout=300)
     return proc.returncode == 0
 
 
@@ -826,11 +954,14 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
         fixture_dir = FIXTURES / rel
 
         infos = snapshot_info(fixture_dir)
-        if fx["job"] in ("datastream", "ttl-kryo"):
+        if fx["job"] in ("datastream", "ttl-kryo", "raw-state"):
             for info in infos:
                 if info["uid"] and info["operator_id"] != operator_id_for_uid(info["uid"]):
                     raise RuntimeError(f"operator id mismatch for uid {info['uid']}: {info}")
-            entries = datastream_expected() if fx["job"] == "datastream" else ttl_kryo_expected()
+            entries = {"datastream": datastream_expected, "ttl-kryo": ttl_kryo_expected,
+                       "raw-state": raw_state_expected}[fx["job"]]()
+        elif fx["job"] == "sql-keys":
+            entries = sql_keys_expected(infos)
         elif fx["job"] in SQL_OPERATOR_JOBS:
             save_plan(fx["job"], scratch / "plan.json", scratch / "out")
             ids = {i["uid"]: i["operator_id"] for i in infos if i["uid"]}
@@ -845,9 +976,8 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
 
         problems: list[str] = []
         if dump_available():
-            if run_dump(fixture_dir, dump_path, scratch / "dump.log"):
-                problems = compare(exp_path, dump_path,
-                                   subset=fx["job"] in SQL_OPERATOR_JOBS)
+            if run_dump(fixture_dir, dump_path, scratch / "dump.log", fx["backend"]):
+                problems = compare(exp_path, dump_path, subset=fx["job"] in SUBSET_JOBS)
             else:
                 problems = [f"SavepointDump failed, see {scratch / 'dump.log'}"]
                 dump_path.unlink(missing_ok=True)
@@ -952,14 +1082,16 @@ def generate_series(series: dict, scratch_root: Path) -> list[dict]:
 
 
 def manifest_record(fx: dict, rel: str, infos: list[dict]) -> dict:
-    dump_states = _states_in_dump(fx["name"]) if fx["job"] in SQL_OPERATOR_JOBS else {}
+    dump_states = _states_in_dump(fx["name"]) if fx["job"] in SUBSET_JOBS else {}
     operators = []
     for info in sorted(infos, key=lambda i: (i["uid"] or "~", i["name"])):
         if fx["job"] == "datastream":
             states = DS_STATES.get(info["uid"], [])
         elif fx["job"] == "ttl-kryo":
             states = TK_STATES.get(info["uid"], [])
-        elif fx["job"] in SQL_OPERATOR_JOBS:
+        elif fx["job"] == "raw-state":
+            states = RAW_STATES.get(info["uid"], [])
+        elif fx["job"] in SUBSET_JOBS:
             states = dump_states.get(info["operator_id"], [])
         elif fx["job"] == "sequence":
             states = SEQ_STATES.get(info["uid"], [])
@@ -974,29 +1106,43 @@ def manifest_record(fx: dict, rel: str, infos: list[dict]) -> dict:
             op["coordinator_state_bytes"] = info["coordinator_state_bytes"]
         operators.append(op)
     rec = {k: fx[k] for k in ("name", "job", "backend", "snapshot", "format")}
+    if fx["backend"] == "forst":
+        # ForSt writes RocksDB's files and handles: the layout statequery reads is "rocksdb"
+        rec["backend"], rec["state_backend"] = "rocksdb", "forst"
     rec["path"] = rel
     rec.update({k: fx[k] for k in ("incremental", "max_parallelism", "compression", "inline")})
+    for extra in ("timers", "changelog"):
+        if extra in fx:
+            rec[extra] = fx[extra]
     rec["operators"] = operators
-    if fx["job"] in SQL_OPERATOR_JOBS:
+    if fx["job"] in SUBSET_JOBS:
         rec["expected"] = "subset"
+    if fx["job"] in SQL_OPERATOR_JOBS:
         rec["plan"] = f"plans/{fx['job']}.json"
     return rec
 
 
 def write_manifest(records: dict[str, dict]) -> None:
     """``fixtures``: one snapshot per fixture (the matrix); ``series``: the snapshots of the series
-    runs (several snapshots of one job, in order)."""
+    runs (several snapshots of one job, in order); ``unread``: snapshots whose keyed state
+    statequery lists with a reason but does not read yet (not in the fixture suites, each has
+    its own tests)."""
     path = FIXTURES / "manifest.json"
     old = {}
     if path.exists():
         data = json.loads(path.read_text())
-        old = {r["name"]: r for r in data.get("fixtures", []) + data.get("series", [])}
+        old = {r["name"]: r for r in data.get("fixtures", []) + data.get("series", [])
+               + data.get("unread", [])}
     old.update(records)
-    ordered = [old[f["name"]] for f in MATRIX if f["name"] in old]
+    for r in old.values():
+        if BY_NAME.get(r["name"], {}).get("unread"):
+            r["unread"] = BY_NAME[r["name"]]["unread"]
+    ordered = [old[f["name"]] for f in MATRIX if f["name"] in old and "unread" not in f]
+    unread = [old[f["name"]] for f in MATRIX if f["name"] in old and "unread" in f]
     series = sorted((r for r in old.values() if "series" in r),
                     key=lambda r: (r["series"], r["series_index"]))
     path.write_text(json.dumps({"flink_version": FLINK_VERSION, "fixtures": ordered,
-                                "series": series}, indent=1) + "\n")
+                                "series": series, "unread": unread}, indent=1) + "\n")
 
 
 def main() -> None:

@@ -42,7 +42,8 @@ from statequery.metadata.kinds import (
     StateLayout,
     layout_from_meta,
 )
-from statequery.serializers.spec import OpaqueSpec, SerializerSpec
+from statequery.serializers.readers import primitive_name
+from statequery.serializers.spec import OpaqueSpec, PrimitiveSpec, SerializerSpec
 
 __all__ = [
     "KEYED_KINDS",
@@ -103,7 +104,14 @@ def _col(fields: list[pa.Field], name: str, spec: SerializerSpec | None) -> None
                                metadata={b"statequery.raw_class": raw_class(spec).encode()}))
         fields.append(pa.field(f"{name}_reason", pa.string()))
     else:
-        fields.append(pa.field(name, column_type(spec)))
+        typ = column_type(spec)
+        if pa.types.is_string(typ) and isinstance(spec, PrimitiveSpec) and (
+            primitive_name(spec.name) == "timestamp_data"
+        ):  # a TimestampData(7..9) as exact text: the field says so
+            sql_type = f"TIMESTAMP({spec.precision})".encode()
+            fields.append(pa.field(name, typ, metadata={b"statequery.sql_type": sql_type}))
+        else:
+            fields.append(pa.field(name, typ))
 
 
 def state_schema(layout: Any, mode: str | None = None) -> pa.Schema:

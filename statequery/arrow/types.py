@@ -13,8 +13,8 @@
 | Instant | timestamp[ns, UTC] |
 | LocalDate, SQL DATE | date32 |
 | LocalTime | time64[ns]; SQL TIME: time32[ms] |
-| TimestampData / TIMESTAMP(p) | timestamp[ms / us / ns] by precision (<= 3, <= 6, > 6) |
-| TIMESTAMP_LTZ(p) | the same with tz UTC |
+| TimestampData / TIMESTAMP(p) | timestamp[ms / us] by precision (<= 3, <= 6); 7..9: exact text |
+| TIMESTAMP_LTZ(p) | the same with tz UTC (text: `...Z`) |
 | enum | string (the constant name; Spark has no dictionary type) |
 | Tuple, Row, POJO, ROW | struct (Tuple: f0..fn; Row/ROW: names or f0..fn; POJO: fields) |
 | List, Set, arrays, ARRAY, ListView | list |
@@ -100,7 +100,8 @@ def arrow_type(spec: SerializerSpec) -> pa.DataType:
         if name == "decimal_data":
             return _decimal_type(spec.precision, spec.scale)
         if name == "timestamp_data":
-            return pa.timestamp(timestamp_unit(spec.precision))
+            unit = timestamp_unit(spec.precision)
+            return pa.string() if unit is None else pa.timestamp(unit)
         try:
             return _PRIMITIVE_TYPES[name]
         except KeyError:
@@ -208,10 +209,11 @@ def sql_arrow_type(t: SqlType, spec: SerializerSpec | None = None) -> pa.DataTyp
         return pa.date32()
     if r == "TIME_WITHOUT_TIME_ZONE":
         return pa.time32("ms")
-    if r == "TIMESTAMP_WITHOUT_TIME_ZONE":
-        return pa.timestamp(timestamp_unit(t.precision))
-    if r == "TIMESTAMP_WITH_LOCAL_TIME_ZONE":
-        return pa.timestamp(timestamp_unit(t.precision), tz="UTC")
+    if r in ("TIMESTAMP_WITHOUT_TIME_ZONE", "TIMESTAMP_WITH_LOCAL_TIME_ZONE"):
+        unit = timestamp_unit(t.precision)
+        if unit is None:  # 7..9 digits: exact text (readers.sql_timestamp_text)
+            return pa.string()
+        return pa.timestamp(unit, tz="UTC" if r == "TIMESTAMP_WITH_LOCAL_TIME_ZONE" else None)
     if r == "INTERVAL_YEAR_MONTH":
         return pa.int32()
     if r == "INTERVAL_DAY_TIME":
@@ -243,6 +245,11 @@ def _sql_field(name: str, t: SqlType, spec: SerializerSpec | None) -> pa.Field:
     while root == "DISTINCT_TYPE" and t.element is not None:
         t = t.element
         root = t.root
+    if root in ("TIMESTAMP_WITHOUT_TIME_ZONE", "TIMESTAMP_WITH_LOCAL_TIME_ZONE") and (
+        pa.types.is_string(typ)
+    ):
+        # the text of a TIMESTAMP(7..9): the field says which SQL type it holds
+        return pa.field(name, typ, metadata={b"statequery.sql_type": _sql_text(t).encode()})
     if root != "RAW" or not pa.types.is_binary(typ):
         return pa.field(name, typ)
     if isinstance(spec, RawValueSpec):
@@ -250,6 +257,11 @@ def _sql_field(name: str, t: SqlType, spec: SerializerSpec | None) -> pa.Field:
     else:
         reason = "no field serializer stored in the snapshot"
     return pa.field(name, typ, metadata={b"statequery.raw_reason": reason.encode()})
+
+
+def _sql_text(t: SqlType) -> str:
+    base = "TIMESTAMP_LTZ" if t.root == "TIMESTAMP_WITH_LOCAL_TIME_ZONE" else "TIMESTAMP"
+    return f"{base}({t.precision})"
 
 
 def raw_value_reason(inner: SerializerSpec) -> str:

@@ -112,12 +112,14 @@ class KeyedBackend(Protocol):
         requests: Sequence[tuple[StateLayout, BatchBuilder]],
         mode: str | None,
         key_groups: Iterable[int] | None = None,
-        key: Any = None,
+        key_bytes: Sequence[bytes] | None = None,
     ) -> Iterator[int]:
         """Several states in one pass over the key groups (each key group read once).
 
-        ``key`` (the normalised key value) lets a backend skip other keys' entries early; the
-        caller still filters the rows by key.
+        ``key_bytes``: the serialized keys (as Flink's key serializer writes them,
+        :func:`statequery.keys.resolve_key`) whose entries are wanted; a backend must return
+        exactly the entries whose serialized key is one of them (the caller does not filter
+        again).
         """
         ...
 
@@ -280,7 +282,7 @@ class _KeyedBase:
         requests: Sequence[tuple[StateLayout, BatchBuilder]],
         mode: str | None,
         key_groups: Iterable[int] | None = None,
-        key: Any = None,
+        key_bytes: Sequence[bytes] | None = None,
     ) -> Iterator[int]:
         raise NotImplementedError  # each layout's subclass decodes its own key groups
 
@@ -293,7 +295,7 @@ class CanonicalKeyedBackend(_KeyedBase):
         requests: Sequence[tuple[StateLayout, BatchBuilder]],
         mode: str | None,
         key_groups: Iterable[int] | None = None,
-        key: Any = None,
+        key_bytes: Sequence[bytes] | None = None,
         *,
         runs: Mapping[int, Sequence[int]] | None = None,
         record: Callable[[int, list[int]], None] | None = None,
@@ -305,7 +307,6 @@ class CanonicalKeyedBackend(_KeyedBase):
             CompositeEntryDecoder,
             KeyGroupStream,
             key_group_prefix_bytes,
-            serialized_key,
         )
 
         wanted = self._wanted(key_groups)
@@ -314,8 +315,7 @@ class CanonicalKeyedBackend(_KeyedBase):
         handlers: list[Any] = [None] * len(self.order)
         finishers = []
         for layout, builder in requests:
-            raw = None if key is None else serialized_key(key, layout.key)
-            decoder = CompositeEntryDecoder(layout, mode, builder, raw)
+            decoder = CompositeEntryDecoder(layout, mode, builder, key_bytes)
             handlers[self.ids[layout.name]] = decoder.on_entry
             finishers.append(decoder.finish)
         stream = KeyGroupStream(
@@ -335,7 +335,7 @@ class HeapKeyedBackend(_KeyedBase):
         requests: Sequence[tuple[StateLayout, BatchBuilder]],
         mode: str | None,
         key_groups: Iterable[int] | None = None,
-        key: Any = None,
+        key_bytes: Sequence[bytes] | None = None,
     ) -> Iterator[int]:
         from statequery.backends.heap import HeapBlockDecoder, HeapKeyGroupStream
 
@@ -343,7 +343,9 @@ class HeapKeyedBackend(_KeyedBase):
         if wanted is not None and not wanted:
             return
         builders = {layout.name: builder for layout, builder in requests}
-        blocks = [HeapBlockDecoder(lay, builders.get(lay.name), mode, key) for lay in self.order]
+        blocks = [
+            HeapBlockDecoder(lay, builders.get(lay.name), mode, key_bytes) for lay in self.order
+        ]
         stream = HeapKeyGroupStream(
             self.stream,
             self._offsets_by_key_group(),

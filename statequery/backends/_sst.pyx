@@ -2,8 +2,11 @@
 # (boundscheck, wraparound: set by setup.py, off unless STATEQUERY_BOUNDSCHECK=1)
 """Compiled twin of the hot loop of :mod:`statequery.backends.sst`: one data block's entries as
 ``(user key, -seq, type, value)`` tuples (:meth:`statequery.backends.sst.SstFile.tuples`), with
-the pure-Python path's checks and error messages. Optional: built by setup.py when a C compiler
-is present; ``STATEQUERY_PURE_PYTHON=1`` turns it off (see :mod:`statequery.backends.fastpath`).
+the pure-Python path's checks and error messages; the k-way merge of several tables
+(``MergedPairs``); and ``CheckedPairs``, which checks rocksdict's pairs when they end (see
+``RocksDBState._pairs``). Blocks reach the walk already verified against their checksums
+(``SstFile.read_block``). Optional: built by setup.py when a C compiler is present;
+``STATEQUERY_PURE_PYTHON=1`` turns it off (see :mod:`statequery.backends.fastpath`).
 """
 
 from libc.stdint cimport uint8_t, uint64_t
@@ -248,3 +251,38 @@ cdef class MergedPairs:
             if base is not None:
                 operands.insert(0, base)
             return key, self.delimiter.join(operands)
+
+
+cdef object _END = object()
+
+
+cdef class CheckedPairs:
+    """The items of ``pairs``, then ``on_end(last item or None)`` once they are exhausted (which
+    raises to report that they ended early): the compiled twin of
+    :func:`statequery.backends.rocksdb._checked_pairs`, which keeps a RocksDB iterator that stops
+    on an error from looking like the end of the data."""
+
+    cdef object it
+    cdef object last
+    cdef object on_end
+    cdef bint ended
+
+    def __init__(self, pairs, on_end):
+        self.it = iter(pairs)
+        self.last = None
+        self.on_end = on_end
+        self.ended = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.ended:
+            raise StopIteration
+        item = next(self.it, _END)
+        if item is _END:
+            self.ended = True
+            self.on_end(self.last)
+            raise StopIteration
+        self.last = item
+        return item

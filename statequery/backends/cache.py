@@ -347,6 +347,33 @@ class FileCache:
             os.unlink(dest)
         raise StorageError(f"{key.location}: the cached copy kept disappearing (cache too small?)")
 
+    def forget_if_damaged(self, io: FileIO, key: CacheKey) -> bool:
+        """Compare the cached copy of ``key`` with the file it was fetched from; when they differ
+        (the copy was damaged after it was verified, e.g. on disk), remove the entry so the next
+        read fetches the file again, and return True. Called when a checksum inside a copy
+        fails, to tell a damaged cache entry from a damaged savepoint."""
+        key = self.identify(io, key)
+        path = self.entry_path(key)
+        differ = False
+        try:
+            with open(path, "rb") as cached, io.new_input(key.location).open() as src:
+                if key.offset:
+                    src.seek(key.offset)
+                left = key.size
+                while left > 0 and not differ:
+                    n = min(_CHUNK, left)
+                    a, b = _read_up_to(cached, n), _read_up_to(src, n)
+                    differ = a != b
+                    if not a:
+                        break
+                    left -= len(a)
+        except FileNotFoundError:
+            return False
+        if differ:
+            with _flock(self._lockfile), contextlib.suppress(FileNotFoundError):
+                os.unlink(path)  # open DB directories keep their links; new reads fetch again
+        return differ
+
     # -- DB directories and eviction -----------------------------------------------------------
 
     def new_db_dir(self) -> DbDir:
@@ -433,6 +460,18 @@ class FileCache:
     def clear(self) -> None:
         """Remove every entry (and stale DB directories)."""
         self.evict(0)
+
+
+def _read_up_to(f: IO[bytes], n: int) -> bytes:
+    """``n`` bytes of ``f`` (fewer only at its end), whatever its reads return."""
+    parts = []
+    while n > 0:
+        b = f.read(n)
+        if not b:
+            break
+        parts.append(b)
+        n -= len(b)
+    return b"".join(parts)
 
 
 def _listdir(path: str) -> list[str]:

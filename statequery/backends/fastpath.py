@@ -237,6 +237,8 @@ def _sql_field(
         p = 6 if t.precision is None else t.precision
         if p <= 3:
             return mod.Column(mod.T_LONG)
+        if p > 6:
+            return None  # exact text (readers.sql_timestamp_text): the pure path
         return mod.Column(mod.T_TIMESTAMP, (), None, p)
     name = _SQL_CODES.get(root)
     return None if name is None else mod.Column(getattr(mod, name))

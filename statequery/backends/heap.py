@@ -76,11 +76,12 @@ class HeapBlockDecoder:
         layout: StateLayout,
         builder: BatchBuilder | None = None,
         mode: str | None = None,
-        key: Any = None,
+        key_bytes: Sequence[bytes] | None = None,
     ) -> None:
         self.layout = layout
         self.builder = builder
-        self.key = key
+        #: the serialized keys wanted (:func:`statequery.keys.resolve_key`); None: every key
+        self.key_bytes = None if key_bytes is None else frozenset(key_bytes)
         self.mode = resolve_mode(layout, mode)
         self._walk: Callable[[bytes, int, int, int], int] | None = None
         self._error: UnsupportedFormatError | None = None
@@ -89,7 +90,7 @@ class HeapBlockDecoder:
         except UnsupportedFormatError as e:
             self._error = e
         else:
-            if key is None:
+            if key_bytes is None:
                 # the compiled path, when built and the shape is covered: the walk above stays
                 # the reference (and checks the layout), the sink decodes into Arrow buffers
                 self._walk = self._compiled_walk() or self._walk
@@ -166,16 +167,19 @@ class HeapBlockDecoder:
 
             return skip_entries
         emit = self._emitter(value_spec)
-        if self.key is not None:
-            wanted, value_skip = self.key, value.skip_at
+        if self.key_bytes is not None:
+            # lookups: the serialized key is compared before anything is decoded (the bytes
+            # the key serializer wrote, exactly as the other layouts compare them)
+            wanted, key_skip, value_skip = self.key_bytes, key.skip_at, value.skip_at
 
             def read_key_entries(buf: bytes, pos: int, end: int, n: int, kg: int) -> int:
                 for _ in range(n):
-                    namespace, pos = ns_read(buf, pos, end)
-                    k, pos = key_read(buf, pos, end)
-                    if k != wanted:
+                    namespace, kpos = ns_read(buf, pos, end)
+                    pos = key_skip(buf, kpos, end)
+                    if buf[kpos:pos] not in wanted:
                         pos = value_skip(buf, pos, end)
                         continue
+                    k, _ = key_read(buf, kpos, pos)
                     v, pos = value_read(buf, pos, end)
                     emit(kg, k, namespace, v)
                 return pos
@@ -215,10 +219,15 @@ class HeapBlockDecoder:
         a_kg, a_key, a_ns, a_ts = (
             b.appender(c) for c in ("key_group", "key", "namespace", "timestamp")
         )
+        wanted = self.key_bytes
 
         def read_timers(buf: bytes, pos: int, end: int, n: int, kg: int) -> int:
             for _ in range(n):
+                start = pos
                 t, pos = read(buf, pos, end)
+                # a timer is its 8-byte timestamp, then the serialized key and namespace
+                if wanted is not None and not any(buf.startswith(k, start + 8) for k in wanted):
+                    continue
                 a_kg(kg)
                 a_key(t["key"])
                 a_ns(t["namespace"])

@@ -161,7 +161,7 @@ class CompositeEntryDecoder:
         layout: StateLayout,
         mode: str | None,
         builder: BatchBuilder,
-        key_bytes: bytes | None = None,
+        key_bytes: Sequence[bytes] | bytes | None = None,
     ) -> None:
         self.layout = layout
         self.mode = resolve_mode(layout, mode)
@@ -189,14 +189,19 @@ class CompositeEntryDecoder:
                 self.finish = on_entry.finish  # completes a nested map's row
         if key_bytes is not None:
             # lookups: entries whose serialized key differs are skipped without decoding
-            # (serialized keys are prefix-free, so startswith is exact for a whole key)
+            # (serialized keys are prefix-free, so startswith is exact for a whole key; timer
+            # keys start with the 8-byte timestamp)
             inner, skip = on_entry, 8 if layout.is_timer else 0
+            wanted = (key_bytes,) if isinstance(key_bytes, bytes) else tuple(key_bytes)
 
             def on_matching_entry(
                 buf: bytes, kpos: int, kend: int, vpos: int, vend: int, kg: int
             ) -> None:
-                if buf.startswith(key_bytes, kpos + skip):
-                    inner(buf, kpos, kend, vpos, vend, kg)
+                start = kpos + skip
+                for k in wanted:
+                    if buf.startswith(k, start):
+                        inner(buf, kpos, kend, vpos, vend, kg)
+                        return
 
             on_entry = on_matching_entry
         sized = getattr(builder, "on_entry_bytes", None)
@@ -580,37 +585,18 @@ def _noop() -> None:
 
 
 def serialized_key(key: Any, spec: SerializerSpec | None) -> bytes | None:
-    """The exact bytes Flink's key serializer writes for ``key`` (common scalar keys only).
+    """The exact bytes Flink's key serializer writes for ``key``
+    (:func:`statequery.keys.resolve_key`); None when statequery does not write that serializer
+    or the key does not fit it."""
+    from statequery.exceptions import InvalidKeyError
+    from statequery.keys import convert_key, serialize_key
 
-    None when statequery does not write that serializer; lookups then decode every key.
-    """
-    if not isinstance(spec, PrimitiveSpec) or key is None:
+    if spec is None or key is None:
         return None
-    name = spec.name
     try:
-        if name == "string" and isinstance(key, str):
-            units = key.encode("utf-16-be", "surrogatepass")
-            out = bytearray(_varint(len(units) // 2 + 1))
-            for i in range(0, len(units), 2):
-                out += _varint((units[i] << 8) | units[i + 1])
-            return bytes(out)
-        fmt = {"long": ">q", "int": ">i", "short": ">h", "byte": ">b"}.get(name)
-        if fmt is not None and isinstance(key, int) and not isinstance(key, bool):
-            return struct.pack(fmt, key)
-        if name == "boolean" and isinstance(key, bool):
-            return b"\x01" if key else b"\x00"
-    except (struct.error, UnicodeEncodeError):
+        return serialize_key(convert_key(key, spec), spec)
+    except InvalidKeyError:
         return None
-    return None
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def _with_ttl(spec: SerializerSpec | None) -> SerializerSpec | None:

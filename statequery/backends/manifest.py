@@ -19,10 +19,12 @@ Format (RocksDB ``db/log_format.h``, ``db/log_reader.cc``, ``db/version_edit.{h,
   column family 203, atomic group 300; tags with bit ``1 << 13`` are length-prefixed and
   ignorable.
 
-Record checksums are not verified (no crc32c in the dependencies, as for tables): lengths and
-fields are bounds-checked, and :class:`~statequery.backends.rocksdb.RocksDBState` checks the
-result against the state handle (every live table named, with its size). Bad input raises
-:class:`~statequery.exceptions.CorruptStateError` naming the file and offset.
+Every physical record's checksum is verified before its payload is used: the masked CRC-32C of
+the type byte, the log number of a recyclable record, and the payload
+(``log::Writer::EmitPhysicalRecord``). Lengths and fields are bounds-checked, and
+:class:`~statequery.backends.rocksdb.RocksDBState` checks the result against the state handle
+(every live table named, with its size). Bad input raises
+:class:`~statequery.exceptions.CorruptStateError` naming the file and the record's offset.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
+from statequery.backends.checksums import masked_crc32c
 from statequery.exceptions import CorruptStateError, UnsupportedFormatError
 
 __all__ = ["Manifest", "TableMeta", "read_manifest", "table_file_name"]
@@ -65,6 +68,7 @@ _CUSTOM_NON_SAFE_IGNORE = 1 << 6
 _CUSTOM_PATH_ID = _CUSTOM_NON_SAFE_IGNORE + 1
 
 _U16 = struct.Struct("<H")
+_U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
 
@@ -190,6 +194,12 @@ def _records(data: bytes, source: str) -> list[tuple[int, bytes]]:
             raise CorruptStateError(
                 f"MANIFEST record of {length} bytes runs past its block or the file "
                 "(truncated?)", source, pos)
+        stored = _U32.unpack_from(data, pos)[0]
+        computed = masked_crc32c(data[pos + 6 : body + length])  # type, [log number,] payload
+        if computed != stored:
+            raise CorruptStateError(
+                f"MANIFEST record checksum mismatch (crc32c: stored {stored:#010x}, computed "
+                f"{computed:#010x}; record of {length} bytes)", source, pos)
         payload = data[body : body + length]
         if kind == _FULL:
             if pending is not None:

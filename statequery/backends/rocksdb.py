@@ -18,7 +18,9 @@ Reading one handle (:class:`RocksDBState`):
    files must be exactly the handle's table files;
 4. a column family whose tables hold merge operands (Flink's ``ListState.add``) is read with the
    SST reader, applying ``StringAppendTESTOperator`` semantics (rocksdict has no merge operator and
-   returns nothing for such keys); every other column family is read with rocksdict;
+   cannot read such keys); every other column family is read with rocksdict, whose pairs are
+   checked at their end (its ``items()`` hides an iterator error, such as a block checksum
+   mismatch: see ``RocksDBState._pairs``);
 5. both seek to the first key of the requested key-group range (1-byte prefix when max parallelism
    <= 128, else 2 bytes, big-endian) and stop at the end of it, intersected with the handle's own
    range: keys left over from rescaling are dropped, as Flink's ``clipDBWithKeyGroupRange`` does.
@@ -41,8 +43,9 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
+from statequery.backends import checksums
 from statequery.backends.cache import CacheKey, DbDir, FileCache
-from statequery.backends.sst import SstFile, has_compiled_walk, merged_entries
+from statequery.backends.sst import SstFile, compiled_module, has_compiled_walk, merged_entries
 from statequery.exceptions import (
     CorruptStateError,
     InvalidOptionError,
@@ -297,18 +300,22 @@ class RocksDBState(_HandleReader):
     def _open_db(self, root: str, manifest: DbFile) -> None:
         from rocksdict import AccessType, Options, Rdict
 
-        opts = Options(raw_mode=True)
+        def options() -> Any:
+            o = Options(raw_mode=True)
+            o.set_paranoid_checks(True)  # RocksDB's default, made explicit: checksums verified
+            return o
+
+        opts = options()
         opts.create_if_missing(False)
         try:
             names = Rdict.list_cf(root, opts)
             self._db = Rdict(
                 root, opts,
-                column_families={n: Options(raw_mode=True) for n in names},
+                column_families={n: options() for n in names},
                 access_type=AccessType.read_only())
             live = self._db.live_files()
         except Exception as e:  # rocksdict raises plain Exception with RocksDB's status text
-            raise CorruptStateError(f"RocksDB cannot open the restored DB: {_local_names(e)}",
-                                    manifest.source) from e
+            raise self._rocksdb_error("RocksDB cannot open the restored DB", e) from e
         self._cf_names = [n for n in names if n != DEFAULT_CF]
         for n in self._cf_names:
             if self.state_names is not None and n not in self.state_names:
@@ -407,19 +414,72 @@ class RocksDBState(_HandleReader):
                 return iter(()), b""
             tables = [self._tables[f.local_path] for f, _ in cf.tables]
             return iter(merged_entries(tables, start, stop, match=match)), stop
-        from rocksdict import ReadOptions
-
-        ro = ReadOptions()
-        ro.set_iterate_upper_bound(stop)
-        pairs = self._db.get_column_family(state).items(from_key=start, read_opt=ro)
+        pairs = self._pairs(state, start, stop)
         if match is not None:
             sub, at = match
             return iter([(k, v) for k, v in pairs if k.startswith(sub, at)]), stop
         return iter(pairs), stop
 
     def wrap_error(self, state: str, e: Exception) -> CorruptStateError:
-        return CorruptStateError(f"RocksDB failed reading column family {state!r}: "
-                                 f"{_local_names(e)}", self._manifest.source)
+        return self._rocksdb_error(f"RocksDB failed reading column family {state!r}", e)
+
+    def _rocksdb_error(self, what: str, e: BaseException) -> CorruptStateError:
+        """RocksDB's error ``e`` as a :class:`CorruptStateError` naming the file it cites (a
+        table's block checksum mismatch names the table and the block offset), else the
+        MANIFEST."""
+        message = _local_names(e)
+        cited = _CITED_TABLE.search(message)
+        f = self._by_name.get(cited.group(1)) if cited else None
+        if f is not None and cited is not None:
+            return CorruptStateError(f"{what}: {message}", f.source, int(cited.group(2)))
+        return CorruptStateError(f"{what}: {message}", self._manifest.source)
+
+    def _read_options(self, stop: bytes) -> Any:
+        from rocksdict import ReadOptions
+
+        ro = ReadOptions()  # bounds are raw bytes: the DB is opened in raw mode
+        ro.set_verify_checksums(True)  # RocksDB's default, made explicit
+        ro.set_iterate_upper_bound(stop)
+        return ro
+
+    def _pairs(self, state: str, start: bytes, stop: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """rocksdict's ``(key, value)`` pairs of ``state`` in ``[start, stop)``, checked at their
+        end: rocksdict's ``items()`` ends quietly when RocksDB's iterator fails (a block
+        checksum mismatch, an unreadable block) because it does not ask the iterator's status, so
+        the pairs would just be fewer. When they end, a fresh iterator is placed after the last
+        pair: it must be at the end with an OK status, else the read raises."""
+        cf = self._db.get_column_family(state)
+        pairs = cf.items(from_key=start, read_opt=self._read_options(stop))
+
+        def on_end(last: tuple[bytes, bytes] | None) -> None:
+            self._check_end(state, cf, start, stop, last)
+
+        return _checked_pairs(pairs, on_end)
+
+    def _check_end(self, state: str, cf: Any, start: bytes, stop: bytes,
+                   last: tuple[bytes, bytes] | None) -> None:
+        what = f"RocksDB failed reading column family {state!r}"
+        try:
+            it = cf.iter(self._read_options(stop))
+            if last is None:
+                it.seek(start)
+            else:
+                it.seek(last[0])
+                if it.valid():
+                    it.next()
+            ended = not it.valid()
+            it.status()  # raises RocksDB's error, if any
+        except Exception as e:  # rocksdict raises plain Exception with RocksDB's status text
+            if "merge_operator" in str(e):  # a merge operand, and no merge operator
+                raise UnsupportedFormatError(
+                    f"{self.describe(state)}: column family {state!r} holds merge operands, "
+                    "which RocksDB reads only with a merge operator (rocksdict has none): read "
+                    "it with reader='auto' or 'sst'") from e
+            raise self._rocksdb_error(what, e) from e
+        if not ended:
+            after = "its start" if last is None else f"key {last[0].hex()}"
+            raise CorruptStateError(f"{what}: iteration stopped after {after} before the end of "
+                                    "the range", self.describe(state))
 
     def _range(
         self, state: str, key_groups: tuple[int, int] | None, reader: str,
@@ -443,22 +503,16 @@ class RocksDBState(_HandleReader):
             yield KeyValue(int.from_bytes(key[:n], "big"), key, value)
 
     def _rocksdb_entries(self, state: str, start: bytes, stop: bytes) -> Iterator[KeyValue]:
-        from rocksdict import ReadOptions
-
         n = self.prefix_bytes
-        ro = ReadOptions()  # bounds are raw bytes: the DB is opened in raw mode
-        ro.set_iterate_upper_bound(stop)
         try:
-            cf = self._db.get_column_family(state)
-            for key, value in cf.items(from_key=start, read_opt=ro):
+            for key, value in self._pairs(state, start, stop):
                 if key >= stop:
                     break
                 yield KeyValue(int.from_bytes(key[:n], "big"), key, value)
         except StatequeryError:
             raise
         except Exception as e:
-            raise CorruptStateError(f"RocksDB failed reading column family {state!r}: "
-                                    f"{_local_names(e)}", self._manifest.source) from e
+            raise self.wrap_error(state, e) from e
 
     def describe(self, state: str) -> str:
         """The files holding ``state`` (for errors): its tables, or the MANIFEST."""
@@ -748,6 +802,30 @@ def _prefix_successor(prefix: bytes) -> bytes | None:
 def _local_names(e: BaseException) -> str:
     """RocksDB's message with our private directory stripped from the file names it cites."""
     return re.sub(r"(/[^\s:]*)?/db/[0-9a-f]{32}/", "", str(e)).strip()
+
+
+#: a table file and offset cited by a RocksDB error ("... in <dir>/000009.sst offset 474 size 232")
+_CITED_TABLE = re.compile(r"(?:^|[\s/])(\d+\.sst) offset (\d+)")
+
+
+def _checked_pairs(pairs: Iterable[tuple[bytes, bytes]],
+                   on_end: Callable[[tuple[bytes, bytes] | None], None]) -> Iterator[
+        tuple[bytes, bytes]]:
+    """The items of ``pairs``, then ``on_end(last item or None)`` once they are exhausted
+    (compiled: ``_sst.CheckedPairs``)."""
+    compiled = compiled_module()
+    if compiled is not None:
+        return compiled.CheckedPairs(pairs, on_end)  # type: ignore[no-any-return]
+    return _checked_pairs_py(pairs, on_end)
+
+
+def _checked_pairs_py(pairs: Iterable[tuple[bytes, bytes]],
+                      on_end: Callable[[tuple[bytes, bytes] | None], None]) -> Iterator[
+        tuple[bytes, bytes]]:
+    last = None
+    for last in pairs:
+        yield last
+    on_end(last)
 
 
 def from_incremental_handle(handle: Any, resolver: Any) -> RocksDBHandle:
@@ -1041,6 +1119,7 @@ class RocksDBKeyedBackend:
     def open(self) -> RocksDBState:
         """Restore and open the DB (the caller closes it)."""
         require_extra("rocksdict", "rocksdb", "reading RocksDB native state")
+        checksums.require()
         for d in (self.resolver.metadata_dir, self.resolver.job_dir):
             if d:
                 self.cache.check_outside(d)
@@ -1054,6 +1133,7 @@ class RocksDBKeyedBackend:
         caller closes it). Needs no RocksDB, but RocksDB state needs the ``rocksdb`` extra
         whatever the query, so that a query does not fail later on another path."""
         require_extra("rocksdict", "rocksdb", "reading RocksDB native state")
+        checksums.require()
         for d in (self.resolver.metadata_dir, self.resolver.job_dir):
             if d:
                 self.cache.check_outside(d)
@@ -1100,35 +1180,62 @@ class RocksDBKeyedBackend:
 
     def scan_states(
         self, requests: Sequence[tuple[Any, Any]], mode: str | None,
-        key_groups: Iterable[int] | None = None, key: Any = None,
+        key_groups: Iterable[int] | None = None, key_bytes: Sequence[bytes] | None = None,
     ) -> Iterator[int]:
         """Several states with one restore of the DB (state after state); yield per key group.
 
-        ``key`` (a lookup) seeks straight to the key's entries in its key group (keys are sorted
-        by key-group prefix, then serialized key) instead of walking the key group; timers,
-        whose keys start with the timestamp, are filtered by key bytes while walking.
+        ``key_bytes`` (serialized keys, :func:`statequery.keys.resolve_key`): only their
+        entries. One key (a lookup) seeks straight to its entries in its key group (keys are
+        sorted by key-group prefix, then serialized key) instead of walking the key group;
+        timers, whose keys start with the timestamp, are filtered by key bytes while walking.
         """
-        from statequery.backends.keygroups import serialized_key
-
         own = self.key_groups
         wanted = None if key_groups is None else {kg for kg in key_groups if kg in own}
         if wanted is not None and not wanted:
             return
-        lookup = key is not None and wanted is not None and len(wanted) == 1
-        with self._database(lookup) as db:
-            for layout, builder in requests:
-                raw = None if key is None else serialized_key(key, layout.key)
-                yield from self._scan_db(db, layout, mode, builder, wanted, raw)
+        single = key_bytes is not None and len(key_bytes) == 1
+        lookup = single and wanted is not None and len(wanted) == 1
+        raw = key_bytes[0] if key_bytes is not None and single else None
+        try:
+            with self._database(lookup) as db:
+                for layout, builder in requests:
+                    yield from self._scan_db(db, layout, mode, builder, wanted, key_bytes, raw)
+        except CorruptStateError as e:
+            cached = self._damaged_in_cache(e)
+            if cached is None:
+                raise
+            raise cached from e
+
+    def _damaged_in_cache(self, e: CorruptStateError) -> CorruptStateError | None:
+        """When ``e`` (a checksum mismatch, say) names one of the handle's files whose cached copy
+        differs from the file itself, that copy was damaged after it was fetched: it is removed
+        from the cache (the next read fetches the file again) and the error says so."""
+        if e.source is None:
+            return None
+        try:
+            files = from_incremental_handle(self.handle, self.resolver).files
+            for f in files:
+                if f.location is None or f.source != e.source or f.size < 0:
+                    continue
+                key = CacheKey(f.location, f.size, f.checksum, f.offset)
+                if self.cache.forget_if_damaged(self.resolver.io, key):
+                    return CorruptStateError(
+                        f"{e.reason}; in the local cache's copy only, not in the file itself: "
+                        f"the damaged copy was removed from the cache ({self.cache.root}); the "
+                        "next read fetches the file again", e.source, e.offset)
+        except StatequeryError:
+            return None  # the file itself cannot be read: report the original error
+        return None
 
     def _scan_db(
         self, db: RocksDBState, layout: Any, mode: str | None, builder: Any,
-        wanted: set[int] | None, raw: bytes | None,
+        wanted: set[int] | None, key_bytes: Sequence[bytes] | None, raw: bytes | None,
     ) -> Iterator[int]:
         from statequery.backends.keygroups import CompositeEntryDecoder
 
         if layout.name not in db.column_families:
             return
-        decoder = CompositeEntryDecoder(layout, mode, builder, raw)
+        decoder = CompositeEntryDecoder(layout, mode, builder, key_bytes)
         current = -1
         # one seek per run of consecutive wanted key groups: key groups between them are never
         # iterated (several keys' key groups, or a sparse selection)

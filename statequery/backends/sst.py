@@ -2,7 +2,7 @@
 
 Why: Flink's ``ListState.add`` is a RocksDB *merge* (operator ``stringappendtest``, delimiter
 ``,``). Until a compaction runs, a list column family holds one merge operand per ``add()``, and
-rocksdict (no merge operator) returns nothing for those keys. This module reads the operands
+rocksdict (no merge operator) cannot read those keys. This module reads the operands
 straight from the table files, and :func:`merged_entries` applies RocksDB's merge semantics across
 every table of a column family. See ``docs/rocksdb.md``.
 
@@ -31,9 +31,14 @@ Format (RocksDB ``table/block_based/``, ``table/format.cc``, ``db/dbformat.h``):
   two-level/partitioned (2: a top-level index of index partitions), binary search with first key
   (3: each value followed by a length-prefixed first key).
 
-Checksums are not verified (no crc32c/xxhash in the dependencies); every length and offset is
-bounds-checked instead, so a truncated or corrupt file raises
-:class:`~statequery.exceptions.CorruptStateError` naming the file and offset.
+* **Checksums** (:mod:`statequery.backends.checksums`): every block read is verified against its
+  trailer before any of its bytes is used (the checksum type of the footer: crc32c, xxHash,
+  xxHash64 or XXH3; format_version 6+ adds the block offset's context), and so is the footer of
+  format_version 6+. Blocks the reader never needs (filters) are not read, as with RocksDB.
+
+A mismatch, a truncated file or a bad length raises
+:class:`~statequery.exceptions.CorruptStateError` naming the file and the block's offset; every
+length and offset is also bounds-checked.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from statequery.backends.checksums import CRC32C, NAMES, checksum_function, context_modifier
 from statequery.exceptions import CorruptStateError, UnsupportedFormatError
 
 __all__ = [
@@ -114,11 +120,17 @@ def has_compiled_walk() -> bool:
     return _block_walk() is not None
 
 
-def _block_walk() -> Any:
-    """``_sst.block_tuples`` unless not built or ``STATEQUERY_PURE_PYTHON`` is set."""
+def compiled_module() -> Any:
+    """The compiled module ``_sst`` unless not built or ``STATEQUERY_PURE_PYTHON`` is set."""
     if _compiled is None or os.environ.get("STATEQUERY_PURE_PYTHON", "") not in ("", "0"):
         return None
-    return _compiled.block_tuples
+    return _compiled
+
+
+def _block_walk() -> Any:
+    """``_sst.block_tuples`` unless not built or ``STATEQUERY_PURE_PYTHON`` is set."""
+    compiled = compiled_module()
+    return None if compiled is None else compiled.block_tuples
 
 
 def _varint(buf: bytes, pos: int, source: str = "<sst>") -> tuple[int, int]:
@@ -316,6 +328,24 @@ class _Block:
             yield key, data[end_key:end]
             pos = end
 
+    def value_offset(self, wanted: bytes) -> int | None:
+        """Position in the block of the value of key ``wanted`` (None: no such key)."""
+        data, limit, source = self.data, self.limit, self.source
+        pos = self.restarts[0] if self.restarts else limit
+        key = b""
+        while pos < limit:
+            shared, pos = _varint(data, pos, source)
+            non_shared, pos = _varint(data, pos, source)
+            value_len, pos = _varint(data, pos, source)
+            end_key = pos + non_shared
+            if end_key + value_len > limit or shared > len(key):
+                raise CorruptStateError("block entry runs past the block", source, self.base + pos)
+            key = key[:shared] + data[pos:end_key]
+            if key == wanted:
+                return end_key
+            pos = end_key + value_len
+        return None
+
     def handles(self, start: int = 0) -> Iterator[tuple[bytes, BlockHandle]]:
         """The entries of an index block as (key, block handle), from restart point ``start``."""
         if self.delta_values:
@@ -506,13 +536,40 @@ class SstFile:
         return data
 
     def read_block(self, handle: BlockHandle, delta_values: bool = False,
-                   first_keys: bool = False) -> _Block:
+                   first_keys: bool = False, what: str = "data") -> _Block:
+        """The block at ``handle``, its checksum verified before any byte of it is used;
+        ``what`` names the kind of block in errors."""
         raw = self._pread(handle.offset, handle.size + _BLOCK_TRAILER)
+        if self._checksum is not None:
+            stored, computed = self._checksums(raw, handle)
+            if stored != computed:
+                raise self._mismatch(what, handle, stored, computed)
+        return self._decode_block(raw, handle, delta_values, first_keys)
+
+    def _decode_block(self, raw: bytes, handle: BlockHandle, delta_values: bool = False,
+                      first_keys: bool = False) -> _Block:
         kind = raw[handle.size]
         data = raw[: handle.size]
         if kind:
             data = _decompress(kind, data, self.source, handle.offset)
         return _Block(data, self.source, handle.offset, delta_values, first_keys)
+
+    def _checksums(self, raw: bytes, handle: BlockHandle) -> tuple[int, int]:
+        """(stored checksum without its context, computed checksum) of a block read with its
+        trailer: RocksDB's ``VerifyBlockChecksum``."""
+        assert self._checksum is not None
+        n = handle.size + 1  # the block and its compression-type byte
+        stored = _U32.unpack_from(raw, n)[0]
+        if self._base_context:
+            stored = (stored - context_modifier(self._base_context, handle.offset)) & 0xFFFFFFFF
+        return stored, self._checksum(raw, n)
+
+    def _mismatch(self, what: str, handle: BlockHandle, stored: int,
+                  computed: int) -> CorruptStateError:
+        return CorruptStateError(
+            f"{what} block checksum mismatch ({NAMES[self.checksum_type]}: stored "
+            f"{stored:#010x}, computed {computed:#010x}; block [{handle.offset}, "
+            f"{handle.offset + handle.size}) and its trailer)", self.source, handle.offset)
 
     # -- footer and meta blocks ----------------------------------------------------------------
 
@@ -523,13 +580,15 @@ class SstFile:
         tail = self._pread(self.size - _NEW_FOOTER, _NEW_FOOTER) if self.size >= _NEW_FOOTER \
             else b"\x00" * (_NEW_FOOTER - self.size) + self._pread(0, self.size)
         magic = _U64.unpack_from(tail, _NEW_FOOTER - 8)[0]
-        self.checksum_type = 1
+        self.checksum_type = CRC32C
+        self._base_context = 0
         if magic == LEGACY_MAGIC:
             self.format_version = 0
             footer = tail[_NEW_FOOTER - _LEGACY_FOOTER :]
             self.metaindex_handle, pos = _read_handle(footer, 0, self.source)
             self.index_handle, _ = _read_handle(footer, pos, self.source)
             self._footer_start = self.size - _LEGACY_FOOTER
+            self._checksum = checksum_function(CRC32C)
             return
         if magic != BLOCK_BASED_MAGIC:
             other = _OTHER_MAGICS.get(magic)
@@ -546,10 +605,16 @@ class SstFile:
             raise UnsupportedFormatError(
                 f"{self.source}: table format_version {self.format_version} is not supported "
                 "(supported: 0..7)")
+        if self.checksum_type not in NAMES:
+            raise CorruptStateError(
+                f"corrupt or unsupported checksum type {self.checksum_type} in the footer "
+                "(RocksDB writes 0..4)", self.source, self._footer_start)
+        self._checksum = checksum_function(self.checksum_type)
         if self.format_version >= 6:
             if tail[1:5] != _EXTENDED_MAGIC:
                 raise CorruptStateError("bad extended footer magic", self.source,
                                         self._footer_start + 1)
+            self._check_footer(tail)
             metaindex_size = _U32.unpack_from(tail, 13)[0]
             self.metaindex_handle = BlockHandle(
                 self._footer_start - metaindex_size - _BLOCK_TRAILER, metaindex_size)
@@ -558,8 +623,56 @@ class SstFile:
             self.metaindex_handle, pos = _read_handle(tail, 1, self.source)
             self.index_handle, _ = _read_handle(tail, pos, self.source)
 
+    def _check_footer(self, tail: bytes) -> None:
+        """The footer checksum of format_version 6+ (``Footer::DecodeFrom``): the checksum of
+        the 53 footer bytes with the checksum field zeroed, plus the context of the footer's
+        offset."""
+        stored, base = struct.unpack_from("<II", tail, 5)
+        self._base_context = base
+        if base == 0:
+            raise CorruptStateError("invalid base context checksum 0 in the footer", self.source,
+                                    self._footer_start + 9)
+        zeroed = tail[:5] + b"\0\0\0\0" + tail[9:]
+        computed = self._checksum(zeroed, len(zeroed)) if self._checksum is not None else 0
+        computed = (computed + context_modifier(base, self._footer_start)) & 0xFFFFFFFF
+        if computed != stored:
+            raise CorruptStateError(
+                f"footer checksum mismatch ({NAMES[self.checksum_type]}: stored {stored:#010x}, "
+                f"computed {computed:#010x})", self.source, self._footer_start)
+        if _U64.unpack_from(tail, 33)[0]:
+            raise UnsupportedFormatError(
+                f"{self.source}: the table footer uses a RocksDB feature newer than format_version"
+                f" {self.format_version} (reserved footer bytes are set)")
+
+    def _read_properties(self, handle: BlockHandle) -> _Block:
+        """The properties block, verified as RocksDB does (``ReadTablePropertiesHelper``): a
+        table ingested with ``write_global_seqno`` had its global sequence number written into
+        the block after its checksum was computed over zeros, so a mismatch is checked again
+        with those 8 bytes zeroed."""
+        raw = self._pread(handle.offset, handle.size + _BLOCK_TRAILER)
+        if self._checksum is not None:
+            stored, computed = self._checksums(raw, handle)
+            if stored != computed and not self._global_seqno_written(raw, handle):
+                raise self._mismatch("properties", handle, stored, computed)
+        return self._decode_block(raw, handle)
+
+    def _global_seqno_written(self, raw: bytes, handle: BlockHandle) -> bool:
+        """True when the (uncompressed) properties block ``raw`` matches its checksum once the
+        value of ``rocksdb.external_sst_file.global_seqno`` is zeroed."""
+        if raw[handle.size] != 0:
+            return False
+        try:
+            at = self._decode_block(raw, handle).value_offset(
+                b"rocksdb.external_sst_file.global_seqno")
+        except CorruptStateError:
+            return False
+        if at is None or at + 8 > handle.size:
+            return False
+        stored, computed = self._checksums(raw[:at] + bytes(8) + raw[at + 8 :], handle)
+        return stored == computed
+
     def _read_meta(self) -> None:
-        meta = self.read_block(self.metaindex_handle)
+        meta = self.read_block(self.metaindex_handle, what="metaindex")
         self.meta_blocks: dict[str, BlockHandle] = {}
         for key, value in meta.entries():
             handle, _ = _read_handle(value, 0, self.source)
@@ -572,7 +685,7 @@ class SstFile:
         values: dict[str, int | bytes] = {}
         props = self.meta_blocks.get("rocksdb.properties")
         if props is not None:
-            for key, value in self.read_block(props).entries():
+            for key, value in self._read_properties(props).entries():
                 name = key.decode("utf-8", "replace")
                 if name in _INT_PROPERTIES:
                     values[name], _ = _varint(value, 0, self.source)
@@ -628,12 +741,13 @@ class SstFile:
                 raise UnsupportedFormatError(
                     f"{self.source}: index type {index_type} is not supported (supported: binary "
                     "search, hash search, two-level, binary search with first key)")
-            top = self.read_block(self.index_handle, delta, first_keys=index_type == 3)
+            top = self.read_block(self.index_handle, delta, first_keys=index_type == 3,
+                                  what="index")
             out: list[tuple[bytes, BlockHandle]] = []
             user_key = self.properties.index_key_is_user_key
             if self.properties.index_type == 2:  # two-level: partitions of index entries
                 for _, top_handle in top.handles():
-                    part = self.read_block(top_handle, delta)
+                    part = self.read_block(top_handle, delta, what="index partition")
                     out += [(key if user_key else key[:-8], h) for key, h in part.handles()]
             else:
                 out = [(key if user_key else key[:-8], h) for key, h in top.handles()]
@@ -672,7 +786,7 @@ class SstFile:
         if top is None:
             top = self._top_index = self.read_block(
                 self.index_handle, self.properties.index_value_is_delta_encoded,
-                first_keys=self.properties.index_type == 3)
+                first_keys=self.properties.index_type == 3, what="index")
         user_key = self.properties.index_key_is_user_key
         restart = top.seek_restart(start, key_of=None if user_key else lambda k: k[:-8])
         for key, h in top.handles(restart):
@@ -771,7 +885,7 @@ class SstFile:
         if handle is None:
             return []
         out = []
-        for key, value in self.read_block(handle).entries():
+        for key, value in self.read_block(handle, what="range deletion").entries():
             if len(key) < 8:
                 raise CorruptStateError("short range tombstone key", self.source, handle.offset)
             trailer = _U64.unpack_from(key, len(key) - 8)[0]

@@ -24,6 +24,9 @@
                                             what changed between two snapshots
     statequery stats PATH [--parallelism N] [--json]   state sizes per key group, skew
     statequery splits PATH OPERATOR [--json]           a FLIP-27 source's splits
+    statequery capture --rest URL JOB_ID [--savepoint DIR | --latest-checkpoint | --catalog DIR]
+                                            a savepoint of a running job, recorded with the
+                                            job (names without --plan); docs/capture.md
 
 Errors print ``statequery: <message>`` on stderr and exit with status 1.
 """
@@ -117,6 +120,9 @@ def _parser() -> argparse.ArgumentParser:
 
     add_extra_parsers(sub)
     add_parsers(sub)
+    from statequery.cli.capture import add_parser as add_capture_parser
+
+    add_capture_parser(sub, [store])
     return p
 
 
@@ -356,6 +362,7 @@ def _inspect_doc(sp: Any) -> dict[str, Any]:
             for op in meta.operators
         ],
         "states": rows,
+        "job": None if sp.job is None else sp.job.to_doc(),
     }
 
 
@@ -398,6 +405,13 @@ def _print_table(doc: dict[str, Any]) -> None:
             + ("  (from StateMeta snapshot)" if doc["from_snapshot"] else ""),
         )
     )
+    job = doc.get("job")
+    if job:
+        console.print(
+            f"captured from job {job['job_name']!r} ({job['job_id']}) at {job['captured_at']}"
+            f" ({job['trigger']}, Flink {job['flink_version'] or '?'}, "
+            f"{len(job['vertices'])} vertices)", highlight=False,
+        )
     if console.width < _WIDE_LAYOUT:
         _print_blocks(console, doc)
         return
@@ -548,6 +562,10 @@ def _main(argv: Sequence[str] | None) -> int:
 
         if args.command in COMMANDS:
             return COMMANDS[args.command](args)
+        if args.command == "capture":
+            from statequery.cli.capture import run as run_capture
+
+            return run_capture(args)
         if args.command == "snapshot":
             sp = Savepoint.open(
                 args.path, use_snapshot=False, plan=args.plan,

@@ -79,6 +79,8 @@ KINDS: dict[str, Kind] = {
         Kind("operator_list", keyed=False),
         Kind("operator_union", keyed=False),
         Kind("broadcast", keyed=False),
+        # raw keyed / raw operator state an operator wrote itself: listed, never read
+        Kind("raw", keyed=False, readable=False),
     )
 }
 
@@ -106,7 +108,7 @@ TIMER_PREFIXES = (
 
 KEYED_KINDS = tuple(k.name for k in KINDS.values() if k.keyed and k.readable)
 TIMER_KINDS = tuple(k.name for k in KINDS.values() if k.timer)
-OPERATOR_KINDS = tuple(k.name for k in KINDS.values() if not k.keyed)
+OPERATOR_KINDS = tuple(k.name for k in KINDS.values() if not k.keyed and k.readable)
 
 
 @dataclass(frozen=True)
@@ -195,6 +197,8 @@ def layout_from_meta(meta: Any, key_serializer: SerializerSpec | None = None) ->
     error = getattr(meta, "error", None)
     if value is None and error:
         value = OpaqueSpec(family="unknown", reason=str(error))
+    if backend == "RAW":
+        return StateLayout(name, "raw")
     if backend == "PRIORITY_QUEUE":
         if not isinstance(value, TimerSpec):
             # a non-timer queue: not readable as rows, but its elements can be skipped

@@ -442,3 +442,229 @@ def apply_plan(meta: Any, plan: CompiledPlan) -> Any:
         stems[op.operator_id] = table_stem(node, op.name)
         ops.append(name_operator(plan, node, op))
     return replace(meta, operators=assign_table_names(ops, stems), plan=plan.text)
+
+
+# -- names from the job graph's vertex descriptions ----------------------------------------------
+#
+# Without a compiled plan, a captured savepoint (statequery.capture) still has the job graph
+# Flink's REST API gave: every vertex's description holds the planner's digest of each operator
+# of its chain, one per line, e.g.
+#   [4]:GroupAggregate(groupBy=[category], select=[category, COUNT(*) AS cnt, MAX(amount) AS m])
+# The names of group keys and aggregate calls are in it; the arity of the state's RowData decides
+# whether they fit. Only group aggregations are named this way; anything that would need a guess
+# is left as ``f0, f1, ...`` with a note in the state's ``reason``.
+
+_DIGEST = re.compile(r"^(?:\+-\s*)?\[(\d+)\]:([A-Za-z]+)\((.*)\)\s*$", re.S)
+_ALIAS = re.compile(r"^(.*?)\s+AS\s+(`[^`]+`|[\w$]+)$", re.S | re.I)
+_CALL = re.compile(r"^(\$?[A-Z_][A-Z0-9_]*)\((DISTINCT\s+)?", re.I)
+_IDENT = re.compile(r"^[\w$]+$")
+#: aggregate functions whose accumulator is one field of the aggregation's accumulator row
+#: (Flink's declarative COUNT/SUM/SUM0/MIN/MAX, and the imperative *_RETRACT ones keeping a map
+#: view in one field); any other call (AVG: sum and count, SUM_RETRACT, user functions ...) has
+#: a width statequery does not know, and the accumulator is left unnamed
+_ONE_FIELD = {"COUNT", "SUM", "SUM0", "$SUM0", "MIN", "MAX", "COUNT_RETRACT", "MIN_RETRACT",
+              "MAX_RETRACT", "FIRST_VALUE", "LAST_VALUE"}
+_GROUP_AGG = ("GroupAggregate", "GlobalGroupAggregate")
+
+
+@dataclass(frozen=True)
+class Digest:
+    """One operator line of a vertex description: ``[id]:Kind(args)``."""
+
+    node_id: int
+    kind: str  # e.g. GroupAggregate
+    args: dict[str, str]
+
+    def names(self, key: str) -> tuple[str, ...] | None:
+        value = self.args.get(key)
+        if value is None or not (value.startswith("[") and value.endswith("]")):
+            return None
+        return tuple(p.strip() for p in _split_top(value[1:-1].replace("[", "(").replace(
+            "]", ")")) if p.strip())
+
+
+def _split_args(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    depth, tick = 0, False
+    cur: list[str] = []
+    parts: list[str] = []
+    for ch in text:
+        if ch == "`":
+            tick = not tick
+        elif not tick and ch in "([":
+            depth += 1
+        elif not tick and ch in ")]":
+            depth -= 1
+        if ch == "," and depth == 0 and not tick:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    for p in parts:
+        k, sep, v = p.strip().partition("=")
+        if sep:
+            out[k.strip()] = v.strip()
+    return out
+
+
+def parse_description(description: str) -> list[Digest]:
+    """The operator digests of a vertex description (lines that are not ``[id]:Kind(...)``,
+    e.g. a DataStream operator's name or ``sink[5]: Writer``, are skipped)."""
+    out = []
+    for line in re.split(r"<br\s*/?>|\n", description or ""):
+        m = _DIGEST.match(line.strip())
+        if m:
+            out.append(Digest(int(m.group(1)), m.group(2), _split_args(m.group(3))))
+    return out
+
+
+def _column_name(item: str) -> str | None:
+    """The output column of one ``select`` item: its alias, or a bare column name."""
+    item = item.strip()
+    m = _ALIAS.match(item)
+    if m:
+        name = m.group(2)
+        return name[1:-1] if name.startswith("`") else name
+    return item if _IDENT.match(item) else None
+
+
+@dataclass(frozen=True)
+class _AggNames:
+    key: tuple[str, ...] | None
+    acc: tuple[str, ...] | None
+    note: str | None  # why the accumulator's names were refused
+
+
+def _aggregate_names(d: Digest, acc_arity: int | None) -> _AggNames:
+    group = d.names("groupBy") or ()
+    select = d.names("select")
+    if select is None:
+        return _AggNames(None, None, "the description has no select list")
+    calls = select[len(group):]
+    names = [_column_name(c) for c in calls]
+    key = group if all(_IDENT.match(g) for g in group) else None
+    if any(n is None for n in names) or len(set(names)) != len(names):
+        return _AggNames(key, None, f"aggregate calls without distinct names in "
+                                    f"select=[{', '.join(select)}]")
+    functions = []
+    for c in calls:
+        m = _CALL.match(c.strip())
+        functions.append((m.group(1).upper(), bool(m.group(2))) if m else ("?", False))
+    unknown = sorted({f for f, _ in functions if f not in _ONE_FIELD})
+    if unknown:
+        return _AggNames(key, None, f"the accumulator width of {', '.join(unknown)} is not "
+                                    "known from the description")
+    base = tuple(n for n in names if n is not None)
+    views = tuple(f"{n}_distinct_view" for n, (_, distinct) in zip(base, functions, strict=True)
+                  if distinct)
+    retracting = any(f.endswith("_RETRACT") for f, _ in functions)
+    layout = base + (("count1",) if retracting else ()) + views
+    if acc_arity is not None and acc_arity != len(layout):
+        return _AggNames(key, None, f"the accumulator has {acc_arity} fields, the description "
+                                    f"names {len(layout)} ({', '.join(layout)})")
+    return _AggNames(key, layout, None)
+
+
+def _described_operators(job: Any) -> dict[tuple[int, str], list[tuple[str, Digest, bool]]]:
+    """``(node id, kind) -> [(vertex id, digest, is the vertex's head)]`` over every vertex."""
+    out: dict[tuple[int, str], list[tuple[str, Digest, bool]]] = {}
+    for v in job.vertices:
+        for i, d in enumerate(parse_description(v.description)):
+            out.setdefault((d.node_id, d.kind), []).append((v.id, d, i == 0))
+    return out
+
+
+def _digest_of(op: Any, job: Any, described: dict[tuple[int, str], list[tuple[str, Digest, bool]]]
+               ) -> tuple[Digest | None, str | None]:
+    """The digest of one operator, or why there is none that can be trusted."""
+    head = job.vertex(op.operator_id)
+    head_digests = parse_description(head.description) if head is not None else []
+    n = _NAME.match(op.name or "")
+    if n is not None:
+        kind, node_id = n.group(1), int(n.group(2))
+        found = described.get((node_id, kind), [])
+        if len(found) > 1:
+            return None, (f"{len(found)} vertices describe {kind}[{node_id}]: ambiguous")
+        if not found:
+            return None, None
+        vertex_id, digest, is_head = found[0]
+        if head is not None and not (vertex_id == op.operator_id and is_head):
+            return None, (f"vertex {op.operator_id} is headed by another operator than "
+                          f"{op.name}: ambiguous")
+        return digest, None
+    if head_digests:  # no name in _metadata (older Flink): the vertex id is the head operator
+        return head_digests[0], None
+    return None, None
+
+
+def apply_descriptions(meta: Any, job: Any) -> Any:
+    """A :class:`~statequery.metadata.statemeta.StateMeta` whose group aggregations carry the
+    query's column names read from the job graph's vertex descriptions (``job``, a
+    :class:`~statequery.metadata.statemeta.JobInfo`), and whose operators without a name get
+    their vertex's. States whose names were refused keep ``f0, f1, ...`` and say why in
+    ``reason``."""
+    from statequery.metadata.statemeta import assign_table_names
+
+    described = _described_operators(job)
+    ops = []
+    renamed = False
+    for op in meta.operators:
+        vertex = job.vertex(op.operator_id)
+        if not op.name and vertex is not None and vertex.name:
+            op = replace(op, name=vertex.name,
+                         states=tuple(replace(s, operator_name=vertex.name) for s in op.states))
+            renamed = True
+        digest, note = _digest_of(op, job, described)
+        if digest is None or digest.kind not in _GROUP_AGG:
+            if note is not None:
+                op = _note(op, f"column names not taken from the vertex description: {note}")
+            ops.append(op)
+            continue
+        ops.append(_name_aggregate(op, digest))
+    # an operator named after its vertex (no name in _metadata) gets table names from it; the
+    # others keep theirs (assignment is in _metadata order, as when the model was derived)
+    return replace(meta, operators=assign_table_names(ops) if renamed else tuple(ops))
+
+
+def _acc_arity(op: Any) -> int | None:
+    for s in op.states:
+        if s.name == "accState":
+            spec = s.value_spec.inner if isinstance(s.value_spec, TtlSpec) else s.value_spec
+            if isinstance(spec, RowDataSpec):
+                return len(spec.type.fields)
+    return None
+
+
+def _note(op: Any, note: str) -> Any:
+    states = []
+    for s in op.states:
+        # only decodable states with a value serializer (``reason`` is otherwise why a state
+        # cannot be read, and a state without a value serializer reads ``reason`` as its error)
+        if s.decodable and s.reason is None and "VALUE_SERIALIZER" in s.serializers:
+            s = replace(s, reason=note)
+        states.append(s)
+    return replace(op, states=tuple(states))
+
+
+def _name_aggregate(op: Any, digest: Digest) -> Any:
+    names = _aggregate_names(digest, _acc_arity(op))
+    key = _by_arity(names.key)
+    acc = _by_arity(names.acc)
+
+    def none(_: int) -> tuple[str, ...] | None:
+        return None
+
+    states = []
+    for s in op.states:
+        vc = acc if s.name == "accState" else none
+        sers = dict(s.serializers)
+        if "VALUE_SERIALIZER" in sers:
+            sers["VALUE_SERIALIZER"] = _rename_value(sers["VALUE_SERIALIZER"], key, none, vc)
+        s = replace(s, key_spec=_rename_rows(s.key_spec, key),
+                    value_spec=_rename_value(s.value_spec, key, none, vc), serializers=sers)
+        if s.name == "accState" and names.note is not None and s.reason is None:
+            s = replace(s, reason="column names not taken from the vertex description: "
+                                  + names.note)
+        states.append(s)
+    return replace(op, key_spec=_rename_rows(op.key_spec, key), states=tuple(states))

@@ -64,6 +64,8 @@ __all__ = [
     "MAGIC",
     "SNAPSHOT_FILE_NAME",
     "HeaderInfo",
+    "JobInfo",
+    "JobVertex",
     "OperatorInfo",
     "StateInfo",
     "StateMeta",
@@ -79,8 +81,9 @@ __all__ = [
 
 MAGIC = "statequery-statemeta"
 #: 2: RowData specs keep their stored field serializers; 3: checksummed body; 4: the optional
-#: ``run_index`` section (statequery.metadata.runindex)
-FORMAT_VERSION = 4
+#: ``run_index`` section (statequery.metadata.runindex); 5: raw keyed state (heap timers of
+#: RocksDB checkpoints, ``raw_keyed_header``, ``StateInfo.stream``) and raw state listed as such
+FORMAT_VERSION = 5
 SNAPSHOT_FILE_NAME = "_statequery_meta.msgpack"
 MAX_SNAPSHOT_BYTES = 256 << 20
 
@@ -115,6 +118,10 @@ class SubtaskInfo:
     operator_header: HeaderInfo | None = None
     keyed_bytes: int = 0
     operator_bytes: int = 0
+    #: what the first key group of the raw keyed stream said (timer services' states)
+    raw_keyed_header: HeaderInfo | None = None
+    raw_keyed_bytes: int = 0
+    raw_operator_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -152,6 +159,9 @@ class StateInfo:
     backend: str | None = None
     format: str | None = None
     table_name: str = ""
+    #: where the state's bytes are: ``managed`` (keyed or operator state), ``raw_keyed`` (heap
+    #: timers a RocksDB checkpoint wrote into raw keyed state), ``raw_operator``
+    stream: str = "managed"
 
     @property
     def keyed(self) -> bool:
@@ -214,6 +224,98 @@ class OperatorInfo:
 
 
 @dataclass(frozen=True)
+class JobVertex:
+    """One vertex of the job graph (a chain of operators) as Flink's REST API described it.
+
+    ``id`` is the JobVertexID, which is the OperatorID of the chain's head operator;
+    ``description`` is the chain's description (``/jobs/:jobid/plan``): for SQL operators the
+    planner's digest of each operator, e.g. ``[4]:GroupAggregate(groupBy=[category], ...)``,
+    one per line (``<br/>``-separated).
+    """
+
+    id: str
+    name: str
+    parallelism: int = 0
+    max_parallelism: int = 0
+    description: str = ""
+    inputs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """The job a snapshot was captured from (``statequery capture``, :mod:`statequery.capture`):
+    the optional ``job`` section of the StateMeta snapshot."""
+
+    job_id: str
+    job_name: str
+    captured_at: str  # ISO 8601, UTC
+    rest_url: str = ""
+    flink_version: str = ""
+    max_parallelism: int = 0
+    #: ``savepoint`` (taken by capture) or ``checkpoint`` (the latest completed one)
+    trigger: str = "savepoint"
+    #: where Flink reported the snapshot (``file:`` URIs as local paths)
+    location: str = ""
+    vertices: tuple[JobVertex, ...] = ()
+    #: the cluster's state and checkpointing options (``/jobmanager/config``, a safe subset)
+    config: dict[str, str] = field(default_factory=dict)
+    #: ``/jobs/:jobid/config``'s execution config, ``/jobs/:jobid/checkpoints/config``
+    execution_config: dict[str, str] = field(default_factory=dict)
+    checkpoint_config: dict[str, str] = field(default_factory=dict)
+
+    def vertex(self, vertex_id: str) -> JobVertex | None:
+        for v in self.vertices:
+            if v.id == vertex_id:
+                return v
+        return None
+
+    def to_doc(self) -> dict[str, Any]:
+        return {
+            "version": 1,
+            "job_id": self.job_id,
+            "job_name": self.job_name,
+            "captured_at": self.captured_at,
+            "rest_url": self.rest_url,
+            "flink_version": self.flink_version,
+            "max_parallelism": self.max_parallelism,
+            "trigger": self.trigger,
+            "location": self.location,
+            "vertices": [
+                {"id": v.id, "name": v.name, "parallelism": v.parallelism,
+                 "max_parallelism": v.max_parallelism, "description": v.description,
+                 "inputs": list(v.inputs)}
+                for v in self.vertices
+            ],
+            "config": dict(self.config),
+            "execution_config": dict(self.execution_config),
+            "checkpoint_config": dict(self.checkpoint_config),
+        }
+
+    @classmethod
+    def from_doc(cls, d: Mapping[str, Any]) -> JobInfo:
+        return cls(
+            job_id=str(d["job_id"]),
+            job_name=str(d["job_name"]),
+            captured_at=str(d["captured_at"]),
+            rest_url=str(d.get("rest_url", "")),
+            flink_version=str(d.get("flink_version", "")),
+            max_parallelism=int(d.get("max_parallelism", 0)),
+            trigger=str(d.get("trigger", "savepoint")),
+            location=str(d.get("location", "")),
+            vertices=tuple(
+                JobVertex(str(v["id"]), str(v["name"]), int(v.get("parallelism", 0)),
+                          int(v.get("max_parallelism", 0)), str(v.get("description", "")),
+                          tuple(str(i) for i in v.get("inputs", ())))
+                for v in d.get("vertices", ())
+            ),
+            config={str(k): str(v) for k, v in d.get("config", {}).items()},
+            execution_config={str(k): str(v) for k, v in d.get("execution_config", {}).items()},
+            checkpoint_config={str(k): str(v)
+                               for k, v in d.get("checkpoint_config", {}).items()},
+        )
+
+
+@dataclass(frozen=True)
 class StateMeta:
     """The StateMeta snapshot of one savepoint or checkpoint."""
 
@@ -233,6 +335,8 @@ class StateMeta:
     #: Where each state's run of entries lies in each key group of the canonical streams
     #: (``statequery snapshot --index``); None when the snapshot has no index.
     run_index: RunIndex | None = None
+    #: The job this snapshot was captured from (``statequery capture``); None otherwise.
+    job: JobInfo | None = None
 
     @property
     def states(self) -> tuple[StateInfo, ...]:
@@ -431,6 +535,7 @@ def _state_to(s: StateInfo) -> dict[str, Any]:
         "backend": s.backend,
         "format": s.format,
         "table_name": s.table_name,
+        "stream": s.stream,
     }
 
 
@@ -457,6 +562,7 @@ def _state_from(d: Mapping[str, Any], op: Mapping[str, Any]) -> StateInfo:
         backend=d["backend"],
         format=d["format"],
         table_name=d["table_name"],
+        stream=d["stream"],
     )
 
 
@@ -472,6 +578,9 @@ def _subtask_to(s: SubtaskInfo) -> dict[str, Any]:
         "operator_header": _header_to(s.operator_header),
         "keyed_bytes": s.keyed_bytes,
         "operator_bytes": s.operator_bytes,
+        "raw_keyed_header": _header_to(s.raw_keyed_header),
+        "raw_keyed_bytes": s.raw_keyed_bytes,
+        "raw_operator_bytes": s.raw_operator_bytes,
     }
 
 
@@ -488,6 +597,9 @@ def _subtask_from(d: Mapping[str, Any]) -> SubtaskInfo:
         operator_header=_header_from(d["operator_header"]),
         keyed_bytes=d["keyed_bytes"],
         operator_bytes=d["operator_bytes"],
+        raw_keyed_header=_header_from(d["raw_keyed_header"]),
+        raw_keyed_bytes=d["raw_keyed_bytes"],
+        raw_operator_bytes=d["raw_operator_bytes"],
     )
 
 
@@ -541,6 +653,8 @@ def dumps(meta: StateMeta) -> bytes:
     }
     if meta.run_index is not None:
         doc["run_index"] = meta.run_index.to_doc()
+    if meta.job is not None:
+        doc["job"] = meta.job.to_doc()
     body = msgpack.packb(doc, use_bin_type=True)
     envelope = {
         "magic": MAGIC,
@@ -601,6 +715,7 @@ def loads(data: bytes, source: str = "StateMeta snapshot") -> StateMeta:
                 if doc.get("run_index") is None
                 else RunIndex.from_doc(doc["run_index"], source)
             ),
+            job=_job_from(doc.get("job")),
         )
     except CorruptStateError:
         raise
@@ -608,6 +723,16 @@ def loads(data: bytes, source: str = "StateMeta snapshot") -> StateMeta:
         raise CorruptStateError(
             f"malformed StateMeta snapshot: {type(e).__name__}: {e}", source
         ) from e
+
+
+def _job_from(d: Any) -> JobInfo | None:
+    """The optional ``job`` section; a section of another ``version`` is dropped (the rest of
+    the snapshot is used), a malformed one makes the snapshot malformed."""
+    if d is None or (isinstance(d, dict) and d.get("version") != 1):
+        return None
+    if not isinstance(d, dict):
+        raise TypeError("the job section is not a map")
+    return JobInfo.from_doc(d)
 
 
 def read_snapshot(io: FileIO, location: str) -> StateMeta:

@@ -146,11 +146,43 @@ def _days_from_civil(y: int, m: int, d: int) -> int:
     if not (1 <= m <= 12 and 1 <= d <= 31):
         raise ValueError(f"invalid date {y}-{m}-{d}")
     y -= m <= 2
-    era = (y if y >= 0 else y - 399) // 400
+    era = y // 400  # floor division (Hinnant's C code adjusts truncation for negative years)
     yoe = y - era * 400
     doy = (153 * (m + (-3 if m > 2 else 9)) + 2) // 5 + d - 1
     doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
     return era * 146097 + doe - 719468
+
+
+def _civil_from_days(z: int) -> tuple[int, int, int]:
+    """The proleptic Gregorian (year, month, day) of ``z`` days since 1970-01-01 (any year)."""
+    z += 719468
+    era = z // 146097  # floor division, as in _days_from_civil
+    doe = z - era * 146097
+    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    y = yoe + era * 400
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    d = doy - (153 * mp + 2) // 5 + 1
+    m = mp + (3 if mp < 10 else -9)
+    return y + (m <= 2), m, d
+
+
+def sql_timestamp_text(millis: int, nanos_of_milli: int, precision: int, utc: bool) -> str:
+    """A TIMESTAMP(7..9) value as Flink's SQL prints it, exactly: ``YYYY-MM-DD HH:MM:SS.`` and
+    ``precision`` fraction digits (``Z`` after a TIMESTAMP_LTZ, an instant in UTC).
+
+    Arrow's nanosecond timestamps end in 1677 and 2262 and Spark's hold microseconds, while
+    Flink's TIMESTAMP(9) spans years 0000 to 9999 in nanoseconds: the fixed-width text is exact
+    over the whole range and sorts and compares as the timestamps do (docs/decoding.md)."""
+    days, ms = divmod(millis, 86_400_000)
+    y, mo, d = _civil_from_days(days)
+    frac = (ms % 1000) * 1_000_000 + nanos_of_milli
+    secs = ms // 1000
+    text = (
+        f"{y:04d}-{mo:02d}-{d:02d} {secs // 3600:02d}:{secs // 60 % 60:02d}:{secs % 60:02d}"
+        f".{frac:09d}"[: 20 + precision]
+    )
+    return text + "Z" if utc else text
 
 
 # -- the Reader node ---------------------------------------------------------------------------
@@ -506,10 +538,11 @@ def _decimal_data_reader(spec: PrimitiveSpec) -> Reader:
     return Reader(spec, read_big, min_size=4)
 
 
-def timestamp_unit(precision: int | None) -> str:
-    """The Arrow unit statequery uses for a SQL timestamp of this precision."""
+def timestamp_unit(precision: int | None) -> str | None:
+    """The Arrow unit statequery uses for a SQL timestamp of this precision; None above 6
+    digits (the value is text, :func:`sql_timestamp_text`)."""
     p = 6 if precision is None else precision
-    return "ms" if p <= 3 else "us" if p <= 6 else "ns"
+    return "ms" if p <= 3 else "us" if p <= 6 else None
 
 
 def _timestamp_data_reader(spec: PrimitiveSpec) -> Reader:
@@ -524,11 +557,13 @@ def _timestamp_data_reader(spec: PrimitiveSpec) -> Reader:
 
         return _fixed(spec, 12, read_us)
 
-    def read_ns(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
+    def read_text(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
         millis, nanos = _BE_I64_I32(buf, pos)
-        return _checked_i64(millis * 1_000_000 + nanos, pos, "TimestampData"), pos + 12
+        if not 0 <= nanos < 1_000_000:
+            raise DecodeError(f"TimestampData with {nanos} nanoseconds of millisecond", pos)
+        return sql_timestamp_text(millis, nanos, precision, False), pos + 12
 
-    return _fixed(spec, 12, read_ns)
+    return _fixed(spec, 12, read_text)
 
 
 _PRIMITIVES: dict[str, tuple[ReadAt, int | None, int]] = {
@@ -1171,7 +1206,8 @@ def sql_value_decoder(t: SqlType, spec: SerializerSpec | None = None) -> SlotGet
         precision = t.precision if t.precision is not None else 6
         if precision <= 3:
             return lambda buf, base, slot, size: _LE_I64(buf, slot)[0]
-        ns = precision > 6
+        text = precision > 6
+        utc = r == "TIMESTAMP_WITH_LOCAL_TIME_ZONE"
 
         def get_timestamp(buf: bytes, base: int, slot: int, size: int) -> Any:
             v = _LE_U64(buf, slot)[0]
@@ -1179,8 +1215,9 @@ def sql_value_decoder(t: SqlType, spec: SerializerSpec | None = None) -> SlotGet
             if off + 8 > size or nanos >= 1_000_000:
                 raise DecodeError("invalid non-compact timestamp slot", slot)
             millis = _LE_I64(buf, base + off)[0]
-            v = millis * 1_000_000 + nanos if ns else millis * 1000 + nanos // 1000
-            return _checked_i64(v, slot, "TIMESTAMP")
+            if text:
+                return sql_timestamp_text(millis, nanos, precision, utc)
+            return _checked_i64(millis * 1000 + nanos // 1000, slot, "TIMESTAMP")
 
         return get_timestamp
     if r in ("CHAR", "VARCHAR"):

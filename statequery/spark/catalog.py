@@ -99,6 +99,8 @@ def _plan_one(sp: Savepoint, database: str) -> AttachPlan:
     )
     plan.tables.append(("state_meta", f"operators and states of {sp.location}"))
     for row in sp.state_meta().to_pylist():
+        if row["kind"] == "raw":
+            continue  # an operator's own raw bytes: a state_meta row (size, reason), no rows
         plan.tables.append((str(row["table_name"]), state_comment(row)))
     for name, operator_id in sp.operator_tables().items():
         op = sp.operator(operator_id)

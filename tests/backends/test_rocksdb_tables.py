@@ -36,6 +36,11 @@ NAMED = [
     "sql-rocksdb-native",
     "sql-ops-rocksdb-native",
     "sql-minibatch-rocksdb-native",
+    # ForSt: RocksDB's files, with partitioned (two-level) indexes and filters by default
+    "datastream-forst-native",
+    "datastream-forst-checkpoint",
+    # heap timers in raw keyed state: the RocksDB part of a full (non-incremental) checkpoint
+    "datastream-rocksdb-checkpoint-heaptimers",
 ]
 SEQUENCE = sorted(str(p.relative_to(FIXTURES))
                   for p in (FIXTURES / "sequence-rocksdb-incremental").glob("*/chk-*"))

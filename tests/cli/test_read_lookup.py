@@ -73,9 +73,9 @@ def test_parse_key_text_follows_the_key_type() -> None:
     assert parse_key_text("42", PrimitiveSpec(name="string")) == "42"
     assert parse_key_text("true", PrimitiveSpec(name="boolean")) is True
     row = RowDataSpec(type=SqlType("ROW", fields=(SqlField("f0", SqlType("VARCHAR")),)))
-    assert parse_key_text("w3", row) == ["w3"]
+    assert parse_key_text("w3", row) == {"f0": "w3"}
     pair = TupleSpec(fields=(PrimitiveSpec(name="string"), PrimitiveSpec(name="int")))
-    assert parse_key_text('["a", 1]', pair) == ["a", 1]
+    assert parse_key_text('["a", 1]', pair) == {"f0": "a", "f1": 1}
     with pytest.raises(InvalidOptionError, match="2 fields"):
         parse_key_text("a", pair)
     with pytest.raises(InvalidOptionError, match="not a valid INT"):

@@ -91,9 +91,12 @@ def test_keyed_and_operator_handles(record: dict[str, Any]) -> None:
             assert h.private and h.handle_id
             names = {p for p, _ in h.private + h.shared}
             assert any(n.startswith("MANIFEST-") for n in names) and "CURRENT" in names
-            if record["snapshot"] == "checkpoint":
+            if record["snapshot"] == "checkpoint" and record["incremental"]:
                 assert h.shared and all(n.endswith(".sst") for n, _ in h.shared)
                 assert all(isinstance(s, FileHandle) for _, s in h.shared)
+            elif record["snapshot"] == "checkpoint":
+                # a full RocksDB checkpoint: every file is the checkpoint's own
+                assert not h.shared and any(n.endswith(".sst") for n, _ in h.private)
     op_state = [op for op in md.operators if op.uid == "operator-state"]
     if op_state:
         for st in op_state[0].subtasks:

@@ -50,3 +50,35 @@ def test_composite_key_option(spark) -> None:  # type: ignore[no-untyped-def]
             _read(spark, key).collect()
         assert "InvalidKeyError" in str(e.value) and "AttributeError" not in str(e.value)
         assert f"field f0 is STRING, got {got}" in str(e.value)
+
+
+KEYS_SQL = str(
+    Path(__file__).resolve().parents[1]
+    / "fixtures"
+    / "keys-sql-hashmap-native"
+    / "savepoint-e16c06-3f0eb3ac5850"
+)
+
+
+def _read_table(spark, table: str, key: str):  # type: ignore[no-untyped-def]
+    return spark.read.format("statequery").option("table", table).option("key", key).load(KEYS_SQL)
+
+
+def test_typed_key_options(spark) -> None:  # type: ignore[no-untyped-def]
+    """DATE, DECIMAL, BYTES (base64), BOOLEAN and STRING fields, nulls included, as text: the
+    same text forms as the CLI (docs/spark.md)."""
+    def values(table: str, key: str) -> list[int]:
+        return [r[0] for r in _read_table(spark, table, key).select("value.f0").collect()]
+
+    assert values("groupaggregate_12__accstate", "2024-01-01") == [3]
+    assert values("groupaggregate_8__accstate", "12.5") == [2]
+    assert values("groupaggregate_4__accstate",
+                  '["2024-02-29", "0.00", "bG9uZ2VyIHRoYW4gc2V2ZW4gYnl0ZXM=", true, "x\\u0000y"]'
+                  ) == [1]
+    assert values("groupaggregate_4__accstate", '[null, "12.50", "YWI=", null, "b"]') == [1]
+
+    from pyspark.errors import PySparkException
+
+    with pytest.raises(PySparkException) as e:
+        _read_table(spark, "groupaggregate_12__accstate", "19723").collect()
+    assert "InvalidKeyError" in str(e.value) and "not a day number" in str(e.value)
