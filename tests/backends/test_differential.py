@@ -237,7 +237,9 @@ def sql_scalar(draw: Any, raw: bool = True) -> SqlShape:
         s = draw(st.integers(0, p))
         return SqlShape(SqlType("DECIMAL", precision=p, scale=s), _PLACEHOLDER, _decimals(p, s))
     if root.startswith("TIMESTAMP"):
-        p = draw(st.integers(0, 9))
+        # p <= 3: epoch millis in the slot; 4..6: millis + nanos of the milli (T_TIMESTAMP);
+        # p > 6 reads as exact text on the pure path only
+        p = draw(st.integers(0, 6))
         return SqlShape(SqlType(root, precision=p), _PLACEHOLDER, _ints(64))
     if root == "RAW":
         # RawValueDataSerializer over a compiled serializer (the NullSerializer placeholders of
@@ -544,7 +546,7 @@ def read_rocksdb(c: Case, pairs: list[tuple[bytes, bytes]]) -> pa.Table:
     builder = _builder(c)
     batches: list[pa.RecordBatch] = []
     for _kg in backend._scan_db(_Pairs(c.layout.name, pairs), c.layout, c.mode, builder, None,
-                                None):
+                                None, None):
         _flush(builder, batches)
     return _table(builder, batches)
 
