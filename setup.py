@@ -7,6 +7,13 @@
   block walk (``statequery/backends/_sst.pyx``). It is optional: without
   a C compiler (or Cython), or when compiling fails, the package installs with a one-line notice
   and uses the pure-Python path (identical tables, slower).
+
+``STATEQUERY_BOUNDSCHECK=1`` builds the memory-checked variant instead (tests only, see
+docs/testing.md): Cython's ``boundscheck``, ``wraparound`` and ``initializedcheck`` on, and gcc's
+AddressSanitizer and UndefinedBehaviorSanitizer (``-fsanitize=address,undefined``). Its C sources
+go to ``build/boundscheck/``; build it into a directory of its own with
+``python setup.py build_ext --build-lib DIR`` (tests/test_sanitized.py does) and run Python with
+``LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0``.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from setuptools.command.build_py import build_py
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 NOTICE = "statequery: compiled decode path not built ({}); using the pure-Python path"
+BOUNDSCHECK_ENV = "STATEQUERY_BOUNDSCHECK"
 
 
 class BuildPyWithCatalog(build_py):  # type: ignore[misc]
@@ -34,19 +42,28 @@ class BuildPyWithCatalog(build_py):  # type: ignore[misc]
             shutil.copytree(source, target, ignore=shutil.ignore_patterns(".*", "__pycache__"))
 
 
+def _checked() -> bool:
+    return os.environ.get(BOUNDSCHECK_ENV, "") not in ("", "0")
+
+
 class OptionalBuildExt(build_ext):  # type: ignore[misc]
-    """build_ext that never fails the install."""
+    """build_ext that never fails the install (the checked variant does fail: it is asked for
+    by tests, which must know)."""
 
     def run(self) -> None:
         try:
             super().run()
         except Exception as e:  # no compiler, missing headers, ...
+            if _checked():
+                raise
             print(NOTICE.format(f"{type(e).__name__}: {e}"), file=sys.stderr)
 
     def build_extension(self, ext: Any) -> None:
         try:
             super().build_extension(ext)
         except Exception as e:
+            if _checked():
+                raise
             print(NOTICE.format(f"{type(e).__name__}: {e}"), file=sys.stderr)
 
 
@@ -61,21 +78,38 @@ def _extensions() -> list[Any]:
         return []
     from setuptools import Extension
 
+    checked = _checked()
+    if checked:
+        sanitize = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"]
+        cflags = ["-O1", "-g", "-fno-omit-frame-pointer", *sanitize]
+        ldflags = sanitize
+    else:
+        cflags, ldflags = ["-O2"], []
     ext = Extension(
         "statequery.backends._read",
         ["statequery/backends/_read.pyx"],
-        extra_compile_args=["-O2"],
-        optional=True,
+        extra_compile_args=cflags,
+        extra_link_args=ldflags,
+        optional=not checked,
     )
     # the SST reader's block walk (statequery/backends/sst.py), optional in the same way
     sst = Extension(
         "statequery.backends._sst",
         ["statequery/backends/_sst.pyx"],
-        extra_compile_args=["-O2"],
-        optional=True,
+        extra_compile_args=cflags,
+        extra_link_args=ldflags,
+        optional=not checked,
     )
+    directives = {"boundscheck": checked, "wraparound": checked}
+    if checked:
+        directives["initializedcheck"] = True
     try:
-        return list(cythonize([ext, sst], language_level=3, quiet=True))
+        return list(cythonize(
+            [ext, sst], language_level=3, quiet=True, compiler_directives=directives,
+            # the checked variant's C sources never replace the normal ones
+            build_dir=os.path.join("build", "boundscheck") if checked else None,
+            force=checked,
+        ))
     except Exception as e:
         print(NOTICE.format(f"Cython failed: {e}"), file=sys.stderr)
         return []

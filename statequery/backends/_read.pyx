@@ -1,4 +1,5 @@
-# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: language_level=3, cdivision=True
+# (boundscheck, wraparound: set by setup.py, off unless STATEQUERY_BOUNDSCHECK=1)
 """Compiled decode path (the optional fast twin of the pure-Python handlers; see
 :mod:`statequery.backends.fastpath` and docs/decoding.md).
 
@@ -1040,6 +1041,12 @@ cdef class EntrySink:
         if self.kind == _K_LIST or self.kind == _K_MAP_NESTED:
             (<int32_t*>self.ints.grow(4))[0] = 0
 
+    cdef inline void _offset(self) except *:
+        """Appends the end offset of a row's list or map (int32, as Arrow's offsets)."""
+        if self.elements > 0x7FFFFFFF:
+            raise OverflowError("more than 2**31 list elements or map entries in one batch")
+        (<int32_t*>self.ints.grow(4))[0] = <int32_t>self.elements
+
     def finish(self):
         """Completes the open row of a nested map (at the end of every key group)."""
         self._finish_open()
@@ -1047,7 +1054,7 @@ cdef class EntrySink:
     cdef inline void _finish_open(self) except *:
         if self.open_row:
             self.open_row = False
-            (<int32_t*>self.ints.grow(4))[0] = <int32_t>self.elements
+            self._offset()
             (<int32_t*>self.kgs.grow(4))[0] = self.cur_kg
             self.rows += 1
 
@@ -1169,7 +1176,7 @@ cdef class EntrySink:
                     return 0
             else:
                 self.elements += i
-                (<int32_t*>self.ints.grow(4))[0] = <int32_t>self.elements
+                self._offset()
         (<int32_t*>self.kgs.grow(4))[0] = kg
         self.rows += 1
         return 0
@@ -1307,7 +1314,7 @@ cdef class EntrySink:
                 else:
                     pos = self.value.read(b, pos + 1, end)
             self.elements += count
-            (<int32_t*>self.ints.grow(4))[0] = <int32_t>self.elements
+            self._offset()
             self._heap_row(kg)
             return pos
         if kind == _K_MAP:
@@ -1339,7 +1346,7 @@ cdef class EntrySink:
                 self._heap_row(kg)
         if kind == _K_LIST:
             self.elements += count
-            (<int32_t*>self.ints.grow(4))[0] = <int32_t>self.elements
+            self._offset()
             self._heap_row(kg)
         return pos
 
@@ -1401,6 +1408,11 @@ cdef class EntrySink:
         if self.last is not None and self.kind != _K_LIST:
             out["last_access"] = self.last.array(schema.field("last_access").type)
         self._start()
+        for a in out.values():
+            # the buffers' sizes against the lengths and types (constant time per array): an
+            # inconsistency is an ArrowInvalid (a typed error at flush), never a read of memory
+            # the buffers do not have
+            a.validate()
         return out
 
 

@@ -1,4 +1,5 @@
-# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: language_level=3, cdivision=True
+# (boundscheck, wraparound: set by setup.py, off unless STATEQUERY_BOUNDSCHECK=1)
 """Compiled twin of the hot loop of :mod:`statequery.backends.sst`: one data block's entries as
 ``(user key, -seq, type, value)`` tuples (:meth:`statequery.backends.sst.SstFile.tuples`), with
 the pure-Python path's checks and error messages; the k-way merge of several tables

@@ -104,7 +104,20 @@ class HeapBlockDecoder:
             return None
         if b is not None:
             sink = b.attach(sink)
-        return sink.walk  # type: ignore[no-any-return]
+            return sink.walk  # type: ignore[no-any-return]
+        walk, reference = sink.walk, self._walk
+
+        def skip(buf: bytes, pos: int, end: int, n: int, kg: int) -> int:
+            # the sink decodes what it skips (fast), the reference only delimits the entries:
+            # bytes it does not check (an enum index, a string inside a RowData) must not fail
+            # a read of another state, so on an error the reference has the last word
+            try:
+                return walk(buf, pos, end, n, kg)  # type: ignore[no-any-return]
+            except DECODE_ERRORS:
+                assert reference is not None
+                return reference(buf, pos, end, n, kg)  # type: ignore[call-arg]
+
+        return skip
 
     def walk(self, buf: bytes, pos: int, end: int, kg: int) -> int:
         n = _I32(buf, pos)[0]

@@ -874,7 +874,19 @@ def _list_reader(spec: SerializerSpec, element: Reader) -> Reader:
             append(v)
         return out, pos
 
-    return Reader(spec, read_list, min_size=4)
+    elem_skip = element.skip_at
+
+    def skip_list(buf: bytes, pos: int, end: int) -> int:
+        # the elements' own skips (a RowData is skipped by its size, not decoded): a state
+        # nobody asked for cannot fail a read on a value its reader would reject
+        n = _BE_I32(buf, pos)[0]
+        pos += 4
+        _check_count(n, elem_min, pos, end, "list size")
+        for _ in range(n):
+            pos = elem_skip(buf, pos, end)
+        return pos
+
+    return Reader(spec, read_list, skip_list, min_size=4)
 
 
 def _map_reader(spec: MapSpec) -> Reader:
@@ -903,7 +915,21 @@ def _map_reader(spec: MapSpec) -> Reader:
                 append((k, v))
         return out, pos
 
-    return Reader(spec, read_map, min_size=4)
+    key_skip, value_skip = key.skip_at, value.skip_at
+
+    def skip_map(buf: bytes, pos: int, end: int) -> int:
+        n = _BE_I32(buf, pos)[0]
+        pos += 4
+        _check_count(n, entry_min, pos, end, "map size")
+        for _ in range(n):
+            pos = key_skip(buf, pos, end)
+            if buf[pos]:
+                pos += 1
+            else:
+                pos = value_skip(buf, pos + 1, end)
+        return pos
+
+    return Reader(spec, read_map, skip_map, min_size=4)
 
 
 def _generic_array_reader(spec: GenericArraySpec) -> Reader:
@@ -973,9 +999,15 @@ def _ttl_reader(spec: TtlSpec) -> Reader:
         v, pos = inner_read(buf, pos + 8, end)
         return {"last_access": ts, "value": v}, pos
 
+    inner_skip = inner.skip_at
+
+    def skip_ttl(buf: bytes, pos: int, end: int) -> int:
+        return inner_skip(buf, pos + 8, end)
+
     return Reader(
         spec,
         read_ttl,
+        None if inner.fixed_size is not None else skip_ttl,
         fixed_size=None if inner.fixed_size is None else inner.fixed_size + 8,
         min_size=8 + inner.min_size,
         greedy=inner.greedy,
