@@ -30,12 +30,27 @@ def add_parsers(sub: Any) -> None:
     d.add_argument("databases", nargs="+")
     _spark_args(d)
 
-    sh = sub.add_parser("shell", help="spark-sql with every savepoint of a catalog attached")
+    sh = sub.add_parser(
+        "shell", help="spark-sql with every savepoint of a catalog attached",
+        description="An interactive Spark SQL shell (spark-sql) on the local metastore, with "
+                    "every savepoint of the catalog attached as a database. -e, -f, -i, -S and "
+                    "--database are spark-sql's; anything after -- goes to spark-sql as it is. "
+                    "Example: statequery shell -e \"SHOW DATABASES\"",
+    )
     sh.add_argument("--catalog", help="the catalog folder (default: the shipped catalog/)")
     sh.add_argument("--print-command", action="store_true",
                     help="print the spark-sql command line instead of running it")
+    sh.add_argument("-e", dest="sql_e", metavar="SQL",
+                    help="run these statements (separated by ;) and exit")
+    sh.add_argument("-f", dest="sql_f", metavar="FILE", help="run the statements of FILE and exit")
+    sh.add_argument("-i", dest="sql_i", metavar="FILE",
+                    help="run the statements of FILE first, then go on")
+    sh.add_argument("-S", "--silent", action="store_true",
+                    help="spark-sql's silent mode: results only, no timing lines")
+    sh.add_argument("--database", dest="sql_database", metavar="NAME",
+                    help="the database to start in (USE NAME)")
     sh.add_argument("spark_sql_args", nargs=argparse.REMAINDER,
-                    help="passed on to spark-sql (e.g. -e \"SHOW DATABASES\")")
+                    help="after --: passed on to spark-sql as they are")
     _spark_args(sh)
 
 
@@ -50,10 +65,26 @@ def _say(message: str) -> None:
     print(f"statequery: {message}", file=sys.stderr, flush=True)
 
 
+class SparkCommandError(Exception):
+    """A user error of a Spark command (the metastore is busy, ...): one line, no traceback."""
+
+
+def _check_metastore(folder: Any) -> None:
+    from statequery.spark.session import metastore_holder
+
+    holder = metastore_holder(folder)
+    if holder is not None:
+        raise SparkCommandError(
+            f"the metastore in {folder} is in use by {holder}: its embedded Derby database "
+            "takes one Spark at a time. Leave that one first, or give another --spark-dir"
+        )
+
+
 def _session(args: argparse.Namespace) -> Any:
     from statequery.spark.session import local_session, spark_dir
 
     folder = spark_dir(args.spark_dir)
+    _check_metastore(folder)
     _say(f"starting Spark ({args.master}), metastore in {folder} ...")
     started = time.monotonic()
     session = local_session(folder, master=args.master)
@@ -69,6 +100,9 @@ def run(args: argparse.Namespace) -> int | None:
         return None
     try:
         return _run(args)
+    except SparkCommandError as e:
+        print(f"statequery: {e}", file=sys.stderr)
+        return 1
     except Exception as e:  # Spark's errors (pyspark.errors), without importing pyspark here
         if not type(e).__module__.startswith(("pyspark", "py4j")):
             raise
@@ -106,7 +140,7 @@ def _run(args: argparse.Namespace) -> int | None:
                 tables = spark.sql(f"SHOW TABLES IN `{name.replace('`', '``')}`").count()
                 _say(f"attached database {name} ({tables} tables)")
         finally:
-            spark.stop()
+            _stop(spark)
         return 0
     if args.command == "detach":
         from statequery.spark.catalog import detach
@@ -116,7 +150,7 @@ def _run(args: argparse.Namespace) -> int | None:
             for name in detach(spark, args.databases):
                 _say(f"detached database {name} (the savepoint is untouched)")
         finally:
-            spark.stop()
+            _stop(spark)
         return 0
     if args.command == "shell":
         return _shell(args)
@@ -130,30 +164,63 @@ def _attach_catalog(spark: Any, catalog: str) -> None:
     _say(f"databases of {catalog}: {', '.join(names)}")
 
 
+def _stop(spark: Any) -> None:
+    from statequery.spark.session import stop_session
+
+    stop_session(spark)
+
+
+def _shell_args(args: argparse.Namespace) -> list[str]:
+    """The spark-sql arguments of ``statequery shell``'s own options, then those after --."""
+    out: list[str] = []
+    if args.sql_database:
+        out += ["--database", args.sql_database]
+    if args.sql_i:
+        out += ["-i", args.sql_i]
+    if args.silent:
+        out.append("-S")
+    if args.sql_e is not None:
+        out += ["-e", args.sql_e]
+    if args.sql_f is not None:
+        out += ["-f", args.sql_f]
+    rest = list(args.spark_sql_args)
+    if rest and rest[0] == "--":
+        rest = rest[1:]
+    return out + rest
+
+
 def _shell(args: argparse.Namespace) -> int:
+    """Attach the catalog in a PySpark session whose JVM then exits, then run spark-sql.
+
+    The embedded Derby metastore takes one JVM at a time: the attaching JVM must be gone
+    (:func:`statequery.spark.session.stop_session`) before spark-sql boots the metastore.
+    """
+    import subprocess
+
     from statequery.catalog import DEFAULT_CATALOG
     from statequery.spark.session import spark_dir, spark_sql_argv
 
+    if args.sql_e is not None and args.sql_f is not None:
+        raise SparkCommandError("give -e or -f, not both")
     folder = spark_dir(args.spark_dir)
-    argv = spark_sql_argv(folder, args.master)
-    extra = [a for a in args.spark_sql_args if a != "--"]
+    argv = spark_sql_argv(folder, args.master) + _shell_args(args)
     if args.print_command:
         import shlex
 
-        print(shlex.join(argv + extra))
+        print(shlex.join(argv))
         return 0
     spark = _session(args)
     try:
         _attach_catalog(spark, args.catalog or DEFAULT_CATALOG)
     finally:
-        spark.stop()
-    _say("starting spark-sql (USE <database>; SHOW TABLES; ...)")
+        _stop(spark)
+    _check_metastore(folder)
+    if args.sql_e is None and args.sql_f is None:
+        _say("starting spark-sql (SHOW DATABASES; USE <database>; SHOW TABLES; ...)")
     env = dict(os.environ)
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.setdefault("SPARK_HOME", str(os.path.dirname(os.path.dirname(argv[0]))))
-    import subprocess
-
-    return subprocess.call(argv + extra, env=env)
+    return subprocess.call(argv, env=env)
 
 
 def _sql(args: argparse.Namespace) -> int:
@@ -167,7 +234,7 @@ def _sql(args: argparse.Namespace) -> int:
         df = spark.sql(args.query)
         table = df.toArrow()
     finally:
-        spark.stop()
+        _stop(spark)
     from statequery.cli import _json_default, _print_rows
 
     if args.json:
