@@ -54,6 +54,22 @@ def add_parsers(sub: Any) -> None:
     _spark_args(sh)
 
 
+    sv = sub.add_parser(
+        "serve", help="one long-lived local Spark with the catalog attached (JDBC, loopback)",
+        description="Start a local Spark with Spark's Thrift JDBC server, the catalog attached, "
+                    "in the background: statequery shell and statequery sql --spark then "
+                    "connect to it instead of starting a Spark each. It listens on loopback "
+                    "(--host) and writes its address to server.json in the metastore folder.",
+    )
+    sv.add_argument("--catalog", help="the catalog folder (default: the shipped catalog/)")
+    sv.add_argument("--host", default="127.0.0.1",
+                    help="the address to listen on (default: 127.0.0.1, this machine only)")
+    sv.add_argument("--port", type=int, default=0, help="the port (default: a free one)")
+    sv.add_argument("--stop", action="store_true", help="stop the running server")
+    sv.add_argument("--status", action="store_true", help="say whether a server runs, and where")
+    _spark_args(sv)
+
+
 def _spark_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spark-dir",
                    help="metastore + warehouse folder (default: $STATEQUERY_SPARK_DIR or "
@@ -94,7 +110,7 @@ def _session(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int | None:
     """Run a Spark command; None when ``args.command`` is not one of them."""
-    if args.command not in ("attach", "detach", "shell") and not (
+    if args.command not in ("attach", "detach", "shell", "serve") and not (
         args.command == "sql" and getattr(args, "spark", False)
     ):
         return None
@@ -154,7 +170,149 @@ def _run(args: argparse.Namespace) -> int | None:
         return 0
     if args.command == "shell":
         return _shell(args)
+    if args.command == "serve":
+        return _serve(args)
     return _sql(args)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from statequery.catalog import DEFAULT_CATALOG
+    from statequery.spark.server import free_port, running_server, state_file, stop_server
+    from statequery.spark.session import spark_dir
+
+    folder = spark_dir(args.spark_dir)
+    if args.stop:
+        stopped = stop_server(folder)
+        _say(f"stopped the server at {stopped['url']} (pid {stopped['pid']})" if stopped
+             else f"no server runs on {folder}")
+        return 0
+    info = running_server(folder)
+    if info is not None:
+        _say(f"a server already runs: {info['url']} (pid {info['pid']}, catalog "
+             f"{info['catalog']}); statequery serve --stop stops it")
+        return 0
+    if args.status:
+        _say(f"no server runs on {folder}")
+        return 3
+    _check_metastore(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    catalog = os.path.abspath(args.catalog or DEFAULT_CATALOG)
+    port = args.port or free_port(args.host)
+    log = folder / "server.log"
+    _say(f"starting the server ({args.master}, metastore in {folder}, log {log}) ...")
+    started = time.monotonic()
+    env = dict(os.environ)
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "statequery.spark.server", str(folder), args.master, catalog,
+             args.host, str(port)],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+            cwd=folder, start_new_session=True,
+        )
+    while True:
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+            raise SparkCommandError(
+                "the server did not start: " + (" / ".join(tail) or f"exit {proc.returncode}")
+            )
+        if state_file(folder).exists():
+            info = running_server(folder)
+            if info is not None and int(info["pid"]) == proc.pid:
+                break
+        if time.monotonic() - started > 900:
+            proc.terminate()
+            raise SparkCommandError(f"the server did not start in 15 minutes (log: {log})")
+        time.sleep(0.5)
+    _say(f"serving {info['url']} (pid {proc.pid}), ready in {time.monotonic() - started:.1f} s; "
+         "statequery shell and statequery sql --spark use it; statequery serve --stop stops it")
+    return 0
+
+
+def _server(args: argparse.Namespace) -> dict[str, Any] | None:
+    from statequery.spark.server import running_server
+    from statequery.spark.session import spark_dir
+
+    return running_server(spark_dir(args.spark_dir))
+
+
+def _beeline(info: dict[str, Any], extra: list[str], database: str | None = None) -> list[str]:
+    from statequery.spark.server import beeline_argv
+
+    argv = beeline_argv(info)
+    if database:
+        argv[2] = str(info["url"]).rsplit("/", 1)[0] + "/" + database
+    return argv + extra
+
+
+def _shell_on_server(args: argparse.Namespace, info: dict[str, Any]) -> int:
+    """``statequery shell`` on a running server: beeline, spark-sql's options translated."""
+    import subprocess
+
+    extra: list[str] = []
+    if args.sql_i:
+        extra += ["-i", args.sql_i]
+    if args.silent:
+        extra += ["--silent=true", "--outputformat=tsv2", "--showHeader=false"]
+    if args.sql_e is not None:
+        extra += ["-e", args.sql_e]
+    if args.sql_f is not None:
+        extra += ["-f", args.sql_f]
+    rest = list(args.spark_sql_args)
+    extra += rest[1:] if rest and rest[0] == "--" else rest
+    argv = _beeline(info, extra, args.sql_database)
+    if args.print_command:
+        import shlex
+
+        print(shlex.join(argv))
+        return 0
+    _say(f"connecting to the server at {info['url']} (pid {info['pid']})")
+    return subprocess.call(argv)
+
+
+_QUERY_START = ("select", "with", "from", "values", "table", "(")
+
+
+def _sql_on_server(args: argparse.Namespace, info: dict[str, Any]) -> Any:
+    """Run ``args.query`` on the server; its rows as an Arrow table (a query's rows go through
+    ``to_json``, so they keep their types; other statements give strings)."""
+    import json
+    import subprocess
+
+    import pyarrow as pa
+
+    query = args.query.strip().rstrip(";").strip()
+    wrapped = query.lower().startswith(_QUERY_START)
+    sql = f"SELECT to_json(struct(*)) FROM ({query}) statequery_q" if wrapped else query
+    argv = _beeline(info, ["--silent=true", "--outputformat=tsv2",
+                           f"--showHeader={'false' if wrapped else 'true'}", "-e", sql])
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0:
+        errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("Error:")]
+        message = errors[-1] if errors else (proc.stderr.strip().splitlines() or ["?"])[-1]
+        raise SparkCommandError(_beeline_error(message))
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    if wrapped:
+        return pa.Table.from_pylist([json.loads(ln) for ln in lines])
+    if not lines:
+        return pa.table({})
+    header = lines[0].split("\t")
+    rows = [ln.split("\t") for ln in lines[1:]]
+    return pa.table({h: [r[i] if i < len(r) else None for r in rows]
+                     for i, h in enumerate(header)})
+
+
+def _beeline_error(line: str) -> str:
+    """beeline's ``Error: <Spark's message> (state=...,code=0)`` as one line."""
+    import re
+
+    found = re.findall(r"statequery\.exceptions\.\w+: (.*?)(?:\\n|$)", line)
+    if found:
+        return str(found[-1]).strip()
+    line = re.sub(r"^Error: (Error running query: )?", "", line)
+    return re.sub(r" \(state=[^)]*\)$", "", line).strip()
 
 
 def _attach_catalog(spark: Any, catalog: str) -> None:
@@ -203,6 +361,9 @@ def _shell(args: argparse.Namespace) -> int:
     if args.sql_e is not None and args.sql_f is not None:
         raise SparkCommandError("give -e or -f, not both")
     folder = spark_dir(args.spark_dir)
+    info = _server(args)
+    if info is not None:
+        return _shell_on_server(args, info)
     argv = spark_sql_argv(folder, args.master) + _shell_args(args)
     if args.print_command:
         import shlex
@@ -228,13 +389,24 @@ def _sql(args: argparse.Namespace) -> int:
 
     from statequery.catalog import DEFAULT_CATALOG
 
-    spark = _session(args)
-    try:
-        _attach_catalog(spark, args.catalog or DEFAULT_CATALOG)
-        df = spark.sql(args.query)
-        table = df.toArrow()
-    finally:
-        _stop(spark)
+    info = _server(args)
+    if info is not None:
+        if args.catalog and os.path.abspath(args.catalog) != info["catalog"]:
+            raise SparkCommandError(
+                f"the server at {info['url']} serves the catalog {info['catalog']}, not "
+                f"{args.catalog}: stop it (statequery serve --stop) or use another --spark-dir"
+            )
+        started = time.monotonic()
+        table = _sql_on_server(args, info)
+        _say(f"ran on the server at {info['url']} in {time.monotonic() - started:.1f} s")
+    else:
+        spark = _session(args)
+        try:
+            _attach_catalog(spark, args.catalog or DEFAULT_CATALOG)
+            df = spark.sql(args.query)
+            table = df.toArrow()
+        finally:
+            _stop(spark)
     from statequery.cli import _json_default, _print_rows
 
     if args.json:
