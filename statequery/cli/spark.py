@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from typing import Any
@@ -269,10 +270,20 @@ def _shell_on_server(args: argparse.Namespace, info: dict[str, Any]) -> int:
         print(shlex.join(argv))
         return 0
     _say(f"connecting to the server at {info['url']} (pid {info['pid']})")
-    return subprocess.call(argv)
+    if args.sql_e is None and args.sql_f is None:
+        return subprocess.call(argv)  # interactive: beeline has the terminal
+    # -e / -f: beeline prints its prompt before each result even when silent; drop it
+    with subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True) as p:
+        assert p.stdout is not None
+        for line in p.stdout:
+            sys.stdout.write(_BEELINE_PROMPT.sub("", line))
+            sys.stdout.flush()
+    return p.returncode
 
 
 _QUERY_START = ("select", "with", "from", "values", "table", "(")
+#: what beeline prints before a result line in -e mode: ``0: jdbc:hive2://host:port/db> ``
+_BEELINE_PROMPT = re.compile(r"^\d+: jdbc:hive2://[^ ]*> ")
 
 
 def _sql_on_server(args: argparse.Namespace, info: dict[str, Any]) -> Any:
@@ -288,12 +299,11 @@ def _sql_on_server(args: argparse.Namespace, info: dict[str, Any]) -> Any:
     sql = f"SELECT to_json(struct(*)) FROM ({query}) statequery_q" if wrapped else query
     argv = _beeline(info, ["--silent=true", "--outputformat=tsv2",
                            f"--showHeader={'false' if wrapped else 'true'}", "-e", sql])
-    proc = subprocess.run(argv, capture_output=True, text=True)
+    proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if proc.returncode != 0:
-        errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("Error:")]
-        message = errors[-1] if errors else (proc.stderr.strip().splitlines() or ["?"])[-1]
-        raise SparkCommandError(_beeline_error(message))
-    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+        raise SparkCommandError(_beeline_error(proc.stderr))
+    lines = [_BEELINE_PROMPT.sub("", ln) for ln in proc.stdout.splitlines()]
+    lines = [ln for ln in lines if ln.strip()]
     if wrapped:
         return pa.Table.from_pylist([json.loads(ln) for ln in lines])
     if not lines:
@@ -304,14 +314,17 @@ def _sql_on_server(args: argparse.Namespace, info: dict[str, Any]) -> Any:
                      for i, h in enumerate(header)})
 
 
-def _beeline_error(line: str) -> str:
-    """beeline's ``Error: <Spark's message> (state=...,code=0)`` as one line."""
-    import re
-
-    found = re.findall(r"statequery\.exceptions\.\w+: (.*?)(?:\\n|$)", line)
+def _beeline_error(stderr: str) -> str:
+    """One line for what beeline printed about a failed statement: statequery's own message when
+    the data source raised it, else Spark's error without the JDBC wrapping."""
+    found = re.findall(r"statequery\.exceptions\.\w+: (.*)", stderr)
     if found:
         return str(found[-1]).strip()
-    line = re.sub(r"^Error: (Error running query: )?", "", line)
+    lines = [ln for ln in stderr.splitlines() if ln.startswith("Error:")]
+    line = lines[-1] if lines else (stderr.strip().splitlines() or ["beeline failed"])[-1]
+    line = re.sub(r"^Error: ", "", line)
+    line = re.sub(r"^(\S+Exception: )?Error running query: ", "", line)
+    line = re.sub(r"^(\[\w+\] )?\S+AnalysisException: ", "", line)
     return re.sub(r" \(state=[^)]*\)$", "", line).strip()
 
 
