@@ -91,6 +91,15 @@ def _check_metastore(folder: Any) -> None:
 
     holder = metastore_holder(folder)
     if holder is not None:
+        from statequery.spark.server import running_server
+
+        server = running_server(folder)
+        if server is not None:
+            raise SparkCommandError(
+                f"the metastore in {folder} is in use by the statequery server at "
+                f"{server['url']} (pid {server['pid']}): shell and sql --spark go through it; "
+                "for this command stop it first (statequery serve --stop)"
+            )
         raise SparkCommandError(
             f"the metastore in {folder} is in use by {holder}: its embedded Derby database "
             "takes one Spark at a time. Leave that one first, or give another --spark-dir"

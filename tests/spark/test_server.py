@@ -82,6 +82,16 @@ def test_server_serves_two_clients_at_once_and_the_shell(tmp_path: Path) -> None
             "statequery: the state_meta table has no keys: the options key and key_groups "
             "apply to state tables and operator tables"
         )
+        status = _run(["serve", "--status"], env, tmp_path)
+        assert status.returncode == 0 and info["url"] in status.stderr
+        # a command that needs a Spark of its own says that the server holds the metastore
+        busy = _run(["attach", "--replace"], env, tmp_path)
+        assert busy.returncode == 1
+        assert busy.stderr.strip() == (
+            f"statequery: the metastore in {folder} is in use by the statequery server at "
+            f"{info['url']} (pid {info['pid']}): shell and sql --spark go through it; for this "
+            "command stop it first (statequery serve --stop)"
+        )
     finally:
         stop = _run(["serve", "--stop"], env, tmp_path)
     assert stop.returncode == 0
@@ -91,3 +101,4 @@ def test_server_serves_two_clients_at_once_and_the_shell(tmp_path: Path) -> None
         os.kill(int(info["pid"]), 0)
     assert metastore_holder(folder) is None  # the server's JVM is gone too
     assert "no server runs" in _run(["serve", "--stop"], env, tmp_path).stderr
+    assert _run(["serve", "--status"], env, tmp_path).returncode == 3
