@@ -8,10 +8,12 @@ there for ``shell``, ``sql --spark`` and any ``spark-sql`` given the same settin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 __all__ = ["add_parsers", "run"]
@@ -159,24 +161,18 @@ def _run(args: argparse.Namespace) -> int | None:
                 for statement in plan.statements(replace=args.replace):
                     print(statement + ";")
             return 0
-        spark = _session(args)
-        try:
+        with _spark_session(args) as spark:
             names = attach(spark, path, args.database, replace=args.replace)
             for name in names:
                 tables = spark.sql(f"SHOW TABLES IN `{name.replace('`', '``')}`").count()
                 _say(f"attached database {name} ({tables} tables)")
-        finally:
-            _stop(spark)
         return 0
     if args.command == "detach":
         from statequery.spark.catalog import detach
 
-        spark = _session(args)
-        try:
+        with _spark_session(args) as spark:
             for name in detach(spark, args.databases):
                 _say(f"detached database {name} (the savepoint is untouched)")
-        finally:
-            _stop(spark)
         return 0
     if args.command == "shell":
         return _shell(args)
@@ -344,10 +340,21 @@ def _attach_catalog(spark: Any, catalog: str) -> None:
     _say(f"databases of {catalog}: {', '.join(names)}")
 
 
-def _stop(spark: Any) -> None:
+@contextlib.contextmanager
+def _spark_session(args: argparse.Namespace) -> Iterator[Any]:
+    """A local session that is stopped with its JVM at the end. A Spark error becomes its one
+    line while the JVM still runs (PySpark's exceptions ask the JVM for their text)."""
     from statequery.spark.session import stop_session
 
-    stop_session(spark)
+    spark = _session(args)
+    try:
+        yield spark
+    except Exception as e:
+        if not type(e).__module__.startswith(("pyspark", "py4j")):
+            raise
+        raise SparkCommandError(spark_error_message(e)) from None
+    finally:
+        stop_session(spark)
 
 
 def _shell_args(args: argparse.Namespace) -> list[str]:
@@ -392,11 +399,8 @@ def _shell(args: argparse.Namespace) -> int:
 
         print(shlex.join(argv))
         return 0
-    spark = _session(args)
-    try:
+    with _spark_session(args) as spark:
         _attach_catalog(spark, args.catalog or DEFAULT_CATALOG)
-    finally:
-        _stop(spark)
     _check_metastore(folder)
     if args.sql_e is None and args.sql_f is None:
         _say("starting spark-sql (SHOW DATABASES; USE <database>; SHOW TABLES; ...)")
@@ -422,13 +426,9 @@ def _sql(args: argparse.Namespace) -> int:
         table = _sql_on_server(args, info)
         _say(f"ran on the server at {info['url']} in {time.monotonic() - started:.1f} s")
     else:
-        spark = _session(args)
-        try:
+        with _spark_session(args) as spark:
             _attach_catalog(spark, args.catalog or DEFAULT_CATALOG)
-            df = spark.sql(args.query)
-            table = df.toArrow()
-        finally:
-            _stop(spark)
+            table = spark.sql(args.query).toArrow()
     from statequery.cli import _json_default, _print_rows
 
     if args.json:
