@@ -7,7 +7,7 @@ statequery, and prints, per scenario, the HTTP requests the server received (cou
 middleware, by method) next to what ``FileIO.stats`` counted, the tasks of the plan and the key
 groups read.
 
-    pip install 'moto[server]>=5' s3fs      # in the test extra
+    pip install 'moto[s3]>=5' flask flask-cors s3fs   # in the test extra
     python benchmarks/bench_s3_requests.py [SAVEPOINT_DIR] [--json]
 
 The figures are recorded in docs/performance.md ("Requests against S3").

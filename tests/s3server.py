@@ -1,5 +1,6 @@
 """A local S3-compatible server for tests: moto in server mode on 127.0.0.1 (test extra
-``moto[server]``), in a thread of the test process, so it lives exactly as long as the test run.
+``moto[s3]`` with flask and flask-cors), in a thread of the test process, so it lives exactly as
+long as the test run.
 
     with moto_s3_server() as s3:
         uri = s3.upload_tree(local_savepoint_dir, "savepoints/sp-1")   # s3://<bucket>/savepoints/sp-1

@@ -55,7 +55,9 @@ def view_statements(catalog: str | None = None, databases: Sequence[str] = ()) -
     """One statement per table of each database (default: all) of ``catalog`` (default: the
     shipped one). Run them with ``spark-sql -i views.sql`` or ``spark.sql(...)``."""
     from statequery.catalog import DEFAULT_CATALOG, Catalog
+    from statequery.exceptions import require_extra
 
+    require_extra("sqlglot", "spark", "statequery spark-views")
     cat = Catalog(catalog or DEFAULT_CATALOG)
     out = []
     for db in databases or cat.databases():

@@ -19,7 +19,11 @@
     statequery attach [PATH] [--database NAME] [--replace] [--print]
                                             savepoints as persistent databases in Spark
     statequery detach DATABASE ...          drop them again (savepoints untouched)
-    statequery shell [-- SPARK-SQL ARGS]    spark-sql with the catalog attached
+    statequery shell [-e SQL | -f FILE] [-- SPARK-SQL ARGS]
+                                            spark-sql with the catalog attached (or beeline
+                                            on the server)
+    statequery serve [--stop | --status]    one warm local Spark (JDBC on loopback) for
+                                            shell and sql --spark
     statequery diff OLD NEW [--operator OP] [--state NAME] [--key K] [--json]
                                             what changed between two snapshots
     statequery stats PATH [--parallelism N] [--json]   state sizes per key group, skew

@@ -8,9 +8,12 @@ there for ``shell``, ``sql --spark`` and any ``spark-sql`` given the same settin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import re
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 __all__ = ["add_parsers", "run"]
@@ -30,13 +33,44 @@ def add_parsers(sub: Any) -> None:
     d.add_argument("databases", nargs="+")
     _spark_args(d)
 
-    sh = sub.add_parser("shell", help="spark-sql with every savepoint of a catalog attached")
+    sh = sub.add_parser(
+        "shell", help="spark-sql with every savepoint of a catalog attached",
+        description="An interactive Spark SQL shell (spark-sql) on the local metastore, with "
+                    "every savepoint of the catalog attached as a database. -e, -f, -i, -S and "
+                    "--database are spark-sql's; anything after -- goes to spark-sql as it is. "
+                    "Example: statequery shell -e \"SHOW DATABASES\"",
+    )
     sh.add_argument("--catalog", help="the catalog folder (default: the shipped catalog/)")
     sh.add_argument("--print-command", action="store_true",
                     help="print the spark-sql command line instead of running it")
+    sh.add_argument("-e", dest="sql_e", metavar="SQL",
+                    help="run these statements (separated by ;) and exit")
+    sh.add_argument("-f", dest="sql_f", metavar="FILE", help="run the statements of FILE and exit")
+    sh.add_argument("-i", dest="sql_i", metavar="FILE",
+                    help="run the statements of FILE first, then go on")
+    sh.add_argument("-S", "--silent", action="store_true",
+                    help="spark-sql's silent mode: results only, no timing lines")
+    sh.add_argument("--database", dest="sql_database", metavar="NAME",
+                    help="the database to start in (USE NAME)")
     sh.add_argument("spark_sql_args", nargs=argparse.REMAINDER,
-                    help="passed on to spark-sql (e.g. -e \"SHOW DATABASES\")")
+                    help="after --: passed on to spark-sql as they are")
     _spark_args(sh)
+
+
+    sv = sub.add_parser(
+        "serve", help="one long-lived local Spark with the catalog attached (JDBC, loopback)",
+        description="Start a local Spark with Spark's Thrift JDBC server, the catalog attached, "
+                    "in the background: statequery shell and statequery sql --spark then "
+                    "connect to it instead of starting a Spark each. It listens on loopback "
+                    "(--host) and writes its address to server.json in the metastore folder.",
+    )
+    sv.add_argument("--catalog", help="the catalog folder (default: the shipped catalog/)")
+    sv.add_argument("--host", default="127.0.0.1",
+                    help="the address to listen on (default: 127.0.0.1, this machine only)")
+    sv.add_argument("--port", type=int, default=0, help="the port (default: a free one)")
+    sv.add_argument("--stop", action="store_true", help="stop the running server")
+    sv.add_argument("--status", action="store_true", help="say whether a server runs, and where")
+    _spark_args(sv)
 
 
 def _spark_args(p: argparse.ArgumentParser) -> None:
@@ -50,10 +84,35 @@ def _say(message: str) -> None:
     print(f"statequery: {message}", file=sys.stderr, flush=True)
 
 
+class SparkCommandError(Exception):
+    """A user error of a Spark command (the metastore is busy, ...): one line, no traceback."""
+
+
+def _check_metastore(folder: Any) -> None:
+    from statequery.spark.session import metastore_holder
+
+    holder = metastore_holder(folder)
+    if holder is not None:
+        from statequery.spark.server import running_server
+
+        server = running_server(folder)
+        if server is not None:
+            raise SparkCommandError(
+                f"the metastore in {folder} is in use by the statequery server at "
+                f"{server['url']} (pid {server['pid']}): shell and sql --spark go through it; "
+                "for this command stop it first (statequery serve --stop)"
+            )
+        raise SparkCommandError(
+            f"the metastore in {folder} is in use by {holder}: its embedded Derby database "
+            "takes one Spark at a time. Leave that one first, or give another --spark-dir"
+        )
+
+
 def _session(args: argparse.Namespace) -> Any:
     from statequery.spark.session import local_session, spark_dir
 
     folder = spark_dir(args.spark_dir)
+    _check_metastore(folder)
     _say(f"starting Spark ({args.master}), metastore in {folder} ...")
     started = time.monotonic()
     session = local_session(folder, master=args.master)
@@ -63,12 +122,15 @@ def _session(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int | None:
     """Run a Spark command; None when ``args.command`` is not one of them."""
-    if args.command not in ("attach", "detach", "shell") and not (
+    if args.command not in ("attach", "detach", "shell", "serve") and not (
         args.command == "sql" and getattr(args, "spark", False)
     ):
         return None
     try:
         return _run(args)
+    except SparkCommandError as e:
+        print(f"statequery: {e}", file=sys.stderr)
+        return 1
     except Exception as e:  # Spark's errors (pyspark.errors), without importing pyspark here
         if not type(e).__module__.startswith(("pyspark", "py4j")):
             raise
@@ -99,28 +161,176 @@ def _run(args: argparse.Namespace) -> int | None:
                 for statement in plan.statements(replace=args.replace):
                     print(statement + ";")
             return 0
-        spark = _session(args)
-        try:
+        with _spark_session(args) as spark:
             names = attach(spark, path, args.database, replace=args.replace)
             for name in names:
                 tables = spark.sql(f"SHOW TABLES IN `{name.replace('`', '``')}`").count()
                 _say(f"attached database {name} ({tables} tables)")
-        finally:
-            spark.stop()
         return 0
     if args.command == "detach":
         from statequery.spark.catalog import detach
 
-        spark = _session(args)
-        try:
+        with _spark_session(args) as spark:
             for name in detach(spark, args.databases):
                 _say(f"detached database {name} (the savepoint is untouched)")
-        finally:
-            spark.stop()
         return 0
     if args.command == "shell":
         return _shell(args)
+    if args.command == "serve":
+        return _serve(args)
     return _sql(args)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from statequery.catalog import DEFAULT_CATALOG
+    from statequery.spark.server import free_port, running_server, state_file, stop_server
+    from statequery.spark.session import spark_dir
+
+    folder = spark_dir(args.spark_dir)
+    if args.stop:
+        stopped = stop_server(folder)
+        _say(f"stopped the server at {stopped['url']} (pid {stopped['pid']})" if stopped
+             else f"no server runs on {folder}")
+        return 0
+    info = running_server(folder)
+    if info is not None:
+        _say(f"a server already runs: {info['url']} (pid {info['pid']}, catalog "
+             f"{info['catalog']}); statequery serve --stop stops it")
+        return 0
+    if args.status:
+        _say(f"no server runs on {folder}")
+        return 3
+    _check_metastore(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    catalog = os.path.abspath(args.catalog or DEFAULT_CATALOG)
+    port = args.port or free_port(args.host)
+    log = folder / "server.log"
+    _say(f"starting the server ({args.master}, metastore in {folder}, log {log}) ...")
+    started = time.monotonic()
+    env = dict(os.environ)
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "statequery.spark.server", str(folder), args.master, catalog,
+             args.host, str(port)],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+            cwd=folder, start_new_session=True,
+        )
+    while True:
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+            raise SparkCommandError(
+                "the server did not start: " + (" / ".join(tail) or f"exit {proc.returncode}")
+            )
+        if state_file(folder).exists():
+            info = running_server(folder)
+            if info is not None and int(info["pid"]) == proc.pid:
+                break
+        if time.monotonic() - started > 900:
+            proc.terminate()
+            raise SparkCommandError(f"the server did not start in 15 minutes (log: {log})")
+        time.sleep(0.5)
+    _say(f"serving {info['url']} (pid {proc.pid}), ready in {time.monotonic() - started:.1f} s; "
+         "statequery shell and statequery sql --spark use it; statequery serve --stop stops it")
+    return 0
+
+
+def _server(args: argparse.Namespace) -> dict[str, Any] | None:
+    from statequery.spark.server import running_server
+    from statequery.spark.session import spark_dir
+
+    return running_server(spark_dir(args.spark_dir))
+
+
+def _beeline(info: dict[str, Any], extra: list[str], database: str | None = None) -> list[str]:
+    from statequery.spark.server import beeline_argv
+
+    argv = beeline_argv(info)
+    if database:
+        argv[2] = str(info["url"]).rsplit("/", 1)[0] + "/" + database
+    return argv + extra
+
+
+def _shell_on_server(args: argparse.Namespace, info: dict[str, Any]) -> int:
+    """``statequery shell`` on a running server: beeline, spark-sql's options translated."""
+    import subprocess
+
+    extra: list[str] = []
+    if args.sql_i:
+        extra += ["-i", args.sql_i]
+    if args.silent:
+        extra += ["--silent=true", "--outputformat=tsv2", "--showHeader=false"]
+    if args.sql_e is not None:
+        extra += ["-e", args.sql_e]
+    if args.sql_f is not None:
+        extra += ["-f", args.sql_f]
+    rest = list(args.spark_sql_args)
+    extra += rest[1:] if rest and rest[0] == "--" else rest
+    argv = _beeline(info, extra, args.sql_database)
+    if args.print_command:
+        import shlex
+
+        print(shlex.join(argv))
+        return 0
+    _say(f"connecting to the server at {info['url']} (pid {info['pid']})")
+    if args.sql_e is None and args.sql_f is None:
+        return subprocess.call(argv)  # interactive: beeline has the terminal
+    # -e / -f: beeline prints its prompt before each result even when silent; drop it
+    with subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True) as p:
+        assert p.stdout is not None
+        for line in p.stdout:
+            sys.stdout.write(_BEELINE_PROMPT.sub("", line))
+            sys.stdout.flush()
+    return p.returncode
+
+
+_QUERY_START = ("select", "with", "from", "values", "table", "(")
+#: what beeline prints before a result line in -e mode: ``0: jdbc:hive2://host:port/db> ``
+_BEELINE_PROMPT = re.compile(r"^\d+: jdbc:hive2://[^ ]*> ")
+
+
+def _sql_on_server(args: argparse.Namespace, info: dict[str, Any]) -> Any:
+    """Run ``args.query`` on the server; its rows as an Arrow table (a query's rows go through
+    ``to_json``, so they keep their types; other statements give strings)."""
+    import json
+    import subprocess
+
+    import pyarrow as pa
+
+    query = args.query.strip().rstrip(";").strip()
+    wrapped = query.lower().startswith(_QUERY_START)
+    sql = f"SELECT to_json(struct(*)) FROM ({query}) statequery_q" if wrapped else query
+    argv = _beeline(info, ["--silent=true", "--outputformat=tsv2",
+                           f"--showHeader={'false' if wrapped else 'true'}", "-e", sql])
+    proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        raise SparkCommandError(_beeline_error(proc.stderr))
+    lines = [_BEELINE_PROMPT.sub("", ln) for ln in proc.stdout.splitlines()]
+    lines = [ln for ln in lines if ln.strip()]
+    if wrapped:
+        return pa.Table.from_pylist([json.loads(ln) for ln in lines])
+    if not lines:
+        return pa.table({})
+    header = lines[0].split("\t")
+    rows = [ln.split("\t") for ln in lines[1:]]
+    return pa.table({h: [r[i] if i < len(r) else None for r in rows]
+                     for i, h in enumerate(header)})
+
+
+def _beeline_error(stderr: str) -> str:
+    """One line for what beeline printed about a failed statement: statequery's own message when
+    the data source raised it, else Spark's error without the JDBC wrapping."""
+    found = re.findall(r"statequery\.exceptions\.\w+: (.*)", stderr)
+    if found:
+        return str(found[-1]).strip()
+    lines = [ln for ln in stderr.splitlines() if ln.startswith("Error:")]
+    line = lines[-1] if lines else (stderr.strip().splitlines() or ["beeline failed"])[-1]
+    line = re.sub(r"^Error: ", "", line)
+    line = re.sub(r"^(\S+Exception: )?Error running query: ", "", line)
+    line = re.sub(r"^(\[\w+\] )?\S+AnalysisException: ", "", line)
+    return re.sub(r" \(state=[^)]*\)$", "", line).strip()
 
 
 def _attach_catalog(spark: Any, catalog: str) -> None:
@@ -130,30 +340,74 @@ def _attach_catalog(spark: Any, catalog: str) -> None:
     _say(f"databases of {catalog}: {', '.join(names)}")
 
 
+@contextlib.contextmanager
+def _spark_session(args: argparse.Namespace) -> Iterator[Any]:
+    """A local session that is stopped with its JVM at the end. A Spark error becomes its one
+    line while the JVM still runs (PySpark's exceptions ask the JVM for their text)."""
+    from statequery.spark.session import stop_session
+
+    spark = _session(args)
+    try:
+        yield spark
+    except Exception as e:
+        if not type(e).__module__.startswith(("pyspark", "py4j")):
+            raise
+        raise SparkCommandError(spark_error_message(e)) from None
+    finally:
+        stop_session(spark)
+
+
+def _shell_args(args: argparse.Namespace) -> list[str]:
+    """The spark-sql arguments of ``statequery shell``'s own options, then those after --."""
+    out: list[str] = []
+    if args.sql_database:
+        out += ["--database", args.sql_database]
+    if args.sql_i:
+        out += ["-i", args.sql_i]
+    if args.silent:
+        out.append("-S")
+    if args.sql_e is not None:
+        out += ["-e", args.sql_e]
+    if args.sql_f is not None:
+        out += ["-f", args.sql_f]
+    rest = list(args.spark_sql_args)
+    if rest and rest[0] == "--":
+        rest = rest[1:]
+    return out + rest
+
+
 def _shell(args: argparse.Namespace) -> int:
+    """Attach the catalog in a PySpark session whose JVM then exits, then run spark-sql.
+
+    The embedded Derby metastore takes one JVM at a time: the attaching JVM must be gone
+    (:func:`statequery.spark.session.stop_session`) before spark-sql boots the metastore.
+    """
+    import subprocess
+
     from statequery.catalog import DEFAULT_CATALOG
     from statequery.spark.session import spark_dir, spark_sql_argv
 
+    if args.sql_e is not None and args.sql_f is not None:
+        raise SparkCommandError("give -e or -f, not both")
     folder = spark_dir(args.spark_dir)
-    argv = spark_sql_argv(folder, args.master)
-    extra = [a for a in args.spark_sql_args if a != "--"]
+    info = _server(args)
+    if info is not None:
+        return _shell_on_server(args, info)
+    argv = spark_sql_argv(folder, args.master) + _shell_args(args)
     if args.print_command:
         import shlex
 
-        print(shlex.join(argv + extra))
+        print(shlex.join(argv))
         return 0
-    spark = _session(args)
-    try:
+    with _spark_session(args) as spark:
         _attach_catalog(spark, args.catalog or DEFAULT_CATALOG)
-    finally:
-        spark.stop()
-    _say("starting spark-sql (USE <database>; SHOW TABLES; ...)")
+    _check_metastore(folder)
+    if args.sql_e is None and args.sql_f is None:
+        _say("starting spark-sql (SHOW DATABASES; USE <database>; SHOW TABLES; ...)")
     env = dict(os.environ)
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.setdefault("SPARK_HOME", str(os.path.dirname(os.path.dirname(argv[0]))))
-    import subprocess
-
-    return subprocess.call(argv + extra, env=env)
+    return subprocess.call(argv, env=env)
 
 
 def _sql(args: argparse.Namespace) -> int:
@@ -161,13 +415,20 @@ def _sql(args: argparse.Namespace) -> int:
 
     from statequery.catalog import DEFAULT_CATALOG
 
-    spark = _session(args)
-    try:
-        _attach_catalog(spark, args.catalog or DEFAULT_CATALOG)
-        df = spark.sql(args.query)
-        table = df.toArrow()
-    finally:
-        spark.stop()
+    info = _server(args)
+    if info is not None:
+        if args.catalog and os.path.abspath(args.catalog) != info["catalog"]:
+            raise SparkCommandError(
+                f"the server at {info['url']} serves the catalog {info['catalog']}, not "
+                f"{args.catalog}: stop it (statequery serve --stop) or use another --spark-dir"
+            )
+        started = time.monotonic()
+        table = _sql_on_server(args, info)
+        _say(f"ran on the server at {info['url']} in {time.monotonic() - started:.1f} s")
+    else:
+        with _spark_session(args) as spark:
+            _attach_catalog(spark, args.catalog or DEFAULT_CATALOG)
+            table = spark.sql(args.query).toArrow()
     from statequery.cli import _json_default, _print_rows
 
     if args.json:

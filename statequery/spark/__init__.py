@@ -96,6 +96,7 @@ class ReadOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
+        """The options of one read, complete: where (``path`` or ``database``) and what."""
         if not options:
             raise InvalidOptionError(
                 "statequery got no options: give 'path' (or 'database') and 'table'. Spark (4.x) "
@@ -104,6 +105,38 @@ class ReadOptions:
                 "CREATE TABLE name USING statequery OPTIONS (path '...', table '...') or "
                 "`statequery attach`, never with a column list of your own"
             )
+        return cls.from_values(cls.parse_values(options))
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> ReadOptions:
+        """The options of :meth:`parse_values`, checked as a whole."""
+        opts = cls(**values)
+        if opts.path is None and (opts.catalog is None or opts.database is None):
+            from statequery.catalog import DEFAULT_CATALOG
+
+            if opts.database is None:
+                raise InvalidOptionError(
+                    "statequery needs option 'path' (a savepoint) or 'database' "
+                    "(with optional 'catalog' folder)"
+                )
+            opts = replace(opts, catalog=opts.catalog or DEFAULT_CATALOG)
+        if opts.state is not None and opts.operator is None and opts.table is None:
+            raise InvalidOptionError("option 'state' needs 'operator'")
+        if opts.states is not None and opts.state is not None:
+            raise InvalidOptionError(
+                "option 'states' names the states of an operator table: give 'state' or "
+                "'states', not both"
+            )
+        if opts.is_state_meta and (opts.key is not None or opts.key_groups is not None):
+            raise InvalidOptionError(
+                "the state_meta table has no keys: the options key and key_groups apply to "
+                "state tables and operator tables"
+            )
+        return opts
+
+    @classmethod
+    def parse_values(cls, options: Mapping[str, str]) -> dict[str, Any]:
+        """The options checked one by one (names, integers, lists), maybe incomplete."""
         valid = {f.name for f in fields(cls)}
         aliases = {"operator.uid": "operator", "operator.uid.hash": "operator",
                    "state.path": "path", "state.name": "state"}
@@ -144,24 +177,7 @@ class ReadOptions:
             )
         if "key_groups" in values:
             parse_key_group_list(values["key_groups"])  # refuse a bad list when the read is set up
-        opts = cls(**values)
-        if opts.path is None and (opts.catalog is None or opts.database is None):
-            from statequery.catalog import DEFAULT_CATALOG
-
-            if opts.database is None:
-                raise InvalidOptionError(
-                    "statequery needs option 'path' (a savepoint) or 'database' "
-                    "(with optional 'catalog' folder)"
-                )
-            opts = replace(opts, catalog=opts.catalog or DEFAULT_CATALOG)
-        if opts.state is not None and opts.operator is None and opts.table is None:
-            raise InvalidOptionError("option 'state' needs 'operator'")
-        if opts.states is not None and opts.state is not None:
-            raise InvalidOptionError(
-                "option 'states' names the states of an operator table: give 'state' or "
-                "'states', not both"
-            )
-        return opts
+        return values
 
     def to_json(self) -> str:
         """The options that differ from the defaults, as JSON (what a table stores)."""
@@ -323,14 +339,15 @@ class StatequeryDataSource(DataSource):
 
     def __init__(self, options: MutableMapping[str, str]) -> None:
         super().__init__(options)
-        given = {k: v for k, v in options.items() if k.lower() not in _TABLE_PROPERTIES}
-        self.opts: ReadOptions | None = ReadOptions.parse(dict(options)) if given else None
+        self.given = {k: v for k, v in options.items() if k.lower() not in _TABLE_PROPERTIES}
+        values = ReadOptions.parse_values(self.given)  # each option checked when the read is set up
+        # only per-query options (a query's WITH (...) on a persistent table): the rest of the
+        # read comes from the table's schema in reader()
+        self.per_query_only = bool(values) and set(values) <= PER_QUERY_OPTIONS
 
     def _given(self) -> ReadOptions:
-        if self.opts is None:
-            ReadOptions.parse({})  # raises, saying why
-        assert self.opts is not None
-        return self.opts
+        """The given options, complete (a DataFrame read, a temporary view), or an error."""
+        return ReadOptions.parse(self.given)
 
     def schema(self) -> StructType:
         stored = _resolve(self._given())
@@ -340,18 +357,114 @@ class StatequeryDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         stored = options_from_schema(schema)
-        if self.opts is None:
-            if stored is None:
-                self._given()  # raises: a table made without statequery's schema
-            assert stored is not None
-            opts = stored
+        if stored is None:
+            if self.per_query_only:
+                raise InvalidOptionError(
+                    "this table has no statequery options in its schema (it was created with a "
+                    "column list of its own?): re-create it with CREATE TABLE name USING "
+                    "statequery OPTIONS (path '...', table '...') or `statequery attach`"
+                )
+            resolved = _resolve(self._given())  # raises when there are none
+        elif self.per_query_only or not self.given:
+            resolved = _resolve(_with_query_options(stored, self.given))
         else:
-            opts = self.opts
-        resolved = _resolve(opts)
-        if stored is not None and opts.fingerprint is None and resolved.path == stored.path:
-            # a DataFrame planned over one savepoint must not read another one
-            _check_fingerprint(_open(resolved)[0], stored.fingerprint)
+            resolved = _same_table(self.given, stored)
         return StatequeryReader(resolved, _arrow_schema(resolved))
+
+
+#: the options a query may give a persistent table (``WITH ('key' = '...')``): they choose what
+#: to read of the table, or how, never which savepoint, state or columns
+PER_QUERY_OPTIONS = frozenset(
+    {"key", "key_groups", "key_groups_per_partition", "batch_size", "pushdown"}
+)
+#: the options that say what a table is: a query's options must agree with the table's own
+_WHAT_OPTIONS = ("table", "operator", "state", "states", "mode")
+
+
+def _per_query_error(stored: ReadOptions, detail: str) -> InvalidOptionError:
+    what = ", ".join(
+        f"{name} {getattr(stored, name)!r}" for name in ("path", *_WHAT_OPTIONS)
+        if getattr(stored, name) is not None
+    )
+    return InvalidOptionError(
+        f"{detail}: this statequery table reads {what}; a query on it may give only the "
+        f"options {', '.join(sorted(PER_QUERY_OPTIONS))} "
+        "(e.g. SELECT ... FROM t WITH ('key' = 'user-3'))"
+    )
+
+
+def _with_query_options(stored: ReadOptions, given: Mapping[str, str]) -> ReadOptions:
+    """A persistent table's own options (from its schema) with one query's options.
+
+    Spark passes a query's ``WITH (...)`` options to the data source of a persistent table, and
+    nothing else: the table's own options are those its schema carries. A query may only narrow
+    the read (``key``, ``key_groups``) or tune it; a key option that contradicts the table's own
+    is refused, never widened.
+    """
+    values = ReadOptions.parse_values(given)
+    for name in ("key", "key_groups"):
+        mine = getattr(stored, name)
+        if name in values and mine is not None and values[name] != mine:
+            raise _per_query_error(
+                stored, f"option {name} {values[name]!r} contradicts the table's own {mine!r}"
+            )
+    merged = {f.name: getattr(stored, f.name) for f in fields(stored)}
+    merged.update(values)
+    return ReadOptions.from_values(merged)
+
+
+def _same_table(options: Mapping[str, str], stored: ReadOptions) -> ReadOptions:
+    """``options`` parsed, when they name the table ``stored`` describes.
+
+    A DataFrame read passes its options with the schema planned from them; a query on a
+    persistent table may repeat the table's own options in its ``WITH (...)``; in both, what
+    the options name must be what the schema was made for.
+    """
+    shown = ", ".join(f"{k} {v!r}" for k, v in options.items())
+    try:
+        given = ReadOptions.parse(options)
+    except InvalidOptionError as e:
+        raise _per_query_error(stored, f"the options {shown} ({e})") from None
+    for name in _WHAT_OPTIONS:
+        mine, theirs = getattr(stored, name), getattr(given, name)
+        if name == "table" and mine is not None and theirs is not None:
+            mine, theirs = mine.lower(), theirs.lower()
+        if mine != theirs:
+            raise _per_query_error(stored, f"the options {shown} name another table")
+    for name in ("key", "key_groups"):
+        mine = getattr(stored, name)
+        if mine is not None and getattr(given, name) != mine:
+            raise _per_query_error(
+                stored, f"option {name} {getattr(given, name)!r} contradicts the table's own"
+            )
+    # a folder of savepoints (a checkpoint folder: its newest chk-N) may move on; anything else
+    # is another savepoint than the one the schema was made for
+    if given.path is not None and not _within(given.path, stored.path):
+        raise _per_query_error(stored, f"the options {shown} name another savepoint")
+    resolved = _resolve(given)
+    if resolved.path != stored.path:
+        if given.path is None or not _within(given.path, resolved.path):
+            raise _per_query_error(stored, f"the options {shown} name another savepoint")
+    elif given.fingerprint is None:
+        # a DataFrame planned over one savepoint must not read another one
+        _check_fingerprint(_open(resolved)[0], stored.fingerprint)
+    return resolved
+
+
+def _within(folder: str, location: str | None) -> bool:
+    """Whether ``location`` is ``folder`` or inside it (locations as :func:`_resolve` makes)."""
+    import os
+
+    from statequery.io import normalize_location
+
+    if location is None:
+        return False
+    base = normalize_location(folder).rstrip("/")
+    if base.endswith("/_metadata"):
+        base = base[: -len("/_metadata")]
+    if "://" not in base:
+        base = os.path.abspath(base)
+    return location == base or location.startswith(base + "/")
 
 
 def _resolve(opts: ReadOptions) -> ReadOptions:

@@ -159,7 +159,9 @@ def attach_plans(path_or_uri: str, database: str | None = None) -> list[AttachPl
     """
     import statequery
     from statequery.catalog import Catalog, sql_identifier
-    from statequery.exceptions import SavepointNotFoundError
+    from statequery.exceptions import SavepointNotFoundError, require_extra
+
+    require_extra("sqlglot", "spark", "statequery attach")
     from statequery.io import FileIO, join_location, normalize_location
 
     io = FileIO()

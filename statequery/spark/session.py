@@ -12,7 +12,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["local_session", "spark_dir", "spark_sql_argv", "spark_sql_conf"]
+__all__ = [
+    "local_session",
+    "metastore_holder",
+    "spark_dir",
+    "spark_sql_argv",
+    "spark_sql_conf",
+    "stop_session",
+]
 
 
 def spark_dir(explicit: str | None = None) -> Path:
@@ -72,3 +79,98 @@ def local_session(folder: Path, master: str = "local[*]", app: str = "statequery
     session = builder.enableHiveSupport().getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def stop_session(session: Any, timeout: float = 60.0) -> None:
+    """Stop ``session`` and the JVM behind it, and wait until that JVM has exited.
+
+    ``SparkSession.stop()`` leaves PySpark's JVM running, and that JVM keeps the embedded Derby
+    metastore booted (locked): a ``spark-sql`` started after it on the same metastore fails with
+    ``XSDB6: Another instance of Derby may have already booted the database``. The JVM exits when
+    its standard input closes (PySpark's gateway watches it).
+    """
+    import subprocess
+
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    session.stop()
+    if gateway is None:
+        return
+    proc = getattr(gateway, "proc", None)
+    try:
+        gateway.shutdown()
+    except Exception:  # noqa: BLE001 - the JVM may be gone already
+        pass
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    if proc is None:
+        return
+    if proc.stdin is not None:
+        proc.stdin.close()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        proc.wait(timeout=timeout)
+
+
+def metastore_holder(folder: Path) -> str | None:
+    """Who holds the embedded Derby metastore in ``folder`` (one line), or None when nobody does.
+
+    Derby locks ``metastore_db/dbex.lck`` while a JVM has the database booted; one JVM at a time
+    can. Linux lists the lock's process in ``/proc/locks``; elsewhere only the lock is tested.
+    """
+    import fcntl
+
+    lock = folder / "metastore_db" / "dbex.lck"
+    if not lock.exists():
+        return None
+    try:
+        fd = os.open(lock, os.O_RDWR)
+    except OSError:
+        return None
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        pass  # held
+    else:
+        fcntl.lockf(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+    return _lock_owner(lock) or "another process"
+
+
+def _lock_owner(lock: Path) -> str | None:
+    try:
+        st = lock.stat()
+        text = Path("/proc/locks").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        parts = line.split()
+        # "1: POSIX  ADVISORY  WRITE 1234 fe:00:5678 0 EOF"
+        if len(parts) >= 6 and parts[5].rsplit(":", 1)[-1] == str(st.st_ino):
+            pid = parts[4]
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                return f"process {pid}"
+            return f"process {pid} ({_describe(cmd)})"
+    return None
+
+
+def _describe(cmd: list[bytes]) -> str:
+    """A Java command line as what it runs: spark-sql, a PySpark session, a server, ..."""
+    args = [a.decode(errors="replace") for a in cmd if a]
+    joined = " ".join(args)
+    for marker, name in (
+        ("SparkSQLCLIDriver", "spark-sql"),
+        ("HiveThriftServer2", "the Spark Thrift server"),
+        ("SparkConnectServer", "the Spark Connect server"),
+        ("pyspark-shell", "a PySpark session"),
+    ):
+        if marker in joined:
+            return name
+    return (args[0] if args else "?")[:80]

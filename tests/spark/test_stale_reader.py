@@ -213,3 +213,76 @@ def test_persistent_view(session, attached) -> None:  # type: ignore[no-untyped-
     _check_sequences(query)
     view = session.table(f"{attached}.amounts_view")
     _check_sequences(lambda where: view.where(where) if where else view)
+
+
+def test_persistent_table_with_key_option(session, attached) -> None:  # type: ignore[no-untyped-def]
+    """``WITH ('key' = ...)`` on a persistent table: one key group, then every row again."""
+    table = f"{attached}.{TABLE}"
+
+    def query(options):  # type: ignore[no-untyped-def]
+        return session.sql(f"SELECT key, user_key, value FROM {table}" + (
+            " WITH (" + ", ".join(f"'{k}' = '{v}'" for k, v in options.items()) + ")"
+            if options else ""))
+
+    keyed = query({"key": KEY})
+    assert keyed.rdd.getNumPartitions() == 1  # the line on stderr: tests/spark/test_shell.py
+    assert _rows(keyed) == KEY_ROWS
+    full = query(None)
+    assert full.rdd.getNumPartitions() > 1
+    assert _rows(full) == TRUTH
+    assert session.sql(
+        f"SELECT count(*) FROM {table} WITH ('key' = '{KEY}')"
+    ).collect()[0][0] == len(KEY_ROWS)
+    assert session.sql(f"SELECT count(*) FROM {table}").collect()[0][0] == len(TRUTH)
+    # with a WHERE clause too, and the key_groups option; then unfiltered once more
+    assert _rows(query({"key": KEY}).where("user_key IS NOT NULL")) == KEY_ROWS
+    assert _rows(query({"key": "user-7"})) == [r for r in TRUTH if r[0] == "user-7"]
+    groups = query({"key_groups": str(KEY_GROUP)})
+    assert groups.rdd.getNumPartitions() == 1
+    assert {r[0] for r in _rows(groups)} >= {KEY}
+    assert _rows(query(None)) == TRUTH
+    # the same table through spark.read.options(...).table(...)
+    read = session.read.options(key=KEY).table(table)
+    assert read.rdd.getNumPartitions() == 1
+    assert _rows(read) == KEY_ROWS
+    assert _rows(session.table(table)) == TRUTH
+
+
+def test_persistent_operator_table_with_key_option(spark, attached) -> None:  # type: ignore[no-untyped-def]
+    table = f"{attached}.user_state"
+    sp = statequery.open(str(DB))
+    keyed = [s.name for s in sp.operator_table("user_state").states]
+    every = sum(b.num_rows for _, b in sp.read_operator("user-state", keyed))
+    one = sum(b.num_rows for _, b in sp.read_operator("user-state", keyed, key=KEY))
+    assert every > one > 1
+    keyed = spark.sql(f"SELECT state, key FROM {table} WITH ('key' = '{KEY}')")
+    assert keyed.rdd.getNumPartitions() == 1
+    assert {r["key"] for r in keyed.collect()} == {KEY} and keyed.count() == one
+    assert spark.sql(f"SELECT count(*) FROM {table}").collect()[0][0] == every
+
+
+def test_with_options_that_would_change_the_table_are_refused(spark, attached) -> None:  # type: ignore[no-untyped-def]
+    from pyspark.errors import PySparkException
+
+    table = f"{attached}.{TABLE}"
+    refused = {
+        f"SELECT count(*) FROM {attached}.state_meta WITH ('key' = '{KEY}')":
+            "the state_meta table has no keys",
+        f"SELECT count(*) FROM {table} WITH ('table' = 'user_state__count')":
+            "a query on it may give only the options",
+        f"SELECT count(*) FROM {table} WITH ('path' = '/tmp', 'table' = '{TABLE}')":
+            "name another savepoint",
+        f"SELECT count(*) FROM {table} WITH ('mode' = 'nested')": "may give only the options",
+        f"SELECT count(*) FROM {table} WITH ('nope' = '1')": "unknown statequery option 'nope'",
+        f"SELECT count(*) FROM {table} WITH ('key_groups' = 'x')": "option key_groups must list",
+    }
+    for sql, message in refused.items():
+        with pytest.raises(PySparkException, match=message):
+            spark.sql(sql).collect()
+    # repeating the table's own options is not a change
+    same = spark.sql(
+        f"SELECT count(*) FROM {table} WITH ('path' = '{DB}', 'table' = '{TABLE}', "
+        f"'key' = '{KEY}')"
+    )
+    assert same.collect()[0][0] == len(KEY_ROWS)
+    assert spark.sql(f"SELECT count(*) FROM {attached}.state_meta").collect()[0][0] > 0

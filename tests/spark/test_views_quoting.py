@@ -43,3 +43,22 @@ def test_hostile_folder_views_in_spark(tmp_path: Path) -> None:
         assert [(r["word"], r["cnt"]) for r in rows] == [("w3", 30)]
     finally:
         spark.stop()
+
+
+@pytest.mark.parametrize(("args", "feature"), [
+    (["spark-views"], "statequery spark-views"),
+    (["attach", "--print"], "statequery attach"),
+])
+def test_core_install_names_the_missing_extra(args: list[str], feature: str) -> None:
+    """Without sqlglot (a core install), the SQL-printing commands say which extra to install."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['sqlglot'] = None\n"
+            f"from statequery.cli import main; sys.exit(main({args!r}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"statequery: {feature} needs the package 'sqlglot': pip install 'statequery[spark]'"
+    )
