@@ -50,7 +50,7 @@ import re
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 from typing import Any
 
 from statequery.exceptions import InvalidKeyError, InvalidOptionError, UnsupportedFormatError
@@ -260,6 +260,9 @@ def _as_bool(value: Any) -> bool:
     raise _Inexact()
 
 
+_EXACT = Context(prec=80, traps=[InvalidOperation])
+
+
 def _as_decimal(value: Any, precision: int, scale: int) -> Decimal:
     d: Decimal | None = None
     if isinstance(value, bool):
@@ -278,7 +281,8 @@ def _as_decimal(value: Any, precision: int, scale: int) -> Decimal:
     if d is None or not d.is_finite():
         raise _Inexact()
     try:
-        q = d.quantize(Decimal(1).scaleb(-scale))
+        # an exact context: the default one holds 28 digits, DECIMAL up to 38
+        q = d.quantize(Decimal(1).scaleb(-scale, _EXACT), context=_EXACT)
     except InvalidOperation:
         raise _Inexact(f"{format(d, 'f')} does not fit DECIMAL({precision}, {scale})") from None
     if q != d:

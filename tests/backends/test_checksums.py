@@ -30,6 +30,7 @@ from statequery.exceptions import CorruptStateError, MissingExtraError, Stateque
 from statequery.hashing import key_group_of
 from statequery.io import FileIO
 from tests.conftest import FIXTURES, fixture_dir
+from tests.backends.test_rocksdb import _remote_copy
 
 PURE = "STATEQUERY_PURE_PYTHON"
 
@@ -444,9 +445,8 @@ def test_a_cached_copy_damaged_after_its_fetch(tmp_path: Path, lookup: bool,
     """A cached table changed in place (same size, so the cache's own check passes): the read
     raises a CorruptStateError naming the file that says the cache's copy, not the file, is
     damaged; the copy is dropped and the next read fetches the file again and returns the rows."""
-    name = "datastream-rocksdb-native"
-    shutil.copytree(FIXTURES / name, tmp_path / name)
-    path = str(tmp_path / fixture_dir(name).relative_to(FIXTURES))
+    # a remote copy: local files are read in place, never from the cache (docs/security.md)
+    path = _remote_copy("datastream-rocksdb-native")
     cache = FileCache(tmp_path / "cache")
     monkeypatch.setattr(rocks, "_DEFAULT_CACHE", cache)
 
@@ -464,9 +464,12 @@ def test_a_cached_copy_damaged_after_its_fetch(tmp_path: Path, lookup: bool,
                 if s.keyed_handle.key_group_range.start <= kg <= s.keyed_handle.key_group_range.end]
         tables = [f for f in from_incremental_handle(h, sp.resolver).files
                   if f.local_path.endswith(".sst") and f.location]
+        def entry_of(f: Any) -> str:
+            return str(cache.entry_path(cache.identify(sp.io, CacheKey(f.location, f.size))))
+
         f = next(f for f in tables
-                 if SstFile(f.location).properties.column_family_name == "count")
-        entry = cache.entry_path(cache.identify(sp.io, CacheKey(f.location, f.size)))
+                 if SstFile(entry_of(f)).properties.column_family_name == "count")
+        entry = entry_of(f)
         with SstFile(entry) as t:
             block = t.data_block_handles()[0][1]
     with open(entry, "r+b") as out:  # in place: the same inode, size and source version
