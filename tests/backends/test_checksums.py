@@ -29,8 +29,8 @@ from statequery.backends.sst import SstFile, merged_entries
 from statequery.exceptions import CorruptStateError, MissingExtraError, StatequeryError
 from statequery.hashing import key_group_of
 from statequery.io import FileIO
-from tests.conftest import FIXTURES, fixture_dir
 from tests.backends.test_rocksdb import _remote_copy
+from tests.conftest import FIXTURES, fixture_dir
 
 PURE = "STATEQUERY_PURE_PYTHON"
 
