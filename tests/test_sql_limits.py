@@ -264,7 +264,9 @@ def test_timeout_interrupts_the_query(catalog: Catalog) -> None:
 
 
 CAP_MIB = 256
-MARGIN_MIB = 320  # the interpreter, pyarrow, DuckDB's code and the catalog tables read
+MARGIN_MIB = 448  # the interpreter, pyarrow, DuckDB's code, the catalog tables read, and what
+# DuckDB allocates outside its buffer manager before it notices the cap (631 MiB peak seen once
+# in a full suite run, 390 MiB alone): far below the 14.7 GB the unbounded query reached
 
 
 @pytest.mark.slow
