@@ -1036,6 +1036,7 @@ def manifest_record(fx: dict, rel: str, infos: list[dict]) -> dict:
             op["coordinator_state_bytes"] = info["coordinator_state_bytes"]
         operators.append(op)
     rec = {k: fx[k] for k in ("name", "job", "backend", "snapshot", "format")}
+    rec["flink_version"] = fx.get("flink_version", FLINK_VERSION)
     rec["path"] = rel
     rec.update({k: fx[k] for k in ("incremental", "max_parallelism", "compression", "inline")})
     for extra in ("timers", "changelog"):
@@ -1064,10 +1065,12 @@ def write_manifest(records: dict[str, dict]) -> None:
         if BY_NAME.get(r["name"], {}).get("unread"):
             r["unread"] = BY_NAME[r["name"]]["unread"]
     ordered = [old[f["name"]] for f in MATRIX if f["name"] in old and "unread" not in f]
+    # fixtures of other generators (generate_version_fixtures.py: other Flink versions) stay
+    ordered += [r for r in data.get("fixtures", []) if r["name"] not in BY_NAME] if old else []
     unread = [old[f["name"]] for f in MATRIX if f["name"] in old and "unread" in f]
     series = sorted((r for r in old.values() if "series" in r),
                     key=lambda r: (r["series"], r["series_index"]))
-    path.write_text(json.dumps({"flink_version": FLINK_VERSION, "fixtures": ordered,
+    path.write_text(json.dumps({"fixtures": ordered,
                                 "series": series, "unread": unread}, indent=1) + "\n")
 
 
