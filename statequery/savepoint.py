@@ -778,7 +778,13 @@ def _backend_of(h: KeyedHandle | None) -> str | None:
     if isinstance(h, IncrementalHandle):
         return "rocksdb"
     if isinstance(h, KeyGroupsHandle):
-        return "hashmap" if h.handle_type == 12 else None
+        if h.handle_type != 12:
+            return None
+        from statequery.backends import is_heap_layout
+
+        # type 12 with an offset per key group is the hashmap layout; type 12 in the key-group
+        # stream layout is a full (non-incremental) RocksDB checkpoint of Flink 1.15
+        return "hashmap" if is_heap_layout(h) else "rocksdb"
     if isinstance(h, (ChangelogHandle, ChangelogStreamHandle, InMemoryChangelogHandle)):
         return "changelog"
     return None

@@ -104,6 +104,9 @@ def test_manifest_present() -> None:
     assert fixtures, "manifest lists no fixtures"
     names = [r["name"] for r in fixtures]
     assert len(names) == len(set(names)), f"duplicate fixture names in manifest: {names}"
+    # every record names the Flink release that wrote it (docs/fixtures.md, version matrix)
+    unversioned = [r["name"] for r in fixtures if not r.get("flink_version")]
+    assert not unversioned, f"manifest records without flink_version: {unversioned}"
 
 
 @pytest.mark.parametrize("name", _fixture_names())

@@ -55,8 +55,15 @@ def _normalise(t: str | None) -> str | None:
 def test_every_generated_state_is_listed_with_kind_and_types(record: dict[str, Any]) -> None:
     sp = statequery.open(str(fixture_dir(record["name"])))
     rows = sp.state_meta().to_pylist()
-    assert sp.snapshot_type == record["snapshot"] and sp.format == record["format"]
-    if record["format"] == "native":
+    fmt = record["format"]
+    if record["flink_version"].startswith("1.15.") and record["backend"] == "rocksdb" and (
+        record["snapshot"] == "savepoint" and not record["incremental"]
+    ):
+        # Flink 1.15's _metadata (version 3) does not record the format, and its native RocksDB
+        # savepoint (incremental checkpoints off) has the canonical layout: read as canonical
+        fmt = "canonical"
+    assert sp.snapshot_type == record["snapshot"] and sp.format == fmt
+    if fmt == "native":
         assert sp.backend == record["backend"]
     got = {(r["operator_id"], r["state_name"]): r for r in rows}
     want = {

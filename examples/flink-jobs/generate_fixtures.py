@@ -1196,6 +1196,7 @@ def manifest_record(fx: dict, rel: str, infos: list[dict]) -> dict:
     if fx["backend"] == "forst":
         # ForSt writes RocksDB's files and handles: the layout statequery reads is "rocksdb"
         rec["backend"], rec["state_backend"] = "rocksdb", "forst"
+    rec["flink_version"] = fx.get("flink_version", FLINK_VERSION)
     rec["path"] = rel
     rec.update({k: fx[k] for k in ("incremental", "max_parallelism", "compression", "inline")})
     for extra in ("timers", "changelog", "large"):
@@ -1216,6 +1217,7 @@ def write_manifest(records: dict[str, dict]) -> None:
     its own tests)."""
     path = FIXTURES / "manifest.json"
     old = {}
+    data: dict = {}
     if path.exists():
         data = json.loads(path.read_text())
         old = {r["name"]: r for r in data.get("fixtures", []) + data.get("series", [])
@@ -1225,10 +1227,12 @@ def write_manifest(records: dict[str, dict]) -> None:
         if BY_NAME.get(r["name"], {}).get("unread"):
             r["unread"] = BY_NAME[r["name"]]["unread"]
     ordered = [old[f["name"]] for f in MATRIX if f["name"] in old and "unread" not in f]
+    # fixtures of other generators (generate_version_fixtures.py: other Flink versions) stay
+    ordered += [r for r in data.get("fixtures", []) if r["name"] not in BY_NAME]
     unread = [old[f["name"]] for f in MATRIX if f["name"] in old and "unread" in f]
     series = sorted((r for r in old.values() if "series" in r),
                     key=lambda r: (r["series"], r["series_index"]))
-    path.write_text(json.dumps({"flink_version": FLINK_VERSION, "fixtures": ordered,
+    path.write_text(json.dumps({"fixtures": ordered,
                                 "series": series, "unread": unread}, indent=1) + "\n")
 
 
