@@ -265,8 +265,12 @@ def _operator_table(opts: ReadOptions) -> Any:
 def _spark_type(t: pa.DataType) -> pa.DataType:
     if pa.types.is_timestamp(t):
         return pa.timestamp("us", tz=t.tz)
+    if pa.types.is_time32(t):
+        # milliseconds (or seconds) of the day: Spark has no TIME type for data sources, and
+        # Arrow casts time32 to int32 only (also inside structs, lists and maps)
+        return pa.int32()
     if pa.types.is_time(t):
-        return pa.int64()  # milliseconds of the day; Spark has no TIME type for data sources
+        return pa.int64()  # time64: micro- or nanoseconds of the day
     if pa.types.is_null(t):
         return pa.string()  # always null (VoidNamespace)
     if pa.types.is_dictionary(t):
