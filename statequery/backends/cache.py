@@ -290,14 +290,7 @@ class FileCache:
             actual = len(source)
         except StorageError as e:
             raise StorageError(f"state file {key.location} is missing or unreadable: {e}") from e
-        if key.offset is None and actual != key.size:
-            raise CorruptStateError(
-                f"file is {actual} bytes but its state handle says {key.size} "
-                "(truncated or replaced?)", key.location)
-        if key.offset is not None and actual < key.offset + key.size:
-            raise CorruptStateError(
-                f"file is {actual} bytes, too short for the segment [{key.offset}, "
-                f"{key.offset + key.size}) its state handle names (truncated?)", key.location)
+        _check_size(key, actual)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=key.digest[:16] + ".", suffix=".part", dir=self._tmp)
         try:
@@ -482,6 +475,19 @@ def _read_up_to(f: IO[bytes], n: int) -> bytes:
     return b"".join(parts)
 
 
+def _check_size(key: CacheKey, actual: int) -> None:
+    """The file of ``key`` is ``actual`` bytes: what its handle says (a whole file), or long
+    enough for the segment it names."""
+    if key.offset is None and actual != key.size:
+        raise CorruptStateError(
+            f"file is {actual} bytes but its state handle says {key.size} "
+            "(truncated or replaced?)", key.location)
+    if key.offset is not None and actual < key.offset + key.size:
+        raise CorruptStateError(
+            f"file is {actual} bytes, too short for the segment [{key.offset}, "
+            f"{key.offset + key.size}) its state handle names (truncated?)", key.location)
+
+
 def _place_local(io: FileIO, key: CacheKey, dest: str) -> None:
     """Put the current bytes of the local file ``key.location`` at ``dest``: opened once through
     ``io`` (so its confinement holds), then that very file hard-linked (``/proc/self/fd``) or,
@@ -492,14 +498,7 @@ def _place_local(io: FileIO, key: CacheKey, dest: str) -> None:
             actual = os.fstat(fd).st_size
         except OSError as e:
             raise StorageError(f"cannot read {key.location}: {e}") from e
-        if key.offset is None and actual != key.size:
-            raise CorruptStateError(
-                f"file is {actual} bytes but its state handle says {key.size} "
-                "(truncated or replaced?)", key.location)
-        if key.offset is not None and actual < key.offset + key.size:
-            raise CorruptStateError(
-                f"file is {actual} bytes, too short for the segment [{key.offset}, "
-                f"{key.offset + key.size}) its state handle names (truncated?)", key.location)
+        _check_size(key, actual)
         if key.offset is None and not key.checksum:
             try:
                 os.link(f"/proc/self/fd/{fd}", dest, follow_symlinks=True)
