@@ -86,17 +86,18 @@ class CompiledPlan:
         return src.output if src is not None else None
 
 
-def _split_top(s: str) -> list[str]:
-    """Split ``s`` at commas outside <>, () and backticks."""
+def _split_top(s: str, opening: str = "<(", closing: str = ">)") -> list[str]:
+    """Split ``s`` at commas outside brackets (``opening``/``closing``: <> and () by default)
+    and backticks."""
     out: list[str] = []
     cur: list[str] = []
     depth, tick = 0, False
     for ch in s:
         if ch == "`":
             tick = not tick
-        elif not tick and ch in "<(":
+        elif not tick and ch in opening:
             depth += 1
-        elif not tick and ch in ">)":
+        elif not tick and ch in closing:
             depth -= 1
         if ch == "," and depth == 0 and not tick:
             out.append("".join(cur))
@@ -485,22 +486,7 @@ class Digest:
 
 def _split_args(text: str) -> dict[str, str]:
     out: dict[str, str] = {}
-    depth, tick = 0, False
-    cur: list[str] = []
-    parts: list[str] = []
-    for ch in text:
-        if ch == "`":
-            tick = not tick
-        elif not tick and ch in "([":
-            depth += 1
-        elif not tick and ch in ")]":
-            depth -= 1
-        if ch == "," and depth == 0 and not tick:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    parts.append("".join(cur))
+    parts = _split_top(text, "([", ")]")
     for p in parts:
         k, sep, v = p.strip().partition("=")
         if sep:
