@@ -415,8 +415,15 @@ class Savepoint:
 
     def state_meta(self) -> pa.Table:
         """One row per state (keyed, timers, operator list/union, broadcast): see the columns of
-        :data:`STATE_META_SCHEMA`."""
-        return state_meta_table(self.meta)
+        :data:`STATE_META_SCHEMA`. With a SQL plan attached, ``declared_ttl_ms`` holds the TTL
+        the plan declares for each TTL state (:mod:`statequery.metadata.ttl`)."""
+        meta = self.meta
+        declared = None
+        if self.sql_plan is not None:
+            from statequery.metadata.ttl import declared_ttls
+
+            declared = declared_ttls(self.plan_nodes, meta.operators)
+        return state_meta_table(meta, declared)
 
     # -- snapshot --------------------------------------------------------------------------------
 
@@ -1294,6 +1301,7 @@ def _schema() -> pa.Schema:
             ("size_bytes", pa.int64()),
             ("key_groups", pa.list_(kg)),
             ("table_name", pa.string()),
+            ("declared_ttl_ms", pa.int64()),
         ]
     )
 
@@ -1304,8 +1312,12 @@ def _snapshot_class(spec: SerializerSpec | None) -> str | None:
     return spec.snapshot_class or None
 
 
-def state_meta_table(meta: StateMeta) -> pa.Table:
-    """The ``state_meta`` table of a StateMeta model (one row per state)."""
+def state_meta_table(
+    meta: StateMeta, declared_ttl: dict[tuple[str, str], int] | None = None
+) -> pa.Table:
+    """The ``state_meta`` table of a StateMeta model (one row per state); ``declared_ttl``:
+    ``(operator id, state) -> ms`` from a SQL plan (:func:`~statequery.metadata.ttl.declared_ttls`).
+    """
     import pyarrow as pa
 
     rows: dict[str, list[Any]] = {name: [] for name in _schema().names}
@@ -1339,6 +1351,7 @@ def state_meta_table(meta: StateMeta) -> pa.Table:
             rows["size_bytes"].append(s.size_bytes)
             rows["key_groups"].append(ranges if s.keyed else [])
             rows["table_name"].append(s.table_name)
+            rows["declared_ttl_ms"].append((declared_ttl or {}).get((op.operator_id, s.name)))
     return pa.Table.from_pydict(rows, schema=_schema())
 
 
@@ -1366,4 +1379,5 @@ STATE_META_COLUMNS = (
     "size_bytes",
     "key_groups",
     "table_name",
+    "declared_ttl_ms",
 )

@@ -117,6 +117,16 @@ MATRIX = [
         max_parallelism=8),
     _fx("sql-minibatch-rocksdb-native", "sql-minibatch", "rocksdb", "savepoint", "native",
         max_parallelism=8),
+    # MATCH_RECOGNIZE with partial matches, SQL state TTL, the window join and the upsert
+    # materializer of Flink 2.x (sql_operators_job.py --job cep) on every backend and format
+    _fx("sql-cep-hashmap-canonical", "sql-cep", "hashmap", "savepoint", "canonical",
+        max_parallelism=8),
+    _fx("sql-cep-hashmap-native", "sql-cep", "hashmap", "savepoint", "native", max_parallelism=8),
+    _fx("sql-cep-hashmap-checkpoint", "sql-cep", "hashmap", "checkpoint", "native",
+        max_parallelism=8),
+    _fx("sql-cep-rocksdb-native", "sql-cep", "rocksdb", "savepoint", "native", max_parallelism=8),
+    _fx("sql-cep-rocksdb-incremental-checkpoint", "sql-cep", "rocksdb", "checkpoint", "native",
+        incremental=True, max_parallelism=8),
     # GROUP BY keys of every common SQL type, nulls included (sql_keys_job.py)
     _fx("keys-sql-hashmap-native", "sql-keys", "hashmap", "savepoint", "native"),
     _fx("keys-sql-hashmap-canonical", "sql-keys", "hashmap", "savepoint", "canonical"),
@@ -138,7 +148,7 @@ MATRIX = [
     _edge("sql", "rocksdb", "checkpoint", "native", max_parallelism=300),
     _edge("sql", "rocksdb", "checkpoint", "native", incremental=True, max_parallelism=300),
 ]
-SQL_OPERATOR_JOBS = {"sql-ops": "ops", "sql-minibatch": "minibatch"}
+SQL_OPERATOR_JOBS = {"sql-ops": "ops", "sql-minibatch": "minibatch", "sql-cep": "cep"}
 # SQL jobs run from a compiled plan: operator ids from the plan
 PLAN_JOBS = {*SQL_OPERATOR_JOBS, "edge-sql"}
 # jobs whose manifest states come from the dump and whose expected file is a subset of it
@@ -769,6 +779,27 @@ def sql_minibatch_expected(ids: dict[str, str]) -> list[dict]:
     return entries
 
 
+def sql_cep_expected(ids: dict[str, str]) -> list[dict]:
+    """The two TTL aggregations of ``--job cep`` (COUNT(*), SUM(amount)): per user under the
+    STATE_TTL hint (expired when the snapshot is taken) and per category under the job's TTL;
+    ``last_access`` is processing time ("$any"). The pattern, window join and materializer
+    states are left to the oracle."""
+    entries: list[dict] = []
+    events = [ops_event(i) for i in range(OPS_EVENTS)]
+    aggs = sorted((u for u in ids if u.endswith("_group-aggregate")),
+                  key=lambda u: int(u.split("_")[0]))
+    per_user, per_category = aggs[0], aggs[1]
+    for uid, field, keys in ((per_user, "user", [f"user-{u}" for u in range(OPS_USERS)]),
+                             (per_category, "category", OPS_CATEGORIES)):
+        for k in keys:
+            mine = [e for e in events if e[field] == k]
+            entries.append({"operator_uid": uid, "operator_id": ids[uid], "state": "accState",
+                            "kind": "value", "key": {"f0": k}, "namespace": None,
+                            "value": ttl({"f0": len(mine),
+                                          "f1": sum(e["amount"] for e in mine)})})
+    return entries
+
+
 # --------------------------------------------------------------------------------------------
 # Running Flink
 # --------------------------------------------------------------------------------------------
@@ -923,10 +954,12 @@ def run_job(fx: dict, scratch: Path) -> dict[str, str]:
         cmd = ["java", "-cp", build(), "statequery.fixtures.RawStateJob", fx["backend"],
                f"savepoint-{fx['format']}", str(out)]
     elif fx["job"] in SQL_OPERATOR_JOBS:
+        kind = "checkpoint" if fx["snapshot"] == "checkpoint" else f"savepoint-{fx['format']}"
         cmd = [sys.executable, str(HERE / "sql_operators_job.py"), "--job",
                SQL_OPERATOR_JOBS[fx["job"]], "--backend", fx["backend"], "--kind",
-               f"savepoint-{fx['format']}", "--out", str(out), "--plan",
+               kind, "--out", str(out), "--plan",
                str(scratch / "plan.json"), "--max-parallelism", str(fx["max_parallelism"])]
+        cmd += ["--incremental"] if fx["incremental"] else []
     else:
         cmd = [sys.executable, str(HERE / "sql_job.py"), "--backend", fx["backend"], "--kind",
                f"savepoint-{fx['format']}", "--out", str(out), "--max-parallelism",
@@ -1051,7 +1084,7 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
             save_plan(fx["job"], scratch / "plan.json", scratch / "out")
             ids = {i["uid"]: i["operator_id"] for i in infos if i["uid"]}
             entries = {"sql-ops": sql_ops_expected, "sql-minibatch": sql_minibatch_expected,
-                       "edge-sql": sql_edge_expected}[fx["job"]](ids)
+                       "edge-sql": sql_edge_expected, "sql-cep": sql_cep_expected}[fx["job"]](ids)
         else:
             aggs = [i for i in infos if i["name"].startswith("GroupAggregate")]
             if len(aggs) != 1:
@@ -1091,12 +1124,23 @@ def _states_in_dump(name: str) -> dict[str, list[dict]]:
     fixtures, whose state names depend on the planner (e.g. ``agg2$map`` of an aggregate)."""
     path = FIXTURES / "dump" / f"{name}.jsonl"
     seen: dict[str, dict[str, str]] = {}
+    ttl: set[tuple[str, str]] = set()
     if path.exists():
         for line in path.read_text().splitlines():
             e = json.loads(line)
             seen.setdefault(e["operator_id"], {})[e["state"]] = e["kind"]
-    return {op: [{"name": n, "kind": k} for n, k in sorted(states.items())]
+            if _is_ttl_value(e.get("value")):
+                ttl.add((e["operator_id"], e["state"]))
+    return {op: [{"name": n, "kind": k, **({"ttl": True} if (op, n) in ttl else {})}
+                 for n, k in sorted(states.items())]
             for op, states in seen.items()}
+
+
+def _is_ttl_value(v) -> bool:
+    """A dumped TtlValue (docs/fixtures.md): ``{"value", "last_access"}``, per list element."""
+    if isinstance(v, list):
+        return bool(v) and all(_is_ttl_value(x) for x in v)
+    return isinstance(v, dict) and set(v) == {"value", "last_access"}
 
 
 def save_plan(job: str, plan: Path, out: Path) -> None:

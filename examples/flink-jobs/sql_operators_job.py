@@ -243,11 +243,65 @@ MINIBATCH = [
 ]
 
 
+# --job cep (fixtures sql-cep-*): MATCH_RECOGNIZE with partial matches pending, state TTL
+# (table.exec.state.ttl and a STATE_TTL hint), the window join and the newer upsert
+# materializer, in savepoints and checkpoints of both backends. ``cep_events`` reads the same
+# rows as ``events`` with a watermark five minutes behind, so the pattern operator has processed
+# every event but the last five (still in its queue, by timestamp): its NFA holds partial
+# matches and its shared buffer the events and nodes they point to.
+CEP_SOURCE = """CREATE TABLE cep_events (
+            id BIGINT, `user` STRING, amount INT, category STRING, ts BIGINT,
+            rowtime AS TO_TIMESTAMP_LTZ(ts, 3),
+            WATERMARK FOR rowtime AS rowtime - INTERVAL '5' MINUTE
+        ) WITH ('connector' = 'filesystem', 'path' = 'file://{events_dir}', 'format' = 'json',
+                'source.monitor-interval' = '1s')"""
+
+# the TTL of the job (every stateful operator without a hint) and of the hinted aggregation
+CEP_TTL = "1 d"
+CEP_HINT_TTL = "2 s"
+
+CEP = [
+    # A (amount > 50), one or more B (amount <= 95), then C (amount > 95): per user the amounts
+    # (i * 37) % 101 rarely exceed 95, so runs of A B+ (several at once, each a branch of the
+    # shared buffer) are open when the snapshot is taken
+    (sink("pattern_runs", "`user` STRING, a_id BIGINT, last_b_id BIGINT, c_id BIGINT"),
+     """INSERT INTO pattern_runs SELECT * FROM cep_events MATCH_RECOGNIZE (
+          PARTITION BY `user` ORDER BY rowtime
+          MEASURES A.id AS a_id, LAST(B.id) AS last_b_id, C.id AS c_id
+          ONE ROW PER MATCH AFTER MATCH SKIP PAST LAST ROW
+          PATTERN (A B+ C) DEFINE A AS A.amount > 50, B AS B.amount <= 95,
+                                   C AS C.amount > 95)"""),
+    # state TTL: a per-operator hint (expired at snapshot time) and the job's TTL (live)
+    (sink("ttl_short", "`user` STRING, cnt BIGINT, total INT"),
+     f"""INSERT INTO ttl_short SELECT /*+ STATE_TTL('events' = '{CEP_HINT_TTL}') */ `user`,
+        COUNT(*) AS cnt, SUM(amount) AS total FROM events GROUP BY `user`"""),
+    (sink("ttl_job", "category STRING, cnt BIGINT, total INT"),
+     """INSERT INTO ttl_job SELECT category, COUNT(*) AS cnt, SUM(amount) AS total
+        FROM events GROUP BY category"""),
+    # window join (window TVF join): nothing fires, every row waits in its window
+    (sink("window_join", "`user` STRING, window_start TIMESTAMP(3), window_end TIMESTAMP(3), "
+                         "even_id BIGINT, third_id BIGINT"),
+     """INSERT INTO window_join SELECT L.`user`, L.window_start, L.window_end, L.id, R.id
+        FROM (SELECT * FROM TABLE(TUMBLE(TABLE events, DESCRIPTOR(rowtime), INTERVAL '15' MINUTE))
+              WHERE MOD(id, 2) = 0) L
+        JOIN (SELECT * FROM TABLE(TUMBLE(TABLE events, DESCRIPTOR(rowtime), INTERVAL '15' MINUTE))
+              WHERE MOD(id, 3) = 0) R
+        ON L.`user` = R.`user` AND L.window_start = R.window_start
+           AND L.window_end = R.window_end"""),
+    # the upsert materializer of Flink 2.x (table.exec.sink.upsert-materialize-strategy.type)
+    (sink("latest_v2", "category STRING, `user` STRING, total INT", "category"),
+     """INSERT INTO latest_v2 SELECT category, `user`, SUM(amount) AS total FROM events
+        GROUP BY category, `user`"""),
+]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--job", choices=["ops", "minibatch"], required=True)
+    ap.add_argument("--job", choices=["ops", "minibatch", "cep"], required=True)
     ap.add_argument("--backend", choices=["hashmap", "rocksdb"], required=True)
-    ap.add_argument("--kind", choices=["savepoint-canonical", "savepoint-native"], required=True)
+    ap.add_argument("--kind", choices=["savepoint-canonical", "savepoint-native", "checkpoint"],
+                    required=True)
+    ap.add_argument("--incremental", action="store_true")
     ap.add_argument("--out", required=True)
     ap.add_argument("--plan", required=True)
     ap.add_argument("--max-parallelism", type=int, default=8)
@@ -273,7 +327,23 @@ def main() -> None:
         "table.exec.resource.default-parallelism": "1",
         "table.exec.source.cdc-events-duplicate": "true",
     }
-    if args.job == "minibatch":
+    if args.incremental:
+        settings["execution.checkpointing.incremental"] = "true"
+    checkpoint = args.kind == "checkpoint"
+    if checkpoint:
+        settings.update({
+            "execution.checkpointing.interval": "1h",
+            "execution.checkpointing.min-pause": "1h",
+            "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
+        })
+    if args.job == "cep":
+        settings.update({
+            "table.exec.mini-batch.enabled": "false",
+            "table.exec.state.ttl": CEP_TTL,
+            "table.exec.sink.upsert-materialize": "FORCE",
+            "table.exec.sink.upsert-materialize-strategy.type": "VALUE",
+        })
+    elif args.job == "minibatch":
         settings.update({
             "table.exec.mini-batch.enabled": "true",
             "table.exec.mini-batch.allow-latency": "1s",
@@ -287,7 +357,9 @@ def main() -> None:
         conf.set(k, v)
     for stmt in sources(events_dir, prices_dir) + VIEWS:
         t_env.execute_sql(stmt)
-    statements = OPS if args.job == "ops" else MINIBATCH
+    if args.job == "cep":
+        t_env.execute_sql(CEP_SOURCE.format(events_dir=events_dir))
+    statements = {"ops": OPS, "minibatch": MINIBATCH, "cep": CEP}[args.job]
     j_set = t_env._j_tenv.createStatementSet()
     for ddl, insert in statements:
         t_env.execute_sql(ddl)
@@ -320,13 +392,18 @@ def main() -> None:
         time.sleep(0.2)
     time.sleep(args.settle)  # file discovery (1 s) and processing of the few input rows
 
-    fmt_enum = jvm.org.apache.flink.core.execution.SavepointFormatType
-    fmt = fmt_enum.NATIVE if args.kind == "savepoint-native" else fmt_enum.CANONICAL
-    path = j_client.triggerSavepoint(out_uri, fmt).get()
-    if path.startswith("file:"):
-        path = path[len("file:"):]
-        while path.startswith("//"):
-            path = path[1:]
+    if checkpoint:
+        ctype = jvm.org.apache.flink.core.execution.CheckpointType.CONFIGURED
+        chk = mini_cluster.triggerCheckpoint(j_client.getJobID(), ctype).get()
+        path = os.path.join(out_dir, job_id, f"chk-{chk}")
+    else:
+        fmt_enum = jvm.org.apache.flink.core.execution.SavepointFormatType
+        fmt = fmt_enum.NATIVE if args.kind == "savepoint-native" else fmt_enum.CANONICAL
+        path = j_client.triggerSavepoint(out_uri, fmt).get()
+        if path.startswith("file:"):
+            path = path[len("file:"):]
+            while path.startswith("//"):
+                path = path[1:]
     print(f"SNAPSHOT_PATH={path}", flush=True)
     j_client.cancel().get()
     sys.stdout.flush()

@@ -45,6 +45,7 @@ from statequery.serializers.spec import (
     NamespaceSpec,
     NullableSpec,
     OpaqueSpec,
+    OptionalSpec,
     PojoSpec,
     PrimitiveArraySpec,
     PrimitiveSpec,
@@ -53,6 +54,7 @@ from statequery.serializers.spec import (
     RowSpec,
     SerializerSpec,
     SqlType,
+    StructSpec,
     TimerSpec,
     TtlSpec,
     TupleSpec,
@@ -160,6 +162,10 @@ def arrow_type(spec: SerializerSpec) -> pa.DataType:
         return arrow_type(spec.inner) if spec.inner.decodable else pa.binary()
     if isinstance(spec, WindowKeySpec):
         return pa.struct([("window", pa.int64()), ("key", arrow_type(spec.key))])
+    if isinstance(spec, StructSpec):
+        return pa.struct([(n, arrow_type(f)) for n, f in zip(spec.names, spec.fields, strict=True)])
+    if isinstance(spec, OptionalSpec):
+        return arrow_type(spec.inner)
     if isinstance(spec, OpaqueSpec):
         return pa.binary()
     raise UnsupportedFormatError(f"no Arrow type for serializer kind {spec.kind!r}")

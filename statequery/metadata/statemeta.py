@@ -47,12 +47,14 @@ from statequery.serializers.spec import (
     NamespaceSpec,
     NullableSpec,
     OpaqueSpec,
+    OptionalSpec,
     PojoSpec,
     PrimitiveArraySpec,
     PrimitiveSpec,
     RowDataSpec,
     RowSpec,
     SerializerSpec,
+    StructSpec,
     TtlSpec,
     TupleSpec,
     from_dict,
@@ -430,6 +432,11 @@ def type_string(spec: SerializerSpec | None) -> str | None:
         return type_string(spec.inner)
     if isinstance(spec, RowDataSpec):
         return str(spec.type)
+    if isinstance(spec, StructSpec):
+        pairs = zip(spec.names, spec.fields, strict=True)
+        return "ROW<" + ", ".join(f"{n} {type_string(f)}" for n, f in pairs) + ">"
+    if isinstance(spec, OptionalSpec):
+        return type_string(spec.inner)
     if isinstance(spec, OpaqueSpec):
         what = spec.type_class or spec.snapshot_class or "?"
         return f"{spec.family.upper()}<{what}>"

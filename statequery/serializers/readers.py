@@ -47,6 +47,7 @@ from statequery.serializers.spec import (
     NamespaceSpec,
     NullableSpec,
     OpaqueSpec,
+    OptionalSpec,
     PojoSpec,
     PrimitiveArraySpec,
     PrimitiveSpec,
@@ -55,6 +56,7 @@ from statequery.serializers.spec import (
     RowSpec,
     SerializerSpec,
     SqlType,
+    StructSpec,
     TimerSpec,
     TtlSpec,
     TupleSpec,
@@ -974,6 +976,31 @@ def _nullable_reader(spec: NullableSpec) -> Reader:
     return Reader(spec, read_nullable, fixed_size=fixed, min_size=1)
 
 
+def _optional_reader(spec: OptionalSpec) -> Reader:
+    """A presence byte (1: the value follows, 0: null), as CEP's ``NodeIdSerializer`` writes."""
+    inner = reader_for(spec.inner)
+    _no_greedy_inside(spec, [inner])
+    inner_read, inner_skip = inner.read_at, inner.skip_at
+
+    def read_optional(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
+        flag = buf[pos]
+        if flag == 0:
+            return None, pos + 1
+        if flag != 1:
+            raise DecodeError(f"{spec.display}: presence byte {flag}, expected 0 or 1", pos)
+        return inner_read(buf, pos + 1, end)
+
+    def skip_optional(buf: bytes, pos: int, end: int) -> int:
+        flag = buf[pos]
+        if flag == 0:
+            return pos + 1
+        if flag != 1:
+            raise DecodeError(f"{spec.display}: presence byte {flag}, expected 0 or 1", pos)
+        return inner_skip(buf, pos + 1, end)
+
+    return Reader(spec, read_optional, skip_optional, min_size=1)
+
+
 def _either_reader(spec: EitherSpec) -> Reader:
     left, right = reader_for(spec.left), reader_for(spec.right)
     _no_greedy_inside(spec, [left, right])
@@ -1441,6 +1468,10 @@ def _build(spec: SerializerSpec) -> Reader:
         return _linked_list_reader(spec)
     if isinstance(spec, WindowKeySpec):
         return _window_key_reader(spec)
+    if isinstance(spec, StructSpec):
+        return _struct_reader(spec, spec.names, [reader_for(f) for f in spec.fields])
+    if isinstance(spec, OptionalSpec):
+        return _optional_reader(spec)
     if isinstance(spec, OpaqueSpec):
         return _opaque_reader(spec)
     raise UnsupportedFormatError(

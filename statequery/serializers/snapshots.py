@@ -43,6 +43,7 @@ from statequery.serializers.spec import (
     NamespaceSpec,
     NullableSpec,
     OpaqueSpec,
+    OptionalSpec,
     PojoField,
     PojoSpec,
     PrimitiveArraySpec,
@@ -53,6 +54,7 @@ from statequery.serializers.spec import (
     SerializerSpec,
     SqlField,
     SqlType,
+    StructSpec,
     TimerSpec,
     TtlSpec,
     TupleSpec,
@@ -762,6 +764,131 @@ _register(
     "org.apache.flink.table.runtime.sequencedmultisetstate.linked.RowDataKeySerializerSnapshot",
     _read_row_data_key,
 )
+
+# -- Flink CEP (MATCH_RECOGNIZE and the DataStream CEP library) -------------------------------
+#
+# flink-cep's serializers write fixed layouts (docs/decoding.md, "MATCH_RECOGNIZE"):
+#   EventId            int32 id, int64 timestamp
+#   NodeId             byte 1 (0: null), EventId, StringValue page (pattern state) name
+#   DeweyNumber        int32 n, n x int32
+#   SharedBufferEdge   NodeId target, DeweyNumber version
+#   SharedBufferNode   int32 n, n x (int32 ref count, SharedBufferEdge)   (SnapshotV2)
+#   Lockable<E>        int32 ref count, E
+#   NFAState           partial matches, completed matches: each int32 n, n x ComputationState
+#   ComputationState   StringValue state name, NodeId previous entry, DeweyNumber version,
+#                      int64 start timestamp, [int64 previous timestamp: outer version >= 2 and
+#                      its flag], byte 1 + EventId start event (0: none)
+
+_CEP = "org.apache.flink.cep.nfa."
+_CEP_BUFFER = _CEP + "sharedbuffer."
+_INT = PrimitiveSpec(snapshot_class=f"{_BASE}IntSerializer$IntSerializerSnapshot", name="int")
+_LONG = PrimitiveSpec(snapshot_class=f"{_BASE}LongSerializer$LongSerializerSnapshot", name="long")
+_STRING_VALUE = PrimitiveSpec(
+    snapshot_class=f"{_BASE}StringSerializer$StringSerializerSnapshot", name="string"
+)
+
+
+def _event_id(c: str) -> SerializerSpec:
+    return StructSpec(
+        snapshot_class=c, class_name=_CEP_BUFFER + "EventId", names=("id", "timestamp"),
+        fields=(_INT, _LONG),
+    )
+
+
+def _dewey(c: str) -> SerializerSpec:
+    return PrimitiveArraySpec(snapshot_class=c, element="int")
+
+
+def _node_id(c: str, o: Any, n: tuple[SerializerSpec, ...]) -> SerializerSpec:
+    inner = StructSpec(
+        snapshot_class=c, class_name=_CEP_BUFFER + "NodeId", names=("event_id", "page_name"),
+        fields=(n[0], _STRING_VALUE),
+    )
+    return OptionalSpec(snapshot_class=c, inner=inner)
+
+
+def _edge(c: str, o: Any, n: tuple[SerializerSpec, ...]) -> SerializerSpec:
+    return StructSpec(
+        snapshot_class=c, class_name=_CEP_BUFFER + "SharedBufferEdge",
+        names=("target", "version"), fields=n,
+    )
+
+
+def _buffer_node(c: str, o: Any, n: tuple[SerializerSpec, ...]) -> SerializerSpec:
+    edge = n[0]
+    # each edge is written as a Lockable: its reference count first, then the edge
+    if isinstance(edge, StructSpec):
+        element = StructSpec(
+            snapshot_class=edge.snapshot_class, class_name=edge.class_name,
+            names=("ref_count", *edge.names), fields=(_INT, *edge.fields),
+        )
+    else:
+        element = StructSpec(
+            snapshot_class=c, class_name=_CEP_BUFFER + "Lockable",
+            names=("ref_count", "edge"), fields=(_INT, edge),
+        )
+    return StructSpec(
+        snapshot_class=c, class_name=_CEP_BUFFER + "SharedBufferNode", names=("edges",),
+        fields=(ListSpec(snapshot_class=c, element=element),),
+    )
+
+
+def _lockable(c: str, o: Any, n: tuple[SerializerSpec, ...]) -> SerializerSpec:
+    inner = n[0]
+    if isinstance(inner, StructSpec) and inner.class_name == _CEP_BUFFER + "SharedBufferNode":
+        # a buffer node: {ref_count, edges}
+        return StructSpec(
+            snapshot_class=c, class_name=inner.class_name, names=("ref_count", *inner.names),
+            fields=(_INT, *inner.fields),
+        )
+    return StructSpec(
+        snapshot_class=c, class_name=_CEP_BUFFER + "Lockable", names=("ref_count", "element"),
+        fields=(_INT, inner),
+    )
+
+
+def _nfa_outer(decoder: Decoder, outer_version: int) -> bool:
+    # NFAStateSerializerSnapshot: from outer version 2 a flag says whether every computation
+    # state carries its previous timestamp
+    return decoder.read_bool() if outer_version >= 2 else False
+
+
+def _nfa_state(c: str, o: Any, n: tuple[SerializerSpec, ...]) -> SerializerSpec:
+    version, node_id, event_id = n
+    names: tuple[str, ...] = ("state_name", "previous_entry", "version", "start_timestamp")
+    fields: tuple[SerializerSpec, ...] = (_STRING_VALUE, node_id, version, _LONG)
+    if o:
+        names += ("previous_timestamp",)
+        fields += (_LONG,)
+    names += ("start_event",)
+    fields += (OptionalSpec(snapshot_class=c, inner=event_id),)
+    computation = StructSpec(
+        snapshot_class=c, class_name=_CEP + "ComputationState", names=names, fields=fields
+    )
+    states = ListSpec(snapshot_class=c, element=computation)
+    return StructSpec(
+        snapshot_class=c, class_name=_CEP + "NFAState",
+        names=("partial_matches", "completed_matches"), fields=(states, states),
+    )
+
+
+_register(
+    _CEP_BUFFER + "EventId$EventIdSerializer$EventIdSerializerSnapshot", _simple(_event_id)
+)
+_register(_CEP + "DeweyNumber$DeweyNumberSerializer$DeweyNumberSerializerSnapshot", _simple(_dewey))
+_register(
+    _CEP_BUFFER + "NodeId$NodeIdSerializer$NodeIdSerializerSnapshot",
+    _composite(_node_id, arity=1),
+)
+_register(
+    _CEP_BUFFER + "SharedBufferEdge$SharedBufferEdgeSerializer$SharedBufferEdgeSerializerSnapshot",
+    _composite(_edge, arity=2),
+)
+_register(
+    _CEP_BUFFER + "SharedBufferNodeSerializerSnapshotV2", _composite(_buffer_node, arity=1)
+)
+_register(_CEP_BUFFER + "LockableTypeSerializerSnapshot", _composite(_lockable, arity=1))
+_register(_CEP + "NFAStateSerializerSnapshot", _composite(_nfa_state, _nfa_outer, arity=3))
 
 # -- unknown classes ---------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ __all__ = [
     "NamespaceSpec",
     "NullableSpec",
     "OpaqueSpec",
+    "OptionalSpec",
     "PojoField",
     "PojoSpec",
     "PrimitiveArraySpec",
@@ -39,6 +40,7 @@ __all__ = [
     "SerializerSpec",
     "SqlField",
     "SqlType",
+    "StructSpec",
     "TimerSpec",
     "TtlSpec",
     "TupleSpec",
@@ -515,6 +517,49 @@ class WindowKeySpec(SerializerSpec):
 
 
 @dataclass(frozen=True)
+class StructSpec(SerializerSpec):
+    """Named fields concatenated with no null flags, for serializers whose layout is fixed by
+    their class rather than by a generic rule (Flink CEP's ``EventId``, ``NodeId``,
+    ``SharedBufferEdge``, ``Lockable``, ``NFAState``, ``ComputationState``...).
+
+    ``class_name`` is the Java class of the values; ``names`` one per field.
+    """
+
+    kind: ClassVar[str] = "struct"
+    class_name: str = ""
+    names: tuple[str, ...] = ()
+    fields: tuple[SerializerSpec, ...] = ()
+
+    @property
+    def display(self) -> str:
+        return self.class_name.rsplit(".", 1)[-1] or "struct"
+
+    @property
+    def fixed_length(self) -> int | None:
+        total = 0
+        for f in self.fields:
+            n = f.fixed_length
+            if n is None:
+                return None
+            total += n
+        return total
+
+
+@dataclass(frozen=True)
+class OptionalSpec(SerializerSpec):
+    """A presence byte (``1``: a value follows, ``0``: null), then the value: CEP's
+    ``NodeIdSerializer`` and the start event of a ``ComputationState``. (``NullableSpec`` is the
+    opposite flag, ``isNull``.)"""
+
+    kind: ClassVar[str] = "optional"
+    inner: SerializerSpec = field(default_factory=lambda: OpaqueSpec())
+
+    @property
+    def display(self) -> str:
+        return f"Optional<{self.inner.display}>"
+
+
+@dataclass(frozen=True)
 class OpaqueSpec(SerializerSpec):
     """A serializer statequery cannot decode: Kryo, Avro (unless decoded), Java, custom, unknown.
 
@@ -546,7 +591,7 @@ SPEC_TYPES: dict[str, type[SerializerSpec]] = {
         PrimitiveSpec, PrimitiveArraySpec, NamespaceSpec, EnumSpec, TupleSpec, RowSpec, PojoSpec,
         ListSpec, MapSpec, GenericArraySpec, NullableSpec, EitherSpec, TtlSpec, TimerSpec,
         RowDataSpec, ArrayDataSpec, MapDataSpec, RawValueSpec, LinkedListSpec, WindowKeySpec,
-        OpaqueSpec,
+        StructSpec, OptionalSpec, OpaqueSpec,
     )
 }
 
