@@ -12,6 +12,7 @@ checked for all fixtures by tests/test_reader.py; here: what the rows mean.
 from __future__ import annotations
 
 import datetime
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -269,3 +270,46 @@ def test_upsert_materializer_v2_keeps_the_rows_of_each_key(name: str) -> None:
             mine = [i for i in range(N_EVENTS) if i % N_USERS == int(e["f0"]["f1"][5:])
                     and ["books", "games", "music"][(i // 10) % 3] == cat]
             assert e["f0"]["f0"] == cat and e["f0"]["f2"] == sum(_amount(i) for i in mine)
+
+
+# -- a state nobody can decode does not hide the others (hashmap layout) ---------------------
+
+
+@pytest.mark.parametrize("name", ["sql-cep-hashmap-native", "sql-cep-hashmap-checkpoint"])
+def test_an_undecodable_state_is_passed_over_in_the_heap_layout(
+    name: str, decode_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hashmap's own layout has no length prefixes: a state whose serializer statequery does
+    not know cannot be walked. With the shared-buffer node serializer unknown (as a user's own
+    serializer would be), the buffer nodes are listed as not decodable, and every other state of
+    the operator still equals Flink's restore: the blocks after the unknown one are found again
+    within the key group."""
+    from entries import entry_lines, state_entries
+
+    from statequery.serializers import snapshots
+
+    cls = "org.apache.flink.cep.nfa.sharedbuffer.SharedBufferNodeSerializerSnapshotV2"
+    monkeypatch.delitem(snapshots._BY_NAME, cls)
+    monkeypatch.delitem(snapshots._BY_SIMPLE_NAME, snapshots.simple_class_name(cls))
+    sp = _open(name)
+    op = _op(sp, "match")
+    meta = {r["state_name"]: r for r in sp.state_meta().to_pylist()
+            if r["operator_id"] == op.operator_id}
+    unknown = "sharedBuffer-entries-with-lockable-edges"
+    assert not meta[unknown]["decodable"] and "SharedBufferNodeSerializerSnapshotV2" in str(
+        meta[unknown]["value_type"]) + str(meta[unknown]["reason"])
+    with pytest.raises(statequery.UnsupportedFormatError):
+        sp.read(op.operator_id, unknown)
+    dumped = dump_entries(name)
+    checked = 0
+    for st in op.states:
+        if st.name == unknown:
+            continue
+        got = entry_lines(state_entries(sp.read(op.operator_id, st.name), st.kind, st.name,
+                                        op.uid, op.operator_id))
+        want = sorted(json.dumps(e, sort_keys=True, separators=(",", ":"))
+                      for e in dumped
+                      if e["operator_id"] == op.operator_id and e["state"] == st.name)
+        assert got == want, st.name
+        checked += len(want)
+    assert checked > 20

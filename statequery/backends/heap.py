@@ -330,9 +330,16 @@ class HeapBlockDecoder:
 
 
 def scan_heap_key_group(buf: bytes, pos: int, kg: int, blocks: Sequence[HeapBlockDecoder]) -> None:
-    """Walk the state blocks of one (decompressed) heap key group, ``buf[pos:]``."""
+    """Walk the state blocks of one (decompressed) heap key group, ``buf[pos:]``.
+
+    A block that cannot be walked (a state whose serializer statequery does not decode, holding
+    entries) is passed over when it is not asked for: the blocks after it are found again by
+    :func:`_resync` (every state has one block per key group, and the key group's end is known),
+    so one unknown serializer does not hide the operator's other states.
+    """
     end = len(buf)
     n_states = len(blocks)
+    seen: set[int] = set()
     while pos < end:
         if pos + 2 > end:
             raise DecodeError("truncated state id", pos)
@@ -342,7 +349,13 @@ def scan_heap_key_group(buf: bytes, pos: int, kg: int, blocks: Sequence[HeapBloc
         start = pos
         try:
             pos = blocks[sid].walk(buf, pos + 2, end, kg)
-        except (DecodeError, UnsupportedFormatError):
+        except UnsupportedFormatError:
+            if blocks[sid].builder is not None:
+                raise  # the state asked for cannot be read
+            seen.add(sid)
+            pos = _resync(buf, start + 6, kg, blocks, seen)
+            continue
+        except DecodeError:
             raise
         except DECODE_ERRORS as e:
             raise DecodeError(
@@ -352,6 +365,45 @@ def scan_heap_key_group(buf: bytes, pos: int, kg: int, blocks: Sequence[HeapBloc
             raise DecodeError(
                 f"state {blocks[sid].layout.name!r} runs past the end of the key group", start
             )
+        seen.add(sid)
+
+
+def _resync(
+    buf: bytes, pos: int, kg: int, blocks: Sequence[HeapBlockDecoder], seen: set[int]
+) -> int:
+    """Where the block after an unwalkable one starts: the first position from which the blocks
+    of the states not yet seen (each exactly once) walk to exactly the end of the key group
+    (walked without emitting rows). The end itself when no state is left; DecodeError when no
+    position fits."""
+    end = len(buf)
+    left = {i for i in range(len(blocks)) if i not in seen}
+    if not left:
+        return end
+    probes = [HeapBlockDecoder(b.layout) for b in blocks]
+    for p in range(pos, end - 5):
+        if _U16(buf, p)[0] in left and _walks_to_end(buf, p, kg, probes, left):
+            return p
+    raise DecodeError(
+        "a state this key group holds cannot be delimited (no length prefixes) and the states "
+        "after it were not found", pos - 6,
+    )
+
+
+def _walks_to_end(
+    buf: bytes, pos: int, kg: int, probes: Sequence[HeapBlockDecoder], left: set[int]
+) -> bool:
+    end = len(buf)
+    todo = set(left)
+    try:
+        while pos < end:
+            sid = _U16(buf, pos)[0]
+            if sid not in todo:
+                return False
+            todo.discard(sid)
+            pos = probes[sid].walk(buf, pos + 2, end, kg)
+    except (*DECODE_ERRORS, UnsupportedFormatError):
+        return False
+    return pos == end and not todo
 
 
 @dataclass(frozen=True)
