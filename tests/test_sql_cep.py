@@ -313,3 +313,24 @@ def test_an_undecodable_state_is_passed_over_in_the_heap_layout(
         assert got == want, st.name
         checked += len(want)
     assert checked > 20
+
+
+@pytest.mark.parametrize("name", [CEP[3], CEP[4]])
+def test_rocksdb_lookup_equals_filtered_full_read(name: str, decode_path: str) -> None:
+    """(The hashmap fixtures are covered by tests/test_reader.py.) A user's pattern state, from
+    one key group of the RocksDB files: the same rows as a full read filtered to the user, in
+    every state of the pattern operator that holds the user."""
+    from entries import same_table
+
+    sp = _open(name)
+    op = _op(sp, "match")
+    whole = {s.name: sp.read(op.operator_id, s.name) for s in op.states}
+    for user in ("user-0", "user-3"):
+        result = sp.lookup({"f0": user}, operator=op.operator_id)
+        held = {s for s, t in whole.items() if {"f0": user} in t.column("key").to_pylist()}
+        assert {s for _, s in result} == held and "nfaStateName" in held
+        for (_, state), table in result.items():
+            t = whole[state]
+            want = t.take([i for i, k in enumerate(t.column("key").to_pylist())
+                           if k == {"f0": user}])
+            assert same_table(table, want)
