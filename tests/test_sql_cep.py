@@ -334,3 +334,19 @@ def test_rocksdb_lookup_equals_filtered_full_read(name: str, decode_path: str) -
             want = t.take([i for i, k in enumerate(t.column("key").to_pylist())
                            if k == {"f0": user}])
             assert same_table(table, want)
+
+
+def test_plan_names_the_buffered_rows() -> None:
+    """With the compiled plan attached, the rows inside the shared buffer (``Lockable`` elements)
+    and the event queue carry the query's column names, the key the PARTITION BY column."""
+    sp = _open("sql-cep-hashmap-native", plan=str(PLAN))
+    op = _op(sp, "match")
+    events = sp.read(op.operator_id, "sharedBuffer-events").to_pylist()
+    assert events
+    for r in events:
+        row = r["value"]["element"]
+        assert list(row) == ["id", "user", "amount", "category", "ts", "rowtime"]
+        assert r["key"] == {"user": row["user"]} and row["amount"] == _amount(row["id"])
+        assert r["user_key"]["timestamp"] == row["ts"]
+    queued = sp.read(op.operator_id, "eventQueuesStateName").to_pylist()
+    assert sorted(x["id"] for r in queued for x in r["value"]) == list(range(55, 60))

@@ -69,7 +69,7 @@ SOURCES = [
     "Address", "Event", "Tier", "UserProfile", "FixtureEnumStateSerializer", "FixtureEnumerator",
     "FixtureSource", "FixtureSourceReader", "FixtureSplit", "FixtureSplitSerializer",
     "FixtureFunctions", "DataStreamStateJob", "SnapshotInfo", "SavepointDump", "DumpEnvironment",
-    "DumpJson", "DumpValues", "RawKeyedTimers", "SqlVersionJob", "TtlKryoJob", "Note",
+    "DumpJson", "DumpValues", "DumpCep", "RawKeyedTimers", "SqlVersionJob", "TtlKryoJob", "Note",
 ]
 SOURCES_1X = ["BackendCompat"]  # only in src-1.x
 

@@ -32,9 +32,11 @@ from statequery.serializers.spec import (
     ListSpec,
     MapSpec,
     NullableSpec,
+    OptionalSpec,
     RowDataSpec,
     SerializerSpec,
     SqlField,
+    StructSpec,
     TimerSpec,
     TtlSpec,
     TupleSpec,
@@ -341,8 +343,10 @@ def _rename(spec: SerializerSpec, choose: Callable[[int], tuple[str, ...] | None
                        value=_rename_rows(spec.value, choose))
     if isinstance(spec, (TtlSpec, NullableSpec)):
         return replace(spec, inner=_rename(spec.inner, choose))
-    if isinstance(spec, TupleSpec):
+    if isinstance(spec, (TupleSpec, StructSpec)):  # StructSpec: CEP's Lockable<row>
         return replace(spec, fields=tuple(_rename(f, choose) for f in spec.fields))
+    if isinstance(spec, OptionalSpec):
+        return replace(spec, inner=_rename(spec.inner, choose))
     return spec
 
 
