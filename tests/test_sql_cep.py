@@ -350,3 +350,26 @@ def test_plan_names_the_buffered_rows() -> None:
         assert r["user_key"]["timestamp"] == row["ts"]
     queued = sp.read(op.operator_id, "eventQueuesStateName").to_pylist()
     assert sorted(x["id"] for r in queued for x in r["value"]) == list(range(55, 60))
+
+
+def test_flink_1_15_nfa_has_no_previous_timestamp(decode_path: str) -> None:
+    """Flink 1.15's NFA serializer (snapshot outer version 1) writes no previous timestamp per
+    computation state (fixture v1.15-sql-cep-hashmap-native, SqlCepVersionJob): the rows have no
+    such field, and the partial matches still point into the shared buffer."""
+    sp = _open("v1.15-sql-cep-hashmap-native")
+    [op] = [o for o in sp.operators if any(s.name == "nfaStateName" for s in o.states)]
+    nfa = sp.read(op.operator_id, "nfaStateName").to_pylist()
+    nodes = {(r["key"]["f0"], _node(r["user_key"])) for r in
+             sp.read(op.operator_id, "sharedBuffer-entries-with-lockable-edges").to_pylist()}
+    events = {(r["key"]["f0"], r["user_key"]["id"], r["user_key"]["timestamp"]): r["value"]
+              for r in sp.read(op.operator_id, "sharedBuffer-events").to_pylist()}
+    started = 0
+    for r in nfa:
+        for m in r["value"]["partial_matches"]:
+            assert "previous_timestamp" not in m
+            if m["start_event"] is not None:
+                started += 1
+                assert (r["key"]["f0"], _node(m["previous_entry"])) in nodes
+                ev = events[(r["key"]["f0"], m["start_event"]["id"], m["start_event"]["timestamp"])]
+                assert ev["element"]["f2"] > 50  # its first row is an A
+    assert started >= 3
