@@ -99,7 +99,7 @@ def test_partial_matches_point_into_the_shared_buffer(name: str, decode_path: st
     pending = 0
     for user, [row] in nfa.items():
         value = row["value"]
-        assert value["completed_matches"] == []  # ONE ROW PER MATCH emits them at once
+        assert value["completed_matches"] == []  # none held back in these snapshots
         by_node = {_node(n["user_key"]): n["value"] for n in nodes.get(user, [])}
         by_event = {(e["user_key"]["id"], e["user_key"]["timestamp"]): e["value"]
                     for e in events.get(user, [])}
