@@ -135,6 +135,7 @@ def test_partial_matches_point_into_the_shared_buffer(name: str, decode_path: st
             assert prev in by_node
             refs[prev] += 1
             assert m["state_name"] in ("B", "B:0")  # B+ expands to B:0 (first B) and B
+            assert prev[2] == ("A" if m["state_name"] == "B:0" else "B")  # its last row's page
             start = m["start_event"]
             assert (start["id"], start["timestamp"]) in by_event
             assert m["start_timestamp"] == start["timestamp"]
