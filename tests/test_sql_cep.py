@@ -374,3 +374,42 @@ def test_flink_1_15_nfa_has_no_previous_timestamp(decode_path: str) -> None:
                 ev = events[(r["key"]["f0"], m["start_event"]["id"], m["start_event"]["timestamp"])]
                 assert ev["element"]["f2"] > 50  # its first row is an A
     assert started >= 3
+
+
+def test_upsert_materializer_map_strategy_is_a_linked_list_of_rows(decode_path: str) -> None:
+    """table.exec.sink.upsert-materialize-strategy.type = MAP (fixture sql-cep-map-hashmap-native):
+    per sink key a doubly linked list of the rows by sequence number (``sqnToNodeState``), each
+    row's sequence numbers (``rowToSqnState``, keyed by the row) and the highest number and size
+    (``highestSqnState``). Its header once failed every read of the savepoint (the row key
+    serializer's snapshot frames its generated code objects with a length)."""
+    sp = _open("sql-cep-map-hashmap-native")
+    op = _op(sp, "upsert-materialize")
+    meta = {r["state_name"]: r for r in sp.state_meta().to_pylist()
+            if r["operator_id"] == op.operator_id}
+    assert set(meta) == {"highestSqnState", "rowToSqnState", "sqnToNodeState"}
+    assert all(r["decodable"] for r in meta.values())
+    nodes = _by_user(sp, op, "sqnToNodeState")
+    heads = {r["key"]["f0"]: r["value"] for r in sp.read(op.operator_id, "highestSqnState")
+             .to_pylist()}
+    sqns = _by_user(sp, op, "rowToSqnState")
+    assert set(nodes) == set(heads) == set(sqns) == {"books", "games", "music"}
+    for cat, rows in nodes.items():
+        by_sqn = {r["user_key"]: r["value"] for r in rows}
+        assert all(sqn == n["sqn"] for sqn, n in by_sqn.items())
+        [first] = [n for n in by_sqn.values() if n["prev_sqn"] is None]
+        chain = [first]
+        while chain[-1]["next_sqn"] is not None:
+            nxt = by_sqn[chain[-1]["next_sqn"]]
+            assert nxt["prev_sqn"] == chain[-1]["sqn"]
+            chain.append(nxt)
+        assert len(chain) == len(by_sqn) == heads[cat]["size"] == N_USERS
+        assert chain[-1]["sqn"] == heads[cat]["high_sqn"]
+        for n in chain:
+            row = n["row"]
+            mine = [i for i in range(N_EVENTS) if i % N_USERS == int(row["f1"][5:])
+                    and ["books", "games", "music"][(i // 10) % 3] == cat]
+            assert row["f0"] == cat and row["f2"] == sum(_amount(i) for i in mine)
+        where = {(r["user_key"]["f0"], r["user_key"]["f1"]): r["value"] for r in sqns[cat]}
+        for n in chain:
+            assert where[(n["row"]["f0"], n["row"]["f1"])] == {"first_sqn": n["sqn"],
+                                                               "last_sqn": n["sqn"]}

@@ -127,6 +127,9 @@ MATRIX = [
     _fx("sql-cep-rocksdb-native", "sql-cep", "rocksdb", "savepoint", "native", max_parallelism=8),
     _fx("sql-cep-rocksdb-incremental-checkpoint", "sql-cep", "rocksdb", "checkpoint", "native",
         incremental=True, max_parallelism=8),
+    # the same job with the upsert materializer's MAP strategy (its linked sequenced multiset)
+    _fx("sql-cep-map-hashmap-native", "sql-cep-map", "hashmap", "savepoint", "native",
+        max_parallelism=8),
     # GROUP BY keys of every common SQL type, nulls included (sql_keys_job.py)
     _fx("keys-sql-hashmap-native", "sql-keys", "hashmap", "savepoint", "native"),
     _fx("keys-sql-hashmap-canonical", "sql-keys", "hashmap", "savepoint", "canonical"),
@@ -148,7 +151,8 @@ MATRIX = [
     _edge("sql", "rocksdb", "checkpoint", "native", max_parallelism=300),
     _edge("sql", "rocksdb", "checkpoint", "native", incremental=True, max_parallelism=300),
 ]
-SQL_OPERATOR_JOBS = {"sql-ops": "ops", "sql-minibatch": "minibatch", "sql-cep": "cep"}
+SQL_OPERATOR_JOBS = {"sql-ops": "ops", "sql-minibatch": "minibatch", "sql-cep": "cep",
+                     "sql-cep-map": "cep"}
 # SQL jobs run from a compiled plan: operator ids from the plan
 PLAN_JOBS = {*SQL_OPERATOR_JOBS, "edge-sql"}
 # jobs whose manifest states come from the dump and whose expected file is a subset of it
@@ -960,6 +964,7 @@ def run_job(fx: dict, scratch: Path) -> dict[str, str]:
                kind, "--out", str(out), "--plan",
                str(scratch / "plan.json"), "--max-parallelism", str(fx["max_parallelism"])]
         cmd += ["--incremental"] if fx["incremental"] else []
+        cmd += ["--upsert-strategy", "MAP"] if fx["job"] == "sql-cep-map" else []
     else:
         cmd = [sys.executable, str(HERE / "sql_job.py"), "--backend", fx["backend"], "--kind",
                f"savepoint-{fx['format']}", "--out", str(out), "--max-parallelism",
@@ -1084,7 +1089,8 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
             save_plan(fx["job"], scratch / "plan.json", scratch / "out")
             ids = {i["uid"]: i["operator_id"] for i in infos if i["uid"]}
             entries = {"sql-ops": sql_ops_expected, "sql-minibatch": sql_minibatch_expected,
-                       "edge-sql": sql_edge_expected, "sql-cep": sql_cep_expected}[fx["job"]](ids)
+                       "edge-sql": sql_edge_expected, "sql-cep": sql_cep_expected,
+                       "sql-cep-map": sql_cep_expected}[fx["job"]](ids)
         else:
             aggs = [i for i in infos if i["name"].startswith("GroupAggregate")]
             if len(aggs) != 1:

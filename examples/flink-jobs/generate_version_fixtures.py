@@ -69,8 +69,8 @@ SOURCES = [
     "Address", "Event", "Tier", "UserProfile", "FixtureEnumStateSerializer", "FixtureEnumerator",
     "FixtureSource", "FixtureSourceReader", "FixtureSplit", "FixtureSplitSerializer",
     "FixtureFunctions", "DataStreamStateJob", "SnapshotInfo", "SavepointDump", "DumpEnvironment",
-    "DumpJson", "DumpValues", "DumpCep", "RawKeyedTimers", "SqlVersionJob", "SqlCepVersionJob",
-    "TtlKryoJob", "Note",
+    "DumpJson", "DumpValues", "DumpCep", "DumpMultiset", "RawKeyedTimers", "SqlVersionJob",
+    "SqlCepVersionJob", "TtlKryoJob", "Note",
 ]
 SOURCES_1X = ["BackendCompat"]  # only in src-1.x
 

@@ -302,6 +302,8 @@ def main() -> None:
     ap.add_argument("--kind", choices=["savepoint-canonical", "savepoint-native", "checkpoint"],
                     required=True)
     ap.add_argument("--incremental", action="store_true")
+    ap.add_argument("--upsert-strategy", choices=["VALUE", "MAP"], default="VALUE",
+                    help="--job cep: table.exec.sink.upsert-materialize-strategy.type")
     ap.add_argument("--out", required=True)
     ap.add_argument("--plan", required=True)
     ap.add_argument("--max-parallelism", type=int, default=8)
@@ -341,7 +343,7 @@ def main() -> None:
             "table.exec.mini-batch.enabled": "false",
             "table.exec.state.ttl": CEP_TTL,
             "table.exec.sink.upsert-materialize": "FORCE",
-            "table.exec.sink.upsert-materialize-strategy.type": "VALUE",
+            "table.exec.sink.upsert-materialize-strategy.type": args.upsert_strategy,
         })
     elif args.job == "minibatch":
         settings.update({

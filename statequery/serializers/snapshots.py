@@ -542,11 +542,33 @@ for _cls, _why in {
     "org.apache.flink.streaming.api.datastream.CoGroupedStreams$UnionSerializerSnapshot": "tagged union not decoded",  # noqa: E501
     "org.apache.flink.streaming.api.operators.co.IntervalJoinOperator$BufferEntrySerializerSnapshot": "interval-join buffer entries not decoded",  # noqa: E501
     "org.apache.flink.streaming.runtime.streamrecord.StreamElementSerializer$StreamElementSerializerSnapshot": "stream elements not decoded",  # noqa: E501
-    "org.apache.flink.table.runtime.sequencedmultisetstate.linked.MetaSqnInfoSerializer$MetaSqnInfoSerializerSnapshot": "layout not decoded",  # noqa: E501
-    "org.apache.flink.table.runtime.sequencedmultisetstate.linked.NodeSerializer$NodeSerializerSnapshot": "layout not decoded",  # noqa: E501
-    "org.apache.flink.table.runtime.sequencedmultisetstate.linked.RowSqnInfoSerializer$RowSqnInfoSerializerSnapshot": "layout not decoded",  # noqa: E501
 }.items():
     _register(_cls, _opaque_composite(_why))
+
+
+# The upsert materializer's sequenced multiset (Flink 2.2+, strategy MAP): CompositeSerializers,
+# i.e. their nested field serializers' bytes one after the other, no flags
+_LINKED = "org.apache.flink.table.runtime.sequencedmultisetstate.linked."
+
+
+def _fields_struct(class_name: str, names: tuple[str, ...]) -> Builder:
+    def build(c: str, o: Any, n: tuple[SerializerSpec, ...]) -> SerializerSpec:
+        if len(n) != len(names):
+            return OpaqueSpec(snapshot_class=c, family="unknown",
+                              reason=f"{simple_class_name(c)}: {len(n)} fields, expected "
+                                     f"{len(names)}")
+        return StructSpec(snapshot_class=c, class_name=class_name, names=names, fields=n)
+
+    return build
+
+
+for _cls, _names in {
+    "MetaSqnInfo": ("high_sqn", "size"),
+    "RowSqnInfo": ("first_sqn", "last_sqn"),
+    "Node": ("row", "sqn", "prev_sqn", "next_sqn", "next_sqn_for_record", "timestamp"),
+}.items():
+    _register(f"{_LINKED}{_cls}Serializer${_cls}SerializerSnapshot",
+              _composite(_fields_struct(_LINKED + _cls, _names)))
 _register(
     "org.apache.flink.streaming.api.functions.sink.legacy.TwoPhaseCommitSinkFunction$StateSerializerSnapshot",  # noqa: E501
     _opaque_composite("two-phase-commit sink state not decoded", _flag_from_v4),
@@ -755,8 +777,17 @@ _register("org.apache.flink.runtime.state.ttl.TtlAwareSerializerSnapshot", _read
 
 
 def _read_row_data_key(decoder: Decoder, class_name: str, version: int) -> SerializerSpec:
-    read_java_object(decoder, "generated record equaliser")
-    read_java_object(decoder, "generated hash function")
+    # RowDataKeySerializerSnapshot.store: int32 length + the Java-serialized generated record
+    # equaliser, the same for the hash function, then the key's own versioned snapshot
+    for what in ("generated record equaliser", "generated hash function"):
+        p = decoder.pos
+        if decoder.remaining >= 2 and bytes(decoder.buf[p:p + 2]) == b"\xac\xed":
+            read_java_object(decoder, what)  # no length prefix
+            continue
+        start = decoder.pos
+        blob = decoder.sub(decoder.check_length(decoder.read_int(), f"{what} length"))
+        if bytes(blob.buf[blob.pos:blob.pos + 4]) != b"\xac\xed\x00\x05":
+            raise decoder.error(f"{class_name}: expected a Java-serialized {what}", start)
     return read_versioned_snapshot(decoder)
 
 
