@@ -891,6 +891,8 @@ def read_headers(
             ks = _keyed_header_stream(st.managed_keyed)
             if ks is not None:
                 jobs.append(_HeaderJob(i, st.index, "keyed", ks))
+            if isinstance(st.managed_keyed, ChangelogHandle) and st.managed_keyed.non_materialized:
+                jobs.append(_HeaderJob(i, st.index, "changelog", st.managed_keyed))  # type: ignore[arg-type]
             rk = st.raw_keyed
             if isinstance(rk, KeyGroupsHandle) and rk.offsets:
                 jobs.append(_HeaderJob(i, st.index, "raw_keyed", rk))
@@ -907,6 +909,10 @@ def read_headers(
         if job.kind == "raw_keyed":
             assert isinstance(job.handle, KeyGroupsHandle)
             return _raw_keyed_header(resolver, job.handle)
+        if job.kind == "changelog":
+            from statequery.backends.changelog import summarize
+
+            return summarize(resolver, job.handle)  # type: ignore[arg-type,return-value]
         return read_header(resolver, job.handle, read_operator_proxy, **job.prefix)
 
     if len(jobs) > 1 and max_workers > 1:
@@ -1121,10 +1127,14 @@ def derive_operator(
     subtasks = []
     header_errors: list[str] = []
     raw_headers: list[RawKeyedHeader] = []
+    changelogs: list[Any] = []  # the subtasks' ChangelogSummary (statequery.backends.changelog)
     for st in op.subtasks:
         kp = headers.get((i, st.index, "keyed"))
         opp = headers.get((i, st.index, "operator"))
         rkp = headers.get((i, st.index, "raw_keyed"))
+        clp = headers.get((i, st.index, "changelog"))
+        if clp is not None:
+            changelogs.append(clp)
         keyed_header = operator_header = raw_keyed_header = None
         if isinstance(rkp, RawKeyedHeader):
             raw_headers.append(rkp)
@@ -1150,6 +1160,19 @@ def derive_operator(
                 merged.setdefault(s.name, (s, "keyed"))
             if kp.error:
                 header_errors.append(kp.error)
+        if clp is not None and not clp.error:
+            # the states the change log registers join the base header's (the reader lays the
+            # merged state out with the base's states first, then the log's new ones)
+            ids = dict(keyed_header.state_ids) if keyed_header is not None else {}
+            for meta in clp.states:
+                ids.setdefault(meta.name, len(ids))
+            keyed_header = HeaderInfo(
+                keyed_header.version if keyed_header is not None else 0,
+                False,
+                keyed_header.header_end if keyed_header is not None else None,
+                ids,
+                None,
+            )
         if isinstance(opp, OperatorBackendProxy):
             operator_header = HeaderInfo(
                 opp.version,
@@ -1189,16 +1212,28 @@ def derive_operator(
             )
         )
     keyed_bytes = sum(s.keyed_bytes for s in subtasks)
-    deltas = any(
-        isinstance(s.keyed_handle, ChangelogHandle) and s.keyed_handle.non_materialized
-        for s in subtasks
-    )
-    # keyed handles whose states no header names (a change log without a materialized base,
-    # a handle type statequery does not read): never dropped without a word
+    # the states a change log registers (a change log without a materialized base has no
+    # header): listed as keyed states, with the number of changes logged for each
+    changes: dict[str, int] | None = None
+    changelog_error = next((c.error for c in changelogs if c.error), None)
+    if changelogs:
+        changes = {}
+        for c in changelogs:
+            key_spec = key_spec or c.key
+            for meta in c.states:
+                merged.setdefault(meta.name, (meta, "keyed"))
+            for name, n in c.counts.items():
+                changes[name] = changes.get(name, 0) + n
+    if any(isinstance(s.keyed_handle, ChangelogHandle) for s in subtasks):
+        changes = changes if changes is not None else {}
+    read_logs = {s.index for s in subtasks if (i, s.index, "changelog") in headers}
+    # keyed handles whose states no header names (a change log statequery could not read, a
+    # handle type statequery does not read): never dropped without a word
     headerless = [
-        (s, _headerless_reason(s.keyed_handle))
+        (s, changelog_error or _headerless_reason(s.keyed_handle))
         for s in subtasks
         if s.keyed_handle is not None and s.keyed_header is None
+        and (s.index not in read_logs or changelog_error)
     ]
     if headerless:
         sub, why = headerless[0]
@@ -1215,16 +1250,24 @@ def derive_operator(
                 if s.operator_handle is not None
             )
         reason = state.reason
-        if reason is None and where == "keyed" and deltas:
+        if reason is None and where == "keyed" and changelog_error:
+            reason = changelog_error
+        if reason is None and where == "keyed" and changes is not None and key_spec is None:
             reason = (
-                "changelog state backend: non-materialized state changes are not "
-                "supported (read a savepoint instead)"
+                "changelog state backend: the change log does not record the key serializer "
+                "and this operator has no materialized base or timer that names it"
             )
         if reason is None and header_errors:
             reason = header_errors[0]
         states.append(
             dataclasses.replace(
-                state, size_bytes=size, decodable=reason is None, reason=reason
+                state,
+                size_bytes=size,
+                decodable=reason is None,
+                reason=reason,
+                changes=changes.get(info.name, 0)
+                if changes is not None and where == "keyed"
+                else None,
             )
         )
     if headerless and not any(st.keyed for st in states):
@@ -1294,6 +1337,7 @@ def _schema() -> pa.Schema:
             ("size_bytes", pa.int64()),
             ("key_groups", pa.list_(kg)),
             ("table_name", pa.string()),
+            ("changelog_changes", pa.int64()),
         ]
     )
 
@@ -1339,6 +1383,7 @@ def state_meta_table(meta: StateMeta) -> pa.Table:
             rows["size_bytes"].append(s.size_bytes)
             rows["key_groups"].append(ranges if s.keyed else [])
             rows["table_name"].append(s.table_name)
+            rows["changelog_changes"].append(s.changes)
     return pa.Table.from_pydict(rows, schema=_schema())
 
 
@@ -1366,4 +1411,5 @@ STATE_META_COLUMNS = (
     "size_bytes",
     "key_groups",
     "table_name",
+    "changelog_changes",
 )

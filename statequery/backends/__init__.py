@@ -410,6 +410,13 @@ def keyed_backend_from_model(
         from statequery.backends.rocksdb import RocksDBKeyedBackend
 
         return RocksDBKeyedBackend(handle, context, order=list(order))  # type: ignore[return-value]
+    from statequery.metadata.handles import ChangelogHandle
+
+    if isinstance(handle, ChangelogHandle):
+        # the base with the change log applied, read as a hashmap key-group stream
+        from statequery.backends.changelog import ChangelogKeyedBackend
+
+        return ChangelogKeyedBackend(handle, context, key_serializer)
     return keyed_backend_for(handle, context)
 
 

@@ -372,7 +372,7 @@ class _SliceStream(io.RawIOBase):
         super().close()
 
 
-_TREE_DIRS = ("shared", "taskowned")
+_TREE_DIRS = ("shared", "taskowned", "dstl")  # dstl: the changelog's file-system log
 
 
 def _store_name(host: str, port: int | None) -> str:

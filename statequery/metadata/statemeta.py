@@ -162,6 +162,9 @@ class StateInfo:
     #: where the state's bytes are: ``managed`` (keyed or operator state), ``raw_keyed`` (heap
     #: timers a RocksDB checkpoint wrote into raw keyed state), ``raw_operator``
     stream: str = "managed"
+    #: keyed state of the changelog state backend: the number of logged changes applied on top
+    #: of the materialized base (0: none); None for every other backend
+    changes: int | None = None
 
     @property
     def keyed(self) -> bool:
@@ -536,6 +539,7 @@ def _state_to(s: StateInfo) -> dict[str, Any]:
         "format": s.format,
         "table_name": s.table_name,
         "stream": s.stream,
+        **({"changes": s.changes} if s.changes is not None else {}),
     }
 
 
@@ -563,6 +567,7 @@ def _state_from(d: Mapping[str, Any], op: Mapping[str, Any]) -> StateInfo:
         format=d["format"],
         table_name=d["table_name"],
         stream=d["stream"],
+        changes=d.get("changes"),
     )
 
 

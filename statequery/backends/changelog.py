@@ -1,0 +1,607 @@
+"""The changelog state backend's keyed state: a materialized base plus the logged changes.
+
+A ``ChangelogStateBackendHandle`` (:class:`~statequery.metadata.handles.ChangelogHandle`) holds
+the underlying backend's own snapshot (the *materialized* base, empty before the first
+materialization) and the state changes logged since (``ChangelogStateHandleStreamImpl``: file
+handles and offsets into the file-system change log; ``InMemoryChangelogStateHandle``: inline).
+
+Reading follows Flink's restore (``ChangelogBackendRestoreOperation``): the base is read, then
+every logged change is applied in log order — metadata records (a state's
+``StateMetaInfoSnapshot``, its TTL flag and default value, its short id in the log), then
+``CLEAR``/``SET``/``SET_INTERNAL``/``ADD``/``ADD_ELEMENT``/``ADD_OR_UPDATE_ELEMENT``/
+``REMOVE_ELEMENT``/``MERGE_NS`` on a key and namespace, and the timers' priority-queue
+additions and removals. Everything is done on the serialized bytes (the serializers only
+delimit them); the merged state is then laid out as one hashmap-checkpoint key-group stream in
+memory and read by :class:`~statequery.backends.HeapKeyedBackend`, so both decode paths
+(compiled and pure Python) read it exactly as they read a hashmap checkpoint.
+
+The byte formats are described in docs/format-notes.md ("Changelog state backend").
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from statequery.decoder import Decoder
+from statequery.exceptions import CorruptStateError, StatequeryError, UnsupportedFormatError
+from statequery.metadata.handles import (
+    ChangelogHandle,
+    ChangelogStreamHandle,
+    InMemoryChangelogHandle,
+    KeyGroupsHandle,
+)
+from statequery.metadata.proxy import StateMetaInfo, _read_state_meta
+from statequery.serializers.spec import ListSpec, MapSpec, SerializerSpec, TimerSpec, TtlSpec
+
+__all__ = [
+    "ChangeLog",
+    "ChangelogKeyedBackend",
+    "read_change_log",
+]
+
+_I32 = struct.Struct(">i").unpack_from
+
+#: StateChangeOperation codes as Flink 2.3 writes them (metadata records are 8 in its logs;
+#: some Flink sources list a REMOVE_FIRST_ELEMENT 8 and METADATA 9, which its logs do not use)
+CLEAR, SET, SET_INTERNAL, ADD, MERGE_NS = 0, 1, 2, 3, 4
+ADD_ELEMENT, ADD_OR_UPDATE_ELEMENT, REMOVE_ELEMENT, METADATA = 5, 6, 7, 8
+OPERATIONS = (
+    "CLEAR", "SET", "SET_INTERNAL", "ADD", "MERGE_NS", "ADD_ELEMENT", "ADD_OR_UPDATE_ELEMENT",
+    "REMOVE_ELEMENT", "METADATA",
+)
+#: the key group of metadata records (AbstractStateChangeLogger.COMMON_KEY_GROUP)
+META_KEY_GROUP = -1
+#: the heap backend's state kinds by the changelog's point of view
+_VALUE, _LIST, _MAP, _QUEUE = "value", "list", "map", "queue"
+
+
+@dataclass
+class ChangeLog:
+    """The parsed change log of one subtask: the states its metadata records register (in
+    registration order, last registration wins), and the data changes in log order as
+    ``(key group, operation, state name, payload)`` (payload: the bytes after the state id)."""
+
+    states: dict[str, StateMetaInfo] = field(default_factory=dict)
+    changes: list[tuple[int, int, str, bytes]] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    source: str = ""
+
+    @property
+    def key_spec(self) -> SerializerSpec | None:
+        """The key serializer as a timer state's ``TimerSerializer`` records it (the change log
+        itself does not record the operator's key serializer)."""
+        for meta in self.states.values():
+            spec = meta.serializers.get("VALUE_SERIALIZER")
+            if isinstance(spec, TimerSpec):
+                return spec.key
+        return None
+
+
+def _stream_bytes(resolver: Any, handle: Any, cache: dict[int, bytes]) -> bytes:
+    """A change-log file's bytes after its compression flag, decompressed."""
+    got = cache.get(id(handle))
+    if got is not None:
+        return got
+    name = resolver.source_name(handle)
+    # the handle's size counts the bytes after the one-byte compression flag
+    size = int(resolver.stream_size(handle))
+    raw = bytes(resolver.read(handle, 0, size + 1))
+    if len(raw) == size + 1 and raw[0] not in (0, 1):
+        raw = raw[:size]
+    if not raw:
+        raise CorruptStateError("empty change-log file", name, 0)
+    if raw[0] == 0:
+        data = raw[1:]
+    elif raw[0] == 1:
+        from statequery.backends.snappy import decompress_framed
+
+        data = decompress_framed(raw[1:], name, 1)
+    else:
+        raise CorruptStateError(f"change-log compression flag {raw[0]} (want 0 or 1)", name, 0)
+    cache[id(handle)] = data
+    return data
+
+
+def _change_set(data: bytes, offset: int, name: str) -> Iterator[tuple[int, bytes]]:
+    """The changes of one change set (``StateChangeFormat``): int groups, then per group int
+    count, int key group, count × (int length, bytes)."""
+    d = Decoder(data, source=name)
+    d.pos = offset
+    groups = d.read_int()
+    if not 0 <= groups <= len(data):
+        raise d.error(f"impossible key-group count {groups} in a change set", offset)
+    for _ in range(groups):
+        n = d.read_int()
+        kg = d.read_int()
+        if not 0 <= n <= len(data):
+            raise d.error(f"impossible change count {n}", d.pos - 8)
+        for _ in range(n):
+            size = d.read_int()
+            if not 0 <= size <= len(data) - d.pos:
+                raise d.error(f"impossible change length {size}", d.pos - 4)
+            yield kg, d.read_bytes(size)
+
+
+def raw_changes(resolver: Any, handle: ChangelogHandle) -> Iterator[tuple[int, bytes, str]]:
+    """Every logged change of ``handle``'s non-materialized part, in order:
+    ``(key group, change bytes, source name)``."""
+    cache: dict[int, bytes] = {}
+    for part in handle.non_materialized:
+        if isinstance(part, ChangelogStreamHandle):
+            for stream, offset in part.streams:
+                name = resolver.source_name(stream)
+                data = _stream_bytes(resolver, stream, cache)
+                if not 0 <= offset <= len(data):
+                    raise CorruptStateError(
+                        f"change set offset {offset} past the end ({len(data)} bytes)", name, 0
+                    )
+                for kg, change in _change_set(data, offset, name):
+                    yield kg, change, name
+        elif isinstance(part, InMemoryChangelogHandle):
+            for kg, change in part.changes:
+                yield kg, change, "_metadata (inline change log)"
+        else:
+            raise UnsupportedFormatError(
+                f"change-log handle {type(part).__name__} "
+                f"(type {getattr(part, 'handle_type', '?')}) is not supported"
+            )
+
+
+def read_change_log(resolver: Any, handle: ChangelogHandle) -> ChangeLog:
+    """Parse ``handle``'s change log (metadata records and data changes, in order)."""
+    log = ChangeLog()
+    ids: dict[int, str] = {}
+    lo, hi = handle.start_key_group, handle.start_key_group + handle.num_key_groups - 1
+    for kg, change, name in raw_changes(resolver, handle):
+        log.source = log.source or name
+        if not change:
+            raise CorruptStateError(f"empty state change in key group {kg}", name, 0)
+        op = change[0]
+        d = Decoder(change, source=name)
+        d.pos = 1
+        if op == METADATA:
+            meta, sid = _metadata_record(d)
+            ids[sid] = meta.name
+            log.states[meta.name] = meta
+            log.counts.setdefault(meta.name, 0)
+            continue
+        if op >= len(OPERATIONS):
+            raise CorruptStateError(f"unknown state change operation {op}", name, 0)
+        sid = d.read_short()
+        state = ids.get(sid)
+        if state is None:
+            raise CorruptStateError(
+                f"state change for state id {sid}, which no metadata record registered", name, 0
+            )
+        if not lo <= kg <= hi:
+            continue  # Flink applies only the changes of the handle's key groups
+        log.changes.append((kg, op, state, change[3:]))
+        log.counts[state] = log.counts.get(state, 0) + 1
+    return log
+
+
+def _metadata_record(d: Decoder) -> tuple[StateMetaInfo, int]:
+    """A METADATA record after its operation byte: int version, the ``StateMetaInfoSnapshot``,
+    for key-value states the TTL flag (+ Java-serialized ``StateTtlConfig``) and the default
+    value flag (+ value), then the short state id and the byte backend state type."""
+    version = d.read_int()
+    if version < 6:
+        raise UnsupportedFormatError(
+            f"{d.source}: change-log metadata record of state meta-info version {version}"
+        )
+    meta = _read_state_meta(d, 0)
+    if meta.error:
+        raise UnsupportedFormatError(f"{d.source}: state {meta.name!r}: {meta.error}")
+    if meta.backend_type in ("KEY_VALUE", "KEY_VALUE_V2"):
+        if d.read_bool():
+            raise UnsupportedFormatError(
+                f"{d.source}: state {meta.name!r} has a TTL config in the change log (a "
+                "Java-serialized StateTtlConfig), which statequery does not read"
+            )
+        if d.read_bool():
+            value = meta.serializers.get("VALUE_SERIALIZER")
+            d.pos = _skipper(value, meta.name, "default value")(d.buf, d.pos, len(d.buf))
+    sid = d.read_short()
+    d.read_byte()  # the backend state type again
+    return meta, sid
+
+
+def _skipper(spec: SerializerSpec | None, state: str, what: str) -> Any:
+    from statequery.backends.heap import _streaming
+
+    return _streaming(spec, state, what).skip_at
+
+
+def _kind(meta: StateMetaInfo) -> str:
+    if meta.backend_type == "PRIORITY_QUEUE":
+        return _QUEUE
+    t = meta.state_type
+    if t == "LIST":
+        return _LIST
+    if t == "MAP":
+        return _MAP
+    return _VALUE
+
+
+class _State:
+    """One state's merged content, as serialized bytes.
+
+    ``entries``: ``(key group, namespace bytes, key bytes) -> value`` (value: bytes; list: list
+    of element bytes; map: dict of user-key bytes to the null flag + value bytes); queues:
+    ``(key group, element bytes) -> None``.
+    """
+
+    def __init__(self, meta: StateMetaInfo, key: SerializerSpec | None) -> None:
+        self.meta = meta
+        self.name = meta.name
+        self.kind = _kind(meta)
+        self.entries: dict[Any, Any] = {}
+        value = meta.serializers.get("VALUE_SERIALIZER")
+        self.value_spec = value
+        if self.kind == _QUEUE:
+            self.element = _skipper(value, self.name, "element")
+            return
+        self.key = _skipper(key, self.name, "key")
+        ns = meta.serializers.get("NAMESPACE_SERIALIZER")
+        self.ns = _skipper(ns, self.name, "namespace")
+        self.value = _skipper(value, self.name, "value")
+        if self.kind == _LIST:
+            inner = value.inner if isinstance(value, TtlSpec) else value
+            if not isinstance(inner, ListSpec):
+                raise UnsupportedFormatError(
+                    f"list state {self.name!r}: its serializer is not a ListSerializer")
+            self.elem = _skipper(inner.element, self.name, "list element")
+        if self.kind == _MAP:
+            if not isinstance(value, MapSpec):
+                raise UnsupportedFormatError(
+                    f"map state {self.name!r}: its serializer is not a MapSerializer")
+            self.user_key = _skipper(value.key, self.name, "map key")
+            self.map_value = _skipper(value.value, self.name, "map value")
+
+    # -- the serialized containers -----------------------------------------------------------
+
+    def _list(self, buf: bytes, pos: int) -> tuple[list[bytes], int]:
+        n = _I32(buf, pos)[0]
+        pos += 4
+        out = []
+        for _ in range(n):
+            end = self.elem(buf, pos, len(buf))
+            out.append(buf[pos:end])
+            pos = end
+        return out, pos
+
+    def _map(self, buf: bytes, pos: int) -> tuple[dict[bytes, bytes], int]:
+        n = _I32(buf, pos)[0]
+        pos += 4
+        out = {}
+        for _ in range(n):
+            kend = self.user_key(buf, pos, len(buf))
+            null = buf[kend]
+            vend = kend + 1 if null else self.map_value(buf, kend + 1, len(buf))
+            out[buf[pos:kend]] = buf[kend:vend]
+            pos = vend
+        return out, pos
+
+    def _value(self, buf: bytes, pos: int) -> tuple[Any, int]:
+        if self.kind == _LIST:
+            return self._list(buf, pos)
+        if self.kind == _MAP:
+            return self._map(buf, pos)
+        end = self.value(buf, pos, len(buf))
+        return buf[pos:end], end
+
+    def _put(self, k: Any, v: Any) -> None:
+        if self.kind in (_LIST, _MAP) and not v:
+            self.entries.pop(k, None)  # the heap backend keeps no empty list or map
+        else:
+            self.entries[k] = v
+
+    # -- the materialized base (hashmap layout) ------------------------------------------------
+
+    def read_base(self, buf: bytes, pos: int, kg: int) -> int:
+        n = _I32(buf, pos)[0]
+        pos += 4
+        end = len(buf)
+        for _ in range(n):
+            if self.kind == _QUEUE:
+                e = self.element(buf, pos, end)
+                self.entries[(kg, buf[pos:e])] = None
+                pos = e
+                continue
+            nend = self.ns(buf, pos, end)
+            kend = self.key(buf, nend, end)
+            v, after = self._value(buf, kend)
+            self._put((kg, buf[pos:nend], buf[nend:kend]), v)
+            pos = after
+        return pos
+
+    # -- one logged change --------------------------------------------------------------------
+
+    def apply(self, kg: int, op: int, buf: bytes) -> None:
+        end = len(buf)
+        if self.kind == _QUEUE:
+            if op == ADD_ELEMENT:
+                n = _I32(buf, 0)[0]
+                pos = 4
+                for _ in range(n):
+                    e = self.element(buf, pos, end)
+                    self.entries[(kg, buf[pos:e])] = None
+                    pos = e
+            elif op == REMOVE_ELEMENT:
+                self.entries.pop((kg, buf[: self.element(buf, 0, end)]), None)
+            else:
+                raise UnsupportedFormatError(
+                    f"priority queue {self.name!r}: change {OPERATIONS[op]} is not supported "
+                    "(Flink's own restore does not apply it either)"
+                )
+            return
+        kend = self.key(buf, 0, end)
+        nend = self.ns(buf, kend, end)
+        k = (kg, buf[kend:nend], buf[:kend])
+        if op == CLEAR:
+            self.entries.pop(k, None)
+        elif op in (SET, SET_INTERNAL):
+            v, _ = self._value(buf, nend)
+            self._put(k, v)
+        elif op == ADD and self.kind == _LIST:
+            v, _ = self._list(buf, nend)
+            self._put(k, [*self.entries.get(k, []), *v])
+        elif op == ADD and self.kind == _MAP:
+            v, _ = self._map(buf, nend)
+            self._put(k, {**self.entries.get(k, {}), **v})
+        elif op == ADD_ELEMENT and self.kind == _LIST:
+            self._put(k, [*self.entries.get(k, []), buf[nend : self.elem(buf, nend, end)]])
+        elif op in (ADD_ELEMENT, ADD_OR_UPDATE_ELEMENT) and self.kind == _MAP:
+            uend = self.user_key(buf, nend, end)
+            vend = self.map_value(buf, uend, end)
+            self._put(k, {**self.entries.get(k, {}), buf[nend:uend]: b"\x00" + buf[uend:vend]})
+        elif op == REMOVE_ELEMENT and self.kind == _MAP:
+            uend = self.user_key(buf, nend, end)
+            m = dict(self.entries.get(k, {}))
+            m.pop(buf[nend:uend], None)
+            self._put(k, m)
+        elif op == MERGE_NS and self.kind == _LIST:
+            # target, int n, n sources: the sources' lists appended to the target's, sources
+            # removed (AbstractHeapMergingState.mergeNamespaces)
+            tend = self.ns(buf, nend, end)
+            target = buf[nend:tend]
+            n = _I32(buf, tend)[0]
+            pos = tend + 4
+            merged: list[bytes] = []
+            for _ in range(n):
+                send = self.ns(buf, pos, end)
+                merged += self.entries.pop((kg, buf[pos:send], k[2]), [])
+                pos = send
+            tk = (kg, target, k[2])
+            self._put(tk, [*self.entries.get(tk, []), *merged])
+        else:
+            raise UnsupportedFormatError(
+                f"{self.kind} state {self.name!r}: change {OPERATIONS[op]} is not supported"
+                + (" (merging namespaces of a reducing or aggregating state needs the job's "
+                   "function)" if op == MERGE_NS else "")
+            )
+
+    # -- the hashmap layout of the merged state -----------------------------------------------
+
+    def by_key_group(self) -> dict[int, list[tuple[Any, Any]]]:
+        out: dict[int, list[tuple[Any, Any]]] = {}
+        for k, v in self.entries.items():
+            out.setdefault(k[0], []).append((k, v))
+        return out
+
+    def write(self, rows: list[tuple[Any, Any]], out: bytearray) -> None:
+        out += struct.pack(">i", len(rows))
+        if self.kind == _QUEUE:
+            for (_, e), _none in rows:
+                out += e
+            return
+        for (_, ns, key), v in rows:
+            out += ns
+            out += key
+            if self.kind == _LIST:
+                out += struct.pack(">i", len(v))
+                for e in v:
+                    out += e
+            elif self.kind == _MAP:
+                out += struct.pack(">i", len(v))
+                for uk, fv in v.items():
+                    out += uk
+                    out += fv
+            else:
+                out += v
+
+
+class _MemoryStream:
+    """A :class:`~statequery.backends.keygroups.ByteStream` over bytes built in memory."""
+
+    def __init__(self, name: str, data: bytes) -> None:
+        self.name = name
+        self.data = data
+        self.read_gap = 0
+
+    def size(self) -> int:
+        return len(self.data)
+
+    def read_range(self, start: int, length: int) -> bytes:
+        return self.data[start : start + length]
+
+
+@dataclass
+class Merged:
+    """One subtask's keyed state after the change log: the hashmap-layout stream and what the
+    log held (per state: the number of changes applied)."""
+
+    stream: _MemoryStream
+    offsets: tuple[int, ...]
+    key: SerializerSpec
+    states: list[StateMetaInfo]
+    counts: dict[str, int]
+
+
+def _heap_base(
+    resolver: Any, base: KeyGroupsHandle, key: SerializerSpec | None, states: dict[str, _State]
+) -> tuple[SerializerSpec, list[StateMetaInfo]]:
+    """Read a hashmap base (type-12 key groups) into ``states`` (created from its header)."""
+    from statequery.backends import HandleStream, _read_proxy, is_heap_layout
+    from statequery.backends.keygroups import iter_key_group_extents, read_key_group_spans
+    from statequery.backends.snappy import decompress_framed
+
+    if not is_heap_layout(base):
+        raise UnsupportedFormatError(
+            "changelog state backend: a materialized base in the key-group stream layout is "
+            "not supported")
+    stream = HandleStream(resolver, base.delegate)
+    positive = [o for o in base.offsets if o > 0]
+    proxy = _read_proxy(stream, min(positive) if positive else 0)
+    key = key or proxy.key_serializer
+    by_id = []
+    for meta in proxy.states:
+        st = _State(meta, key)
+        states[meta.name] = st
+        by_id.append(st)
+    offsets = {base.start_key_group + i: o for i, o in enumerate(base.offsets)}
+    for kg, start, _end, data in read_key_group_spans(
+        stream, iter_key_group_extents(stream, offsets.items(), None, min_bytes=4)
+    ):
+        if _I32(data, 0)[0] != kg:
+            raise CorruptStateError(f"key group {kg} starts with another id", stream.name, start)
+        if proxy.compressed:
+            buf, pos = (decompress_framed(data[4:], stream.name, start + 4), 0) \
+                if len(data) > 4 else (b"", 0)
+        else:
+            buf, pos = data, 4
+        while pos < len(buf):
+            sid = struct.unpack_from(">H", buf, pos)[0]
+            if sid >= len(by_id):
+                raise CorruptStateError(f"key group {kg}: state id {sid}", stream.name, start)
+            pos = by_id[sid].read_base(buf, pos + 2, kg)
+    return key, list(proxy.states)
+
+
+def merge(resolver: Any, handle: ChangelogHandle, key: SerializerSpec | None) -> Merged:
+    """The materialized base of ``handle`` with its change log applied."""
+    from statequery.metadata.handles import IncrementalHandle
+
+    states: dict[str, _State] = {}
+    order: list[StateMetaInfo] = []
+    for base in handle.materialized:
+        if isinstance(base, KeyGroupsHandle):
+            key, metas = _heap_base(resolver, base, key, states)
+            order += [m for m in metas if m.name not in {o.name for o in order}]
+        elif isinstance(base, IncrementalHandle):
+            raise UnsupportedFormatError(
+                "changelog state backend: a materialized RocksDB base (type "
+                f"{base.handle_type}) under a change log is not read yet; read a savepoint")
+        else:
+            raise UnsupportedFormatError(
+                f"changelog state backend: materialized handle {type(base).__name__} "
+                f"(type {getattr(base, 'handle_type', '?')}) is not supported")
+    log = read_change_log(resolver, handle)
+    key = key or log.key_spec
+    if key is None:
+        raise UnsupportedFormatError(
+            "changelog state backend: the change log does not record the key serializer and "
+            "this operator has no materialized base or timer that names it")
+    for name, meta in log.states.items():
+        if name not in states:
+            states[name] = _State(meta, key)
+            order.append(meta)
+    for kg, op, name, payload in log.changes:
+        try:
+            states[name].apply(kg, op, payload)
+        except (IndexError, struct.error) as e:
+            raise CorruptStateError(
+                f"state {name!r}: change {OPERATIONS[op]} in key group {kg} is truncated "
+                f"({type(e).__name__}: {e})", log.source, 0) from e
+    out = bytearray()
+    offsets = []
+    grouped = [(sid, states[m.name], states[m.name].by_key_group()) for sid, m in
+               enumerate(order)]
+    for kg in range(handle.start_key_group, handle.start_key_group + handle.num_key_groups):
+        offsets.append(len(out))
+        out += struct.pack(">i", kg)
+        for sid, st, by_kg in grouped:
+            rows = by_kg.get(kg)
+            if rows:
+                out += struct.pack(">H", sid)
+                st.write(rows, out)
+    name = f"{log.source or 'changelog'} (merged change log)"
+    return Merged(_MemoryStream(name, bytes(out)), tuple(offsets), key, order,
+                  {n: log.counts.get(n, 0) for n in states})
+
+
+class ChangelogKeyedBackend:
+    """One subtask's changelog keyed state, read as the hashmap layout it merges into."""
+
+    def __init__(self, handle: ChangelogHandle, context: Any,
+                 key_serializer: SerializerSpec | None = None) -> None:
+        from statequery.backends import HeapKeyedBackend
+        from statequery.metadata.kinds import layout_or_unknown
+
+        merged = merge(context.resolver, handle, key_serializer)
+        order, errors = [], {}
+        for meta in merged.states:
+            layout, error = layout_or_unknown(meta, merged.key)
+            if error is not None:
+                errors[meta.name] = error
+            order.append(layout)
+        self.merged = merged
+        self._heap = HeapKeyedBackend(
+            merged.stream.name, merged.stream, handle.start_key_group, merged.offsets,
+            context.max_parallelism, False, merged.key, order, errors)
+        self.name = self._heap.name
+        self.layouts = self._heap.layouts
+
+    @property
+    def key_groups(self) -> Sequence[int]:
+        return self._heap.key_groups
+
+    @property
+    def key_serializer(self) -> SerializerSpec | None:
+        return self.merged.key
+
+    @property
+    def compressed(self) -> bool:
+        return False
+
+    def scan(self, layout: Any, mode: str | None, builder: Any,
+             key_groups: Iterable[int] | None = None) -> Iterator[int]:
+        return self._heap.scan(layout, mode, builder, key_groups)
+
+    def scan_states(self, requests: Sequence[tuple[Any, Any]], mode: str | None,
+                    key_groups: Iterable[int] | None = None,
+                    key_bytes: Sequence[bytes] | None = None) -> Iterator[int]:
+        return self._heap.scan_states(requests, mode, key_groups, key_bytes)
+
+
+@dataclass(frozen=True)
+class ChangelogSummary:
+    """What one subtask's change log says, for the StateMeta model: the states it registers
+    (base states first), the changes logged per state, the key serializer when it can tell,
+    or the error that stops reading it."""
+
+    states: tuple[StateMetaInfo, ...] = ()
+    counts: dict[str, int] = field(default_factory=dict)
+    key: SerializerSpec | None = None
+    error: str | None = None
+
+
+def summarize(resolver: Any, handle: ChangelogHandle) -> ChangelogSummary:
+    from statequery.metadata.handles import IncrementalHandle
+
+    if any(isinstance(b, IncrementalHandle) for b in handle.materialized):
+        return ChangelogSummary(error=(
+            "changelog state backend: a materialized RocksDB base under a change log is not "
+            "read yet (the hashmap base is); read a savepoint of the job instead"))
+    try:
+        log = read_change_log(resolver, handle)
+    except (StatequeryError, ValueError) as e:
+        return ChangelogSummary(error=f"changelog state backend: {e}")
+    return ChangelogSummary(tuple(log.states.values()), dict(log.counts), log.key_spec)
+
+
+_LOCK = threading.Lock()
