@@ -7,8 +7,8 @@ directory, ``<job-id>/dstl/``), the DataStream fixture job (docs/fixtures.md):
   keyed state is only in the change log (metadata records and every change);
 * ``changelog-hashmap-checkpoint``: 150 events, a materialization (the hashmap base), then 50
   more events: a non-empty change log on top of the base;
-* ``changelog-rocksdb-checkpoint``: the same with RocksDB underneath (incremental): its base is
-  not read yet, which ``state_meta`` says per state (never a missing state).
+* ``changelog-rocksdb-checkpoint``: the same with RocksDB underneath (incremental): the base
+  is RocksDB's native snapshot (SST files), read from its tables.
 
 Every keyed entry must equal the fixture model (``expected/<name>.jsonl``, computed from the
 job's input) on both decode paths; ``state_meta`` lists every state with the changes applied.
@@ -28,7 +28,7 @@ from entries import canonical, state_entries
 
 import statequery
 from statequery.cli import main
-from statequery.exceptions import UnsupportedFormatError
+from statequery.exceptions import StatequeryError
 
 KEYED = ("user-state", "window-agg")
 STATES = {
@@ -57,7 +57,12 @@ def _expected(name: str) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "name", ["changelog-hashmap-unmaterialized-checkpoint", "changelog-hashmap-checkpoint"]
+    "name",
+    [
+        "changelog-hashmap-unmaterialized-checkpoint",
+        "changelog-hashmap-checkpoint",
+        "changelog-rocksdb-checkpoint",
+    ],
 )
 def test_keyed_state_equals_the_model(name: str, decode_path: str) -> None:
     sp = _open(name)
@@ -92,21 +97,36 @@ def test_state_meta_says_changelog_and_the_changes_applied() -> None:
     assert only_log["buffered-ids"]["changelog_changes"] is None
 
 
-def test_rocksdb_base_is_listed_with_its_reason() -> None:
-    sp = _open("changelog-rocksdb-checkpoint")
+def test_a_change_log_that_cannot_be_read_is_listed_with_its_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the same checkpoint with its change-log file cut short: every keyed state is still
+    # listed (from the base's header), not decodable, with the reason; inspect says it
+    import shutil
+
+    src = FIXTURES / _record("changelog-hashmap-checkpoint")["path"].split("/")[0]
+    dst = tmp_path / "cut"
+    shutil.copytree(src, dst)
+    (log,) = (p for p in dst.rglob("*") if p.parent.name == "dstl")
+    log.write_bytes(log.read_bytes()[: log.stat().st_size // 2])
+    path = next(dst.glob("*/chk-*"))
+    sp = statequery.open(str(path), use_snapshot=False)
     rows = [r for r in sp.state_meta().to_pylist() if r["operator_uid"] in KEYED]
     assert set().union(*STATES.values()) <= {r["state_name"] for r in rows}
     for r in rows:
-        assert not r["decodable"] and "RocksDB base" in r["reason"], r
+        assert not r["decodable"] and r["reason"].startswith("changelog state backend"), r
         assert r["size_bytes"] > 0
-    with pytest.raises(UnsupportedFormatError, match="RocksDB base"):
+    with pytest.raises(StatequeryError):
         sp.read("user-state", "count")
+    assert main(["inspect", str(path), "--json"]) == 0
+    assert "changelog state backend" in capsys.readouterr().out
 
 
-def test_inspect_says_why(capsys: pytest.CaptureFixture[str]) -> None:
+def test_inspect_lists_the_changes(capsys: pytest.CaptureFixture[str]) -> None:
     path = FIXTURES / _record("changelog-rocksdb-checkpoint")["path"]
     assert main(["inspect", str(path), "--json"]) == 0
-    assert "RocksDB base" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "changelog" in out
 
 
 def test_the_fixtures_are_small() -> None:
