@@ -1218,8 +1218,8 @@ def write_manifest(records: dict[str, dict]) -> None:
     """``fixtures``: one snapshot per fixture (the matrix); ``series``: the snapshots of the series
     runs (several snapshots of one job, in order); ``unread``: snapshots whose keyed state
     statequery lists with a reason but does not read yet (not in the fixture suites, each has
-    its own tests); ``changelog``: the changelog state backend's checkpoints (no oracle dump
-    yet: checked against the model by their own tests)."""
+    its own tests); ``changelog``: the changelog state backend's checkpoints (model and oracle
+    dump as for every fixture; read by their own tests, not by the other fixture suites)."""
     path = FIXTURES / "manifest.json"
     old = {}
     data: dict = {}
@@ -1236,8 +1236,8 @@ def write_manifest(records: dict[str, dict]) -> None:
     # fixtures of other generators (generate_version_fixtures.py: other Flink versions) stay
     ordered += [r for r in data.get("fixtures", []) if r["name"] not in BY_NAME]
     unread = [old[f["name"]] for f in MATRIX if f["name"] in old and "unread" in f]
-    # the changelog state backend's checkpoints: SavepointDump does not restore changelog
-    # handles yet, so they are checked against the model (tests/backends/test_changelog.py)
+    # the changelog state backend's checkpoints: their own list (tests/backends/test_changelog.py
+    # and the oracle test read them; the other fixture suites do not)
     changelog = [old[f["name"]] for f in MATRIX if f["name"] in old and "changelog" in f
                  and "unread" not in f]
     series = sorted((r for r in old.values() if "series" in r),

@@ -12,8 +12,9 @@ directory, ``<job-id>/dstl/``), the DataStream fixture job (docs/fixtures.md):
 
 Every keyed entry must equal the fixture model (``expected/<name>.jsonl``, computed from the
 job's input) on both decode paths; ``state_meta`` lists every state with the changes applied.
-SavepointDump (the oracle) does not restore changelog handles yet, so these fixtures have no
-dump: the manifest lists them under ``changelog``.
+... and Flink's own restore (``dump/<name>.jsonl``: SavepointDump through Flink's
+``ChangelogStateBackend`` around the base's backend). The manifest lists these fixtures under
+``changelog`` (the oracle test reads them; the other fixture suites do not).
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ def _open(name: str) -> Any:
     return statequery.open(str(FIXTURES / _record(name)["path"]), use_snapshot=False)
 
 
-def _expected(name: str) -> list[str]:
-    lines = (FIXTURES / "expected" / f"{name}.jsonl").read_text().splitlines()
+def _expected(name: str, where: str = "expected") -> list[str]:
+    lines = (FIXTURES / where / f"{name}.jsonl").read_text().splitlines()
     return sorted(
         canonical({k: v for k, v in e.items() if k != "key_group"})
         for e in map(json.loads, lines)
@@ -77,6 +78,23 @@ def test_keyed_state_equals_the_model(name: str, decode_path: str) -> None:
     want = _expected(name)
     assert len(want) > 300
     assert sorted(got) == want
+    # ... and Flink's own restore of the checkpoint (SavepointDump through the
+    # ChangelogStateBackend around the base's backend), entry by entry
+    assert sorted(got) == _expected(name, "dump")
+
+
+@pytest.mark.parametrize("name", sorted([
+    "changelog-hashmap-unmaterialized-checkpoint",
+    "changelog-hashmap-checkpoint",
+    "changelog-rocksdb-checkpoint",
+]))
+def test_every_state_flink_restores_is_listed(name: str) -> None:
+    dumped = {
+        (e["operator_uid"], e["state"])
+        for e in map(json.loads, (FIXTURES / "dump" / f"{name}.jsonl").read_text().splitlines())
+    }
+    listed = {(r["operator_uid"], r["state_name"]) for r in _open(name).state_meta().to_pylist()}
+    assert dumped and dumped <= listed
 
 
 def test_state_meta_says_changelog_and_the_changes_applied() -> None:
@@ -107,8 +125,10 @@ def test_a_change_log_that_cannot_be_read_is_listed_with_its_reason(
     src = FIXTURES / _record("changelog-hashmap-checkpoint")["path"].split("/")[0]
     dst = tmp_path / "cut"
     shutil.copytree(src, dst)
-    (log,) = (p for p in dst.rglob("*") if p.parent.name == "dstl")
-    log.write_bytes(log.read_bytes()[: log.stat().st_size // 2])
+    logs = [p for p in dst.rglob("*") if p.parent.name == "dstl"]
+    assert logs
+    for log in logs:
+        log.write_bytes(log.read_bytes()[: log.stat().st_size // 2])
     path = next(dst.glob("*/chk-*"))
     sp = statequery.open(str(path), use_snapshot=False)
     rows = [r for r in sp.state_meta().to_pylist() if r["operator_uid"] in KEYED]
