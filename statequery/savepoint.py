@@ -1005,10 +1005,9 @@ def _headerless_reason(h: KeyedHandle) -> str:
     """Why a keyed handle's states cannot be listed (it has no state-file header to read)."""
     if isinstance(h, ChangelogHandle) and not h.materialized:
         return (
-            "changelog state backend: this checkpoint holds the keyed state only as a change "
-            f"log ({len(h.non_materialized)} change-log handle(s), written before the first "
-            "materialization); statequery does not read change logs, so its states and their "
-            "names are unknown (take a savepoint, or a checkpoint after materialization)"
+            "changelog state backend: this keyed handle has neither a materialized base nor a "
+            f"change log statequery could read ({len(h.non_materialized)} change-log "
+            "handle(s)), so its states and their names are unknown"
         )
     return (
         f"keyed state handle {type(h).__name__} (type {getattr(h, 'handle_type', '?')}) "

@@ -614,7 +614,7 @@ class ChangelogKeyedBackend:
         from statequery.backends import HeapKeyedBackend
         from statequery.metadata.kinds import layout_or_unknown
 
-        merged = merge(context, handle, key_serializer)
+        merged = _merged(context, handle, key_serializer)
         order, errors = [], {}
         for meta in merged.states:
             layout, error = layout_or_unknown(meta, merged.key)
@@ -663,6 +663,15 @@ class ChangelogSummary:
 
 
 def summarize(resolver: Any, handle: ChangelogHandle) -> ChangelogSummary:
+    from statequery.backends import is_heap_layout
+    from statequery.metadata.handles import IncrementalHandle
+
+    for base in handle.materialized:
+        if not (isinstance(base, IncrementalHandle)
+                or (isinstance(base, KeyGroupsHandle) and is_heap_layout(base))):
+            return ChangelogSummary(error=(
+                f"changelog state backend: materialized handle {type(base).__name__} (type "
+                f"{getattr(base, 'handle_type', '?')}) is not read under a change log"))
     try:
         log = read_change_log(resolver, handle)
     except (StatequeryError, ValueError) as e:
@@ -671,3 +680,23 @@ def summarize(resolver: Any, handle: ChangelogHandle) -> ChangelogSummary:
 
 
 _LOCK = threading.Lock()
+
+
+def _merged(context: Any, handle: ChangelogHandle, key: SerializerSpec | None) -> Merged:
+    """:func:`merge`, once per handle for one savepoint's resolver (every state of the subtask
+    and every read of it share the merged stream)."""
+    resolver = context.resolver
+    try:
+        cache = resolver.__dict__.setdefault("_changelog_merged", {})
+    except AttributeError:  # a resolver without a __dict__: no cache
+        return merge(context, handle, key)
+    ident = (handle.handle_id, handle.start_key_group, handle.num_key_groups,
+             int(context.max_parallelism), repr(key))
+    with _LOCK:
+        lock = cache.setdefault(("lock", ident), threading.Lock())
+    with lock:
+        got = cache.get(ident)
+        if got is None:
+            got = merge(context, handle, key)
+            cache[ident] = got
+        return got  # type: ignore[no-any-return]

@@ -149,6 +149,28 @@ def test_inspect_lists_the_changes(capsys: pytest.CaptureFixture[str]) -> None:
     assert "changelog" in out
 
 
+def test_a_key_lookup_reads_the_merged_state(decode_path: str) -> None:
+    sp = _open("changelog-hashmap-checkpoint")
+    for state in ("count", "amount-by-category", "recent-categories"):
+        whole = [r for r in sp.read("user-state", state).to_pylist() if r["key"] == "user-7"]
+        assert whole
+        assert sp.read("user-state", state, key="user-7").to_pylist() == whole
+
+
+def test_the_snapshot_keeps_the_changes(tmp_path: Path) -> None:
+    import shutil
+
+    src = FIXTURES / _record("changelog-rocksdb-checkpoint")["path"].split("/")[0]
+    shutil.copytree(src, tmp_path / "c")
+    path = str(next((tmp_path / "c").glob("*/chk-*")))
+    statequery.open(path, use_snapshot=False).write_snapshot()
+    sp = statequery.open(path)  # from the StateMeta snapshot
+    rows = {r["state_name"]: r for r in sp.state_meta().to_pylist()}
+    assert rows["count"]["changelog_changes"] == 50
+    assert rows["rules"]["changelog_changes"] is None
+    assert sp.read("user-state", "count").num_rows == 20
+
+
 def test_the_fixtures_are_small() -> None:
     for r in load_manifest()["changelog"]:
         root = FIXTURES / r["path"].split("/")[0]
