@@ -109,6 +109,9 @@ MATRIX = [
         changelog="2s+log"),
     _fx("changelog-rocksdb-checkpoint", "datastream", "rocksdb", "checkpoint", "native",
         incremental=True, changelog="2s+log"),
+    # ... with the in-memory changelog storage: the change log inline in _metadata
+    _fx("changelog-hashmap-memory-checkpoint", "datastream", "hashmap", "checkpoint", "native",
+        changelog="1h@memory"),
     _fx("ttl-kryo-hashmap-canonical", "ttl-kryo", "hashmap", "savepoint", "canonical"),
     _fx("ttl-kryo-rocksdb-native", "ttl-kryo", "rocksdb", "savepoint", "native"),
     # an operator's own raw keyed and raw operator state (listed with a reason, never hidden)
@@ -1226,7 +1229,7 @@ def write_manifest(records: dict[str, dict]) -> None:
     if path.exists():
         data = json.loads(path.read_text())
         old = {r["name"]: r for r in data.get("fixtures", []) + data.get("series", [])
-               + data.get("unread", [])}
+               + data.get("unread", []) + data.get("changelog", [])}
     old.update(records)
     for r in old.values():
         if BY_NAME.get(r["name"], {}).get("unread"):

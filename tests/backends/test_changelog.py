@@ -8,7 +8,9 @@ directory, ``<job-id>/dstl/``), the DataStream fixture job (docs/fixtures.md):
 * ``changelog-hashmap-checkpoint``: 150 events, a materialization (the hashmap base), then 50
   more events: a non-empty change log on top of the base;
 * ``changelog-rocksdb-checkpoint``: the same with RocksDB underneath (incremental): the base
-  is RocksDB's native snapshot (SST files), read from its tables.
+  is RocksDB's native snapshot (SST files), read from its tables;
+* ``changelog-hashmap-memory-checkpoint``: the in-memory changelog storage (``memory``): the
+  change log is inline in ``_metadata`` (``InMemoryChangelogStateHandle``), no base.
 
 Every keyed entry must equal the fixture model (``expected/<name>.jsonl``, computed from the
 job's input) on both decode paths; ``state_meta`` lists every state with the changes applied.
@@ -63,6 +65,7 @@ def _expected(name: str, where: str = "expected") -> list[str]:
         "changelog-hashmap-unmaterialized-checkpoint",
         "changelog-hashmap-checkpoint",
         "changelog-rocksdb-checkpoint",
+        "changelog-hashmap-memory-checkpoint",
     ],
 )
 def test_keyed_state_equals_the_model(name: str, decode_path: str) -> None:
@@ -87,6 +90,7 @@ def test_keyed_state_equals_the_model(name: str, decode_path: str) -> None:
     "changelog-hashmap-unmaterialized-checkpoint",
     "changelog-hashmap-checkpoint",
     "changelog-rocksdb-checkpoint",
+    "changelog-hashmap-memory-checkpoint",
 ]))
 def test_every_state_flink_restores_is_listed(name: str) -> None:
     dumped = {
