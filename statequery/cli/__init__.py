@@ -437,6 +437,14 @@ def _print_table(doc: dict[str, Any]) -> None:
             f" ({job['trigger']}, Flink {job['flink_version'] or '?'}, "
             f"{len(job['vertices'])} vertices)", highlight=False,
         )
+    changes = [r["changelog_changes"] for r in doc["states"]
+               if r.get("changelog_changes") is not None]
+    if changes:
+        console.print(
+            f"changelog state backend: {sum(changes)} logged change(s) applied to "
+            f"{len(changes)} keyed state(s) on top of the materialized base "
+            "(per state: state_meta's changelog_changes)", highlight=False,
+        )
     if console.width < _WIDE_LAYOUT:
         _print_blocks(console, doc)
         return

@@ -149,8 +149,14 @@ def test_a_change_log_that_cannot_be_read_is_listed_with_its_reason(
 def test_inspect_lists_the_changes(capsys: pytest.CaptureFixture[str]) -> None:
     path = FIXTURES / _record("changelog-rocksdb-checkpoint")["path"]
     assert main(["inspect", str(path), "--json"]) == 0
-    out = capsys.readouterr().out
-    assert "changelog" in out
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["backend"] == "changelog"
+    assert {r["state_name"]: r["changelog_changes"] for r in doc["states"]}["count"] == 50
+    assert main(["inspect", str(path)]) == 0
+    # the 8 user states (timers included) 50 changes each, the window contents 50, its event
+    # timers 100, its processing-time timers none (registered, never changed)
+    assert "changelog state backend: 550 logged change(s) applied to 11 keyed state(s)" in (
+        capsys.readouterr().out)
 
 
 def test_a_key_lookup_reads_the_merged_state(decode_path: str) -> None:
