@@ -109,6 +109,12 @@ MATRIX = [
         changelog="2s+log"),
     _fx("changelog-rocksdb-checkpoint", "datastream", "rocksdb", "checkpoint", "native",
         incremental=True, changelog="2s+log"),
+    # ... clears, removals, deleted timers and merging session windows in the change log
+    # (ChangelogOps.java), the log alone and on top of a RocksDB base
+    _fx("changelog-ops-hashmap-checkpoint", "changelog-ops", "hashmap", "checkpoint", "native",
+        changelog="1h"),
+    _fx("changelog-ops-rocksdb-checkpoint", "changelog-ops", "rocksdb", "checkpoint", "native",
+        incremental=True, changelog="2s+log"),
     # ... with the in-memory changelog storage: the change log inline in _metadata
     _fx("changelog-hashmap-memory-checkpoint", "datastream", "hashmap", "checkpoint", "native",
         changelog="1h@memory"),
@@ -149,7 +155,7 @@ SQL_OPERATOR_JOBS = {"sql-ops": "ops", "sql-minibatch": "minibatch"}
 # SQL jobs run from a compiled plan: operator ids from the plan
 PLAN_JOBS = {*SQL_OPERATOR_JOBS, "edge-sql"}
 # jobs whose manifest states come from the dump and whose expected file is a subset of it
-SUBSET_JOBS = {*PLAN_JOBS, "sql-keys"}
+SUBSET_JOBS = {*PLAN_JOBS, "sql-keys", "changelog-ops"}
 BY_NAME = {f["name"]: f for f in MATRIX}
 
 # Series: one job run, several snapshots (consecutive retained checkpoints chk-1..3 and a
@@ -308,6 +314,48 @@ DS_STATES = {
             "TimeWindow"),
     ],
 }
+
+
+def changelog_ops_expected() -> list[dict]:
+    """The ``ops`` operator of the changelog operations pipeline (ChangelogOps.java), replayed
+    per user; the session windows (merged namespaces) are left to the oracle (subset)."""
+    entries: list[dict] = []
+    ids = {uid: operator_id_for_uid(uid) for uid in ("fixture-source", "ops")}
+
+    def add(uid, state, kind, **fields):
+        entries.append({"operator_uid": uid, "operator_id": ids[uid], "state": state,
+                        "kind": kind, **fields})
+
+    source_expected(add)
+    for u in range(N_USERS):
+        last = None
+        slots: dict[str, int] = {}
+        history: list[int] = []
+        timers: set[int] = set()
+        for n in range(N_EVENTS // N_USERS):
+            i = 20 * n + u
+            last = None if (n + u) % 3 == 2 else i
+            slots[f"s{n % 4}"] = i
+            if (n + u) % 5 == 4:
+                slots.pop(f"s{(n + 1) % 4}", None)
+            history.append(i)
+            if (n + u) % 4 == 3:
+                history = [i]
+            if (n + u) % 7 == 6:
+                history = []
+            timers.add(TIMER_BASE + i)
+            if n > 0 and (n + u) % 2 == 0:
+                timers.discard(TIMER_BASE + i - 20)
+        ks = {"key": f"user-{u}", "namespace": None}
+        if last is not None:
+            add("ops", "last-id", "value", value=last, **ks)
+        for k, v in slots.items():
+            add("ops", "slots", "map", user_key=k, value=v, **ks)
+        if history:
+            add("ops", "history", "list", value=history, **ks)
+        for t in sorted(timers):
+            add("ops", "_timer_state/event_user-timers", "event_timer", timestamp=t, **ks)
+    return entries
 
 
 def source_expected(add) -> None:
@@ -902,12 +950,13 @@ def _run(cmd: list[str], log: Path, timeout: int = 300) -> dict[str, str]:
 
 def run_job(fx: dict, scratch: Path) -> dict[str, str]:
     out = scratch / "out"
-    if fx["job"] == "datastream":
+    if fx["job"] in ("datastream", "changelog-ops"):
         kind = "checkpoint" if fx["snapshot"] == "checkpoint" else f"savepoint-{fx['format']}"
         cmd = ["java", "-cp", build(), "statequery.fixtures.DataStreamStateJob", fx["backend"],
                str(fx["incremental"]).lower(), str(fx["max_parallelism"]),
                str(fx["compression"]).lower(), str(fx["inline"]).lower(), kind, str(out),
-               fx.get("timers", "rocksdb"), fx.get("changelog", "off")]
+               fx.get("timers", "rocksdb"), fx.get("changelog", "off"),
+               "ops" if fx["job"] == "changelog-ops" else "fixture"]
     elif fx["job"] == "edge-sql":
         kind = "checkpoint" if fx["snapshot"] == "checkpoint" else f"savepoint-{fx['format']}"
         cmd = [sys.executable, str(HERE / "sql_edge_job.py"), "--backend", fx["backend"],
@@ -1045,12 +1094,14 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
         fixture_dir = FIXTURES / rel
 
         infos = snapshot_info(fixture_dir)
-        if fx["job"] in ("datastream", "ttl-kryo", "raw-state", "edge-datastream"):
+        if fx["job"] in ("datastream", "ttl-kryo", "raw-state", "edge-datastream",
+                         "changelog-ops"):
             for info in infos:
                 if info["uid"] and info["operator_id"] != operator_id_for_uid(info["uid"]):
                     raise RuntimeError(f"operator id mismatch for uid {info['uid']}: {info}")
             entries = {"datastream": datastream_expected, "ttl-kryo": ttl_kryo_expected,
                        "raw-state": raw_state_expected,
+                       "changelog-ops": changelog_ops_expected,
                        "edge-datastream": lambda: edge_datastream_expected(fx)}[fx["job"]]()
         elif fx["job"] == "sql-keys":
             entries = sql_keys_expected(infos)

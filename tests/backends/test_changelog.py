@@ -10,7 +10,10 @@ directory, ``<job-id>/dstl/``), the DataStream fixture job (docs/fixtures.md):
 * ``changelog-rocksdb-checkpoint``: the same with RocksDB underneath (incremental): the base
   is RocksDB's native snapshot (SST files), read from its tables;
 * ``changelog-hashmap-memory-checkpoint``: the in-memory changelog storage (``memory``): the
-  change log is inline in ``_metadata`` (``InMemoryChangelogStateHandle``), no base.
+  change log is inline in ``_metadata`` (``InMemoryChangelogStateHandle``), no base;
+* ``changelog-ops-{hashmap,rocksdb}-checkpoint``: the changes the fixture job never makes
+  (``ChangelogOps.java``): clears, map-key and timer removals, list replacement, merging session
+  windows.
 
 Every keyed entry must equal the fixture model (``expected/<name>.jsonl``, computed from the
 job's input) on both decode paths; ``state_meta`` lists every state with the changes applied.
@@ -50,12 +53,14 @@ def _open(name: str) -> Any:
     return statequery.open(str(FIXTURES / _record(name)["path"]), use_snapshot=False)
 
 
-def _expected(name: str, where: str = "expected") -> list[str]:
+def _expected(
+    name: str, where: str = "expected", operators: tuple[str, ...] = KEYED
+) -> list[str]:
     lines = (FIXTURES / where / f"{name}.jsonl").read_text().splitlines()
     return sorted(
         canonical({k: v for k, v in e.items() if k != "key_group"})
         for e in map(json.loads, lines)
-        if e["operator_uid"] in KEYED
+        if e["operator_uid"] in operators
     )
 
 
@@ -86,7 +91,34 @@ def test_keyed_state_equals_the_model(name: str, decode_path: str) -> None:
     assert sorted(got) == _expected(name, "dump")
 
 
+@pytest.mark.parametrize(
+    "name", ["changelog-ops-hashmap-checkpoint", "changelog-ops-rocksdb-checkpoint"]
+)
+def test_clears_removals_and_merges_equal_flinks_restore(name: str, decode_path: str) -> None:
+    # ChangelogOps.java: CLEAR (value, list), REMOVE_ELEMENT (map keys, timers), list SET,
+    # MERGE_NS of session-window contents, the merging-window-set; the log alone (hashmap) and
+    # on top of a RocksDB base. The model covers the ops operator; the oracle covers all.
+    sp = _open(name)
+    got = []
+    for op in sp.operators:
+        if op.uid not in ("ops", "sessions"):
+            continue
+        for s in op.states:
+            got += [canonical(e) for e in state_entries(
+                sp.read(s), s.kind, s.name, op.uid, op.operator_id, key_group=False)]
+    dump = _expected(name, "dump", ("ops", "sessions"))
+    assert len(dump) > 250
+    assert sorted(got) == dump
+    model = set(_expected(name, "expected", ("ops",)))
+    assert model and model <= set(got)
+    rows = {r["state_name"]: r for r in sp.state_meta().to_pylist()
+            if r["operator_uid"] in ("ops", "sessions")}
+    assert {"last-id", "slots", "history", "window-contents", "merging-window-set"} <= set(rows)
+
+
 @pytest.mark.parametrize("name", sorted([
+    "changelog-ops-hashmap-checkpoint",
+    "changelog-ops-rocksdb-checkpoint",
     "changelog-hashmap-unmaterialized-checkpoint",
     "changelog-hashmap-checkpoint",
     "changelog-rocksdb-checkpoint",
