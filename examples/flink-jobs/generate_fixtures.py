@@ -338,9 +338,15 @@ def changelog_ops_expected() -> list[dict]:
             slots[f"s{n % 4}"] = i
             if (n + u) % 5 == 4:
                 slots.pop(f"s{(n + 1) % 4}", None)
+            if (n + u) % 6 == 5:
+                slots[f"p{n % 2}"] = -i
+            if (n + u) % 8 == 7:
+                slots = {}
             history.append(i)
             if (n + u) % 4 == 3:
                 history = [i]
+            if (n + u) % 6 == 1:
+                history += [-i, i + 1000]
             if (n + u) % 7 == 6:
                 history = []
             timers.add(TIMER_BASE + i)
