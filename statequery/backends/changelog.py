@@ -87,11 +87,9 @@ def _stream_bytes(resolver: Any, handle: Any, cache: dict[int, bytes]) -> bytes:
     if got is not None:
         return got
     name = resolver.source_name(handle)
-    # the handle's size counts the bytes after the one-byte compression flag
-    size = int(resolver.stream_size(handle))
-    raw = bytes(resolver.read(handle, 0, size + 1))
-    if len(raw) == size + 1 and raw[0] not in (0, 1):
-        raw = raw[:size]
+    # the whole file: the handle's size counts the (uncompressed) bytes after the one-byte
+    # compression flag, not the file's
+    raw = bytes(resolver.read(handle, 0, None))
     if not raw:
         raise CorruptStateError("empty change-log file", name, 0)
     if raw[0] == 0:
