@@ -115,6 +115,9 @@ MATRIX = [
         changelog="1h"),
     _fx("changelog-ops-rocksdb-checkpoint", "changelog-ops", "rocksdb", "checkpoint", "native",
         incremental=True, changelog="2s+log"),
+    # ... the file-system change log snappy-compressed
+    _fx("changelog-hashmap-snappy-checkpoint", "datastream", "hashmap", "checkpoint", "native",
+        changelog="1h@snappy"),
     # ... with the in-memory changelog storage: the change log inline in _metadata
     _fx("changelog-hashmap-memory-checkpoint", "datastream", "hashmap", "checkpoint", "native",
         changelog="1h@memory"),

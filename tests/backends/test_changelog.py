@@ -11,6 +11,8 @@ directory, ``<job-id>/dstl/``), the DataStream fixture job (docs/fixtures.md):
   is RocksDB's native snapshot (SST files), read from its tables;
 * ``changelog-hashmap-memory-checkpoint``: the in-memory changelog storage (``memory``): the
   change log is inline in ``_metadata`` (``InMemoryChangelogStateHandle``), no base;
+* ``changelog-hashmap-snappy-checkpoint``: the file-system log snappy-compressed
+  (``state.changelog.dstl.dfs.compression.enabled``), no base;
 * ``changelog-ops-{hashmap,rocksdb}-checkpoint``: the changes the fixture job never makes
   (``ChangelogOps.java``): clears, map-key and timer removals, list replacement, merging session
   windows.
@@ -71,6 +73,7 @@ def _expected(
         "changelog-hashmap-checkpoint",
         "changelog-rocksdb-checkpoint",
         "changelog-hashmap-memory-checkpoint",
+        "changelog-hashmap-snappy-checkpoint",
     ],
 )
 def test_keyed_state_equals_the_model(name: str, decode_path: str) -> None:
@@ -123,6 +126,7 @@ def test_clears_removals_and_merges_equal_flinks_restore(name: str, decode_path:
     "changelog-hashmap-checkpoint",
     "changelog-rocksdb-checkpoint",
     "changelog-hashmap-memory-checkpoint",
+    "changelog-hashmap-snappy-checkpoint",
 ]))
 def test_every_state_flink_restores_is_listed(name: str) -> None:
     dumped = {
