@@ -910,7 +910,7 @@ def read_headers(
             assert isinstance(job.handle, KeyGroupsHandle)
             return _raw_keyed_header(resolver, job.handle)
         if job.kind == "changelog":
-            from statequery.backends.changelog import summarize
+            from statequery.metadata.changelog import summarize
 
             return summarize(resolver, job.handle)  # type: ignore[arg-type,return-value]
         return read_header(resolver, job.handle, read_operator_proxy, **job.prefix)
