@@ -144,7 +144,7 @@ def register_keyed_backend(factory: KeyedBackendFactory, first: bool = False) ->
 
 #: Backends in their own modules (heavy optional dependencies), imported on first need; each
 #: registers its factory on import.
-PLUGIN_MODULES = ("statequery.backends.rocksdb",)
+PLUGIN_MODULES = ("statequery.backends.rocksdb", "statequery.backends.changelog")
 _PLUGINS_LOADED = False
 
 
@@ -410,13 +410,6 @@ def keyed_backend_from_model(
         from statequery.backends.rocksdb import RocksDBKeyedBackend
 
         return RocksDBKeyedBackend(handle, context, order=list(order))  # type: ignore[return-value]
-    from statequery.metadata.handles import ChangelogHandle
-
-    if isinstance(handle, ChangelogHandle):
-        # the base with the change log applied, read as a hashmap key-group stream
-        from statequery.backends.changelog import ChangelogKeyedBackend
-
-        return ChangelogKeyedBackend(handle, context, key_serializer)
     return keyed_backend_for(handle, context)
 
 

@@ -507,3 +507,25 @@ def _merged(context: Any, handle: ChangelogHandle, key: SerializerSpec | None) -
             got = merge(context, handle, key)
             cache[ident] = got
         return got  # type: ignore[no-any-return]
+
+
+def _changelog_factory(handle: Any, context: Any) -> ChangelogKeyedBackend | None:
+    """The registry's factory (:func:`statequery.backends.register_keyed_backend`): the base
+    with the change log applied, read as a hashmap key-group stream."""
+    if not isinstance(handle, ChangelogHandle):
+        return None
+    return ChangelogKeyedBackend(handle, context)
+
+
+def register() -> None:
+    """Register the changelog backend (done on import; idempotent)."""
+    global _REGISTERED
+    if not _REGISTERED:
+        from statequery.backends import register_keyed_backend
+
+        register_keyed_backend(_changelog_factory)
+        _REGISTERED = True
+
+
+_REGISTERED = False
+register()
