@@ -19,14 +19,18 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from statequery.arrow.batches import BatchBuilder
 from statequery.arrow.schemas import StateLayout
 from statequery.decoder import Decoder
 from statequery.exceptions import UnsupportedFormatError
+from statequery.metadata.handles import is_heap_layout
 from statequery.metadata.kinds import layout_or_unknown
 from statequery.serializers.spec import SerializerSpec
+
+if TYPE_CHECKING:
+    from statequery.backends.rocksdb import OpenDatabases
 
 __all__ = [
     "CanonicalKeyedBackend",
@@ -34,6 +38,7 @@ __all__ = [
     "HeapKeyedBackend",
     "KeyedBackend",
     "KeyedContext",
+    "is_heap_layout",
     "keyed_backend_for",
     "keyed_backend_from_model",
     "register_keyed_backend",
@@ -80,6 +85,9 @@ class KeyedContext:
     resolver: Any
     max_parallelism: int
     operator: str = ""
+    #: the reader's pool of restored RocksDB databases (kept open until it closes); None: a
+    #: database is opened for one scan and closed after it
+    open_databases: OpenDatabases | None = None
 
 
 class KeyedBackend(Protocol):
@@ -371,13 +379,6 @@ def _key_groups_factory(handle: Any, context: KeyedContext) -> KeyedBackend | No
     return cls.from_proxy(
         stream.name, stream, proxy, handle.start_key_group, offsets, context.max_parallelism
     )
-
-
-def is_heap_layout(handle: Any) -> bool:
-    """A type-12 key-groups handle whose every key group has an offset: the hashmap backend's
-    checkpoint / native savepoint layout (else canonical key-group streams)."""
-    offsets = tuple(handle.offsets)
-    return handle.handle_type == 12 and bool(offsets) and all(o > 0 for o in offsets)
 
 
 def keyed_backend_from_model(

@@ -1150,7 +1150,7 @@ class RocksDBKeyedBackend:
         handle if the pool holds one, else a :class:`TableReadState` (kept in the pool too),
         which fetches only the MANIFEST and the tables whose key range can hold the key.
         """
-        pool = getattr(self.resolver, "open_databases", None)
+        pool = self.context.open_databases
         key = (self.name, self.max_parallelism, id(self.cache))
         if lookup and SELECTIVE_LOOKUPS:
             if pool is None:

@@ -589,7 +589,8 @@ class StatequeryReader(DataSourceReader):
             from statequery.scan import plan_states
 
             tasks = plan_states(
-                sp, list(self.table.states), keys=self.keys, key_groups=self.key_groups,
+                sp.model, sp.context, list(self.table.states), keys=self.keys,
+                key_groups=self.key_groups,
                 split=self.opts.key_groups_per_partition,
             )
         else:

@@ -137,7 +137,8 @@ def test_reads_of_several_keys_are_identical(name: str, monkeypatch: pytest.Monk
                 monkeypatch.setenv(fastpath.PURE_ENV, "1")
             else:
                 monkeypatch.delenv(fastpath.PURE_ENV, raising=False)
-            got[pure] = read_keys(sp, info, keys=["user-3", "user-5", "user-11"]).to_pylist()
+            keys = ["user-3", "user-5", "user-11"]
+            got[pure] = read_keys(sp.model, sp.context, info, keys=keys).to_pylist()
         assert got[True] == got[False]
         assert {r["key"] for r in got[False]} == {"user-3", "user-5", "user-11"}
 
