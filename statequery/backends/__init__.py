@@ -26,7 +26,6 @@ from statequery.arrow.schemas import StateLayout
 from statequery.decoder import Decoder
 from statequery.exceptions import UnsupportedFormatError
 from statequery.metadata.handles import is_heap_layout
-from statequery.metadata.kinds import layout_or_unknown
 from statequery.serializers.spec import SerializerSpec
 
 if TYPE_CHECKING:
@@ -214,7 +213,7 @@ def _read_proxy(stream: Any, header_end: int) -> Any:
 @dataclass
 class _KeyedBase:
     """One subtask's key-group stream. ``order`` holds the layouts of the header's states in
-    state-id order (from the StateMeta model, or parsed from the header by :meth:`from_proxy`)."""
+    state-id order (from the StateMeta model: no header byte is read)."""
 
     name: str
     stream: Any
@@ -231,36 +230,6 @@ class _KeyedBase:
     def __post_init__(self) -> None:
         self.layouts = {layout.name: layout for layout in self.order}
         self.ids = {layout.name: i for i, layout in enumerate(self.order)}
-
-    @classmethod
-    def from_proxy(
-        cls,
-        name: str,
-        stream: Any,
-        proxy: Any,
-        start_key_group: int,
-        offsets: tuple[int, ...],
-        max_parallelism: int,
-    ) -> _KeyedBase:
-        """From a parsed ``KeyedBackendProxy`` (when no model of the savepoint is at hand)."""
-        key = getattr(proxy, "key_serializer", None)
-        order, errors = [], {}
-        for meta in proxy.states:
-            layout, error = layout_or_unknown(meta, key)
-            if error is not None:
-                errors[meta.name] = error
-            order.append(layout)
-        return cls(
-            name,
-            stream,
-            start_key_group,
-            offsets,
-            max_parallelism,
-            bool(getattr(proxy, "compressed", False)),
-            key,
-            order,
-            errors,
-        )
 
     @property
     def key_groups(self) -> Sequence[int]:
@@ -362,25 +331,6 @@ class HeapKeyedBackend(_KeyedBase):
         yield from stream.scan(blocks, wanted)
 
 
-def _key_groups_factory(handle: Any, context: KeyedContext) -> KeyedBackend | None:
-    from statequery.metadata.handles import KeyGroupsHandle
-
-    if not isinstance(handle, KeyGroupsHandle):
-        return None
-    stream = HandleStream(context.resolver, handle.delegate)
-    offsets = tuple(handle.offsets)
-    positive = [o for o in offsets if o > 0]
-    header_end = min(positive) if positive else 0
-    if is_heap_layout(handle):
-        cls: type[_KeyedBase] = HeapKeyedBackend
-    else:
-        cls = CanonicalKeyedBackend
-    proxy = _read_proxy(stream, header_end)
-    return cls.from_proxy(
-        stream.name, stream, proxy, handle.start_key_group, offsets, context.max_parallelism
-    )
-
-
 def keyed_backend_from_model(
     handle: Any,
     context: KeyedContext,
@@ -413,5 +363,3 @@ def keyed_backend_from_model(
         return RocksDBKeyedBackend(handle, context, order=list(order))  # type: ignore[return-value]
     return keyed_backend_for(handle, context)
 
-
-register_keyed_backend(_key_groups_factory)
