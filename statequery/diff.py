@@ -35,6 +35,7 @@ import pyarrow as pa
 
 from statequery.arrow.jsonify import EPOCH_MS_COLUMNS, canonical_json, freeze, jsonify_column
 from statequery.exceptions import InvalidOptionError, NoSuchOperatorError, NoSuchStateError
+from statequery.hashing import split_key_groups
 from statequery.metadata.statemeta import OperatorInfo, StateInfo, type_string
 from statequery.ranges import read_states
 from statequery.scan import read_table, state_key_group
@@ -86,10 +87,6 @@ class StatePair:
         return (self.new or self.old).kind  # type: ignore[union-attr]
 
 
-def _label(op: OperatorInfo) -> str:
-    return op.uid or op.name or op.operator_id
-
-
 def _find_operator(sp: StateSource, ident: str) -> OperatorInfo | None:
     try:
         return sp.model.operator(ident)
@@ -119,7 +116,7 @@ def state_pairs(
         by_id[op.operator_id] = (by_id.get(op.operator_id, (None, None))[0], op)
     pairs = []
     for op_id, (o, n) in by_id.items():
-        label = _label(n or o)  # type: ignore[arg-type]
+        label = (n or o).display_name  # type: ignore[union-attr]
         olds = {s.name: s for s in (o.states if o else ())}
         news = {s.name: s for s in (n.states if n else ())}
         for name in list(olds) + [x for x in news if x not in olds]:
@@ -378,13 +375,8 @@ def _ranges_of(
     bounds = sorted(c for c in cuts if 0 <= c <= max_parallelism)
     out = []
     for a, b in zip(bounds, bounds[1:], strict=False):
-        for start in range(a, b, range_size):
-            groups = [
-                g for g in range(start, min(b, start + range_size))
-                if wanted is None or g in wanted
-            ]
-            if groups:
-                out.append(groups)
+        groups = [g for g in range(a, b) if wanted is None or g in wanted]
+        out.extend(split_key_groups(groups, range_size))
     return out
 
 

@@ -34,6 +34,7 @@ from statequery.exceptions import (
     InvalidOptionError,
     UnsupportedFormatError,
 )
+from statequery.hashing import split_key_groups
 from statequery.io import FileIO
 from statequery.keys import ResolvedKey
 from statequery.metadata.handles import (
@@ -469,8 +470,8 @@ def _chunks(
     if len(every) <= split:
         yield groups
         return
-    for i in range(0, len(every), split):
-        yield every[i : i + split]
+    for piece in split_key_groups(every, split):
+        yield tuple(piece)
 
 
 def _with_groups(

@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from statequery.arrow.batches import BatchBuilder
 from statequery.arrow.jsonify import canonical_json, freeze, jsonify_column
+from statequery.hashing import split_key_groups
 from statequery.metadata.model import _partition_bytes
 from statequery.metadata.statemeta import OperatorInfo, StateInfo
 from statequery.ranges import scan_states
@@ -142,25 +143,16 @@ class _Acc:
             heapq.heapreplace(self.keys, item)
 
 
-def _label(op: OperatorInfo) -> str:
-    return op.uid or op.name or op.operator_id
-
-
 def _ranges(
     op: OperatorInfo, range_size: int, only: set[int] | None = None
 ) -> list[tuple[int, list[int]]]:
-    out = []
+    out: list[tuple[int, list[int]]] = []
     for sub in op.subtasks:
         kgr = sub.key_groups
         if kgr is None:
             continue
-        for start in range(kgr.start, kgr.end + 1, range_size):
-            groups = [
-                g for g in range(start, min(kgr.end + 1, start + range_size))
-                if only is None or g in only
-            ]
-            if groups:
-                out.append((sub.index, groups))
+        wanted = [g for g in range(kgr.start, kgr.end + 1) if only is None or g in only]
+        out.extend((sub.index, groups) for groups in split_key_groups(wanted, range_size))
     return out
 
 
@@ -205,7 +197,7 @@ def _keyed_stats(
     progress: Progress | None,
     only: set[int] | None = None,
 ) -> None:
-    label = _label(op)
+    label = op.display_name
     for subtask, kgs in _ranges(op, range_size, only):
         results = _scan_range(sp, infos, kgs)
         for info in infos:
@@ -274,7 +266,7 @@ def _operator_stats(sp: StateSource, op: OperatorInfo, info: StateInfo, acc: _Ac
             continue
         nbytes = _partition_bytes(h, info.name)
         acc.row(
-            operator_id=op.operator_id, operator=_label(op), state=info.name, kind=info.kind,
+            operator_id=op.operator_id, operator=op.display_name, state=info.name, kind=info.kind,
             subtask=sub.index, key_group=None, entries=counts[sub.index], distinct_keys=None,
             key_bytes=None, value_bytes=None, bytes=nbytes, largest_entry_bytes=None,
         )

@@ -77,6 +77,7 @@ from statequery.metadata.statemeta import (
     SubtaskInfo,
     assign_table_names,
     fingerprint,
+    operator_label,
     sql_identifier,
     type_string,
 )
@@ -268,7 +269,7 @@ class SavepointModel:
         for i, op in enumerate(ops):
             if op.operator_id == hashed:
                 return i
-        known = ", ".join(op.uid or op.name or op.operator_id for op in ops)
+        known = ", ".join(operator_label(op) for op in ops)
         raise NoSuchOperatorError(f"no operator {identifier!r} in {self.location} (have: {known})")
 
     def _operator_at(self, i: int) -> OperatorInfo:
