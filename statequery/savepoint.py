@@ -404,13 +404,19 @@ class Savepoint:
 
         return operator_table_names(self.meta)
 
+    def operator_table_id(self, name: str) -> str | None:
+        """The operator id of the operator table ``name`` (any case; :meth:`operator_tables`),
+        None when ``name`` is no operator table: every front end resolves them here (state
+        tables: :meth:`table`)."""
+        return {k.lower(): v for k, v in self.operator_tables().items()}.get(name.lower())
+
     def operator_table(self, name: str, states: Iterable[str] | None = None) -> OperatorTable:
         """The :class:`~statequery.optable.OperatorTable` of an operator table name (see
         :meth:`operator_tables`) or an operator uid, name or id, over ``states`` (default: every
         keyed state). Read it with ``table.batches(sp.read_operator(...))``."""
         from statequery.optable import OperatorTable
 
-        op_id = {k.lower(): v for k, v in self.operator_tables().items()}.get(name.lower())
+        op_id = self.operator_table_id(name)
         operator = op_id if op_id is not None else name
         return OperatorTable(self.operator_states(operator, states, keyed_only=True))
 
