@@ -13,7 +13,7 @@ from entries import same_table
 
 import statequery
 from statequery.arrow.schemas import state_schema
-from statequery.backends import fastpath
+from statequery.backends import fastpath, keygroups
 from statequery.io import FileIO
 from statequery.reader import list_states, read_table
 
@@ -46,7 +46,7 @@ def test_compiled_path_is_built() -> None:
     """``pip install`` builds the extension here (gcc and Cython are present); a machine without
     a compiler sets STATEQUERY_NO_EXTENSIONS, as for the build itself."""
     if os.environ.get("STATEQUERY_NO_EXTENSIONS"):
-        assert fastpath.key_group_scanner().__module__ == "statequery.backends.keygroups"
+        assert keygroups.key_group_scanner().__module__ == "statequery.backends.keygroups"
         return
     assert fastpath.compiled() is not None, "statequery.backends._read was not built"
 
