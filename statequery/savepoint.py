@@ -89,7 +89,7 @@ class Savepoint:
             else RunIndex()
         )
         # restored RocksDB databases stay open for this savepoint (bounded; closed by close())
-        from statequery.backends.rocksdb import OpenDatabases
+        from statequery.backends.pool import OpenDatabases
 
         #: how reads reach the bytes (statequery.scan.ReadContext)
         self.context = scan.ReadContext(self.resolver, self.run_index, OpenDatabases())

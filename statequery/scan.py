@@ -49,7 +49,7 @@ from statequery.metadata.runindex import IndexedRuns, RunIndex, Runs, runs_of
 from statequery.serializers.spec import SerializerSpec
 
 if TYPE_CHECKING:
-    from statequery.backends.rocksdb import OpenDatabases
+    from statequery.backends.pool import OpenDatabases
     from statequery.metadata.model import SavepointModel
     from statequery.metadata.statemeta import OperatorInfo, StateInfo, SubtaskInfo
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from statequery.arrow.batches import BatchBuilder
@@ -29,7 +29,7 @@ from statequery.metadata.handles import is_heap_layout
 from statequery.serializers.spec import SerializerSpec
 
 if TYPE_CHECKING:
-    from statequery.backends.rocksdb import OpenDatabases
+    from statequery.backends.pool import OpenDatabases
 
 __all__ = [
     "CanonicalKeyedBackend",
@@ -87,6 +87,9 @@ class KeyedContext:
     #: the reader's pool of restored RocksDB databases (kept open until it closes); None: a
     #: database is opened for one scan and closed after it
     open_databases: OpenDatabases | None = None
+    #: the layouts of the handle's header states in state-id order, from the model (None: the
+    #: backend reads them from the header)
+    order: tuple[StateLayout, ...] | None = None
 
 
 class KeyedBackend(Protocol):
@@ -340,7 +343,7 @@ def keyed_backend_from_model(
 ) -> KeyedBackend:
     """The backend of one subtask's keyed handle from what the StateMeta model knows of its
     header (compression, states in id order): no header byte is read."""
-    from statequery.metadata.handles import IncrementalHandle, KeyGroupsHandle
+    from statequery.metadata.handles import KeyGroupsHandle
 
     if isinstance(handle, KeyGroupsHandle):
         stream = HandleStream(context.resolver, handle.delegate)
@@ -357,9 +360,6 @@ def keyed_backend_from_model(
             key_serializer,
             list(order),
         )
-    if isinstance(handle, IncrementalHandle):
-        from statequery.backends.rocksdb import RocksDBKeyedBackend
-
-        return RocksDBKeyedBackend(handle, context, order=list(order))  # type: ignore[return-value]
-    return keyed_backend_for(handle, context)
+    # other layouts (RocksDB: IncrementalHandle) plug in through the registry
+    return keyed_backend_for(handle, replace(context, order=tuple(order)))
 
