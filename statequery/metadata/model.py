@@ -332,9 +332,7 @@ class SavepointModel:
         close = difflib.get_close_matches(name, tables, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
         detail = f"{hint}tables: {', '.join(tables) or 'none'}"
-        error = NoSuchTableError(f"no state table {name!r} in {self.location} ({detail})")
-        error.detail = detail  # type: ignore[attr-defined]
-        raise error
+        raise NoSuchTableError(f"no state table {name!r} in {self.location} ({detail})", detail)
 
     def operator_states(
         self, operator: Any, states: Iterable[str] | None = None, keyed_only: bool = False
