@@ -24,7 +24,7 @@ from statequery.discovery import find_metadata
 from statequery.exceptions import CorruptStateError, SnapshotIgnoredWarning
 from statequery.io import FileIO, join_location, location_parent
 from statequery.metadata.checkpoint import CheckpointMetadata
-from statequery.metadata.handles import HandleResolver, KeyGroupsHandle
+from statequery.metadata.handles import HandleResolver
 from statequery.metadata.model import (
     DEFAULT_WORKERS,
     STATE_META_COLUMNS,
@@ -274,43 +274,7 @@ class Savepoint:
         """Complete :attr:`run_index`: walk (without decoding) every key group of every
         canonical keyed stream that is not indexed yet; returns the index. Reads every such
         byte once (snappy key groups are decompressed)."""
-        from statequery.backends import (
-            CanonicalKeyedBackend,
-            KeyedContext,
-            is_heap_layout,
-            keyed_backend_from_model,
-        )
-
-        index = self.run_index
-        for op in self.meta.operators:
-            for st in op.subtasks:
-                h, header = st.keyed_handle, st.keyed_header
-                if not isinstance(h, KeyGroupsHandle) or header is None or is_heap_layout(h):
-                    continue
-                have = index.runs(op.operator_id, st.index)
-                todo = [
-                    h.start_key_group + i
-                    for i, o in enumerate(h.offsets)
-                    if o > 0 and h.start_key_group + i not in have
-                ]
-                if not todo:
-                    continue
-                backend = keyed_backend_from_model(
-                    h,
-                    KeyedContext(self.resolver, op.max_parallelism, op.display_name),
-                    header.compressed,
-                    op.key_spec,
-                    scan._header_order(op, header.state_ids),
-                )
-                assert isinstance(backend, CanonicalKeyedBackend)
-
-                def record(kg: int, runs: list[int], op_id: str = op.operator_id,
-                           sub: int = st.index) -> None:
-                    index.record(op_id, sub, kg, runs)
-
-                for _kg in backend.scan_states([], None, todo, record=record):
-                    pass
-        return index
+        return scan.index_runs(self.model, self.context)
 
     # -- data (planned and executed by the scan layer, statequery.scan) --------------------------
 

@@ -59,6 +59,7 @@ __all__ = [
     "ScanTask",
     "StateSource",
     "execute",
+    "index_runs",
     "key_group_for",
     "lookup",
     "normalize_key",
@@ -679,6 +680,50 @@ def _execute_operator(
             stream, layout, part.offsets, all_offsets, task.compressed, task.subtask, builder
         )
     yield from _flush(layout.name, builder, None, batch_size)
+
+
+def index_runs(model: SavepointModel, ctx: ReadContext) -> RunIndex:
+    """Complete ``ctx.run_index``: walk (without decoding) every key group of every canonical
+    keyed stream of ``model`` that is not indexed yet; returns the index. Reads every such byte
+    once (snappy key groups are decompressed)."""
+    from statequery.backends import (
+        CanonicalKeyedBackend,
+        KeyedContext,
+        is_heap_layout,
+        keyed_backend_from_model,
+    )
+
+    index = ctx.run_index
+    assert index is not None
+    for op in model.meta.operators:
+        for st in op.subtasks:
+            h, header = st.keyed_handle, st.keyed_header
+            if not isinstance(h, KeyGroupsHandle) or header is None or is_heap_layout(h):
+                continue
+            have = index.runs(op.operator_id, st.index)
+            todo = [
+                h.start_key_group + i
+                for i, o in enumerate(h.offsets)
+                if o > 0 and h.start_key_group + i not in have
+            ]
+            if not todo:
+                continue
+            backend = keyed_backend_from_model(
+                h,
+                KeyedContext(ctx.resolver, op.max_parallelism, op.display_name),
+                header.compressed,
+                op.key_spec,
+                _header_order(op, header.state_ids),
+            )
+            assert isinstance(backend, CanonicalKeyedBackend)
+
+            def record(kg: int, runs: list[int], op_id: str = op.operator_id,
+                       sub: int = st.index) -> None:
+                index.record(op_id, sub, kg, runs)
+
+            for _kg in backend.scan_states([], None, todo, record=record):
+                pass
+    return index
 
 
 # -- the front ends' operations -----------------------------------------------------------------
