@@ -142,6 +142,8 @@ class ScanTask:
     runs: IndexedRuns | None = None
     #: the handle is the subtask's raw keyed stream (heap timers of a RocksDB checkpoint)
     raw: bool = False
+    #: ``HeaderInfo.layout``: "heap" or "canonical" when the handle alone cannot tell
+    stream_layout: str | None = None
 
     @property
     def keyed(self) -> bool:
@@ -261,11 +263,12 @@ def _byte_ranges(
 
 def _handle_runs(ctx: ReadContext, op: OperatorInfo, st: SubtaskInfo) -> Any:
     """The context's run index of one subtask's canonical keyed handle (empty: none)."""
-    from statequery.metadata.handles import is_heap_layout
+    from statequery.metadata.handles import is_heap_stream
 
     index = ctx.run_index
     handle = st.keyed_handle
-    if index is None or not isinstance(handle, KeyGroupsHandle) or is_heap_layout(handle):
+    layout = None if st.keyed_header is None else st.keyed_header.layout
+    if index is None or not isinstance(handle, KeyGroupsHandle) or is_heap_stream(handle, layout):
         return {}
     return index.runs(op.operator_id, st.index)
 
@@ -387,6 +390,7 @@ def plan_states(
             key_serializer=op.key_spec,
             keys=normalized,
             mode=mode,
+            stream_layout=header.layout,
         )
         indexed = _handle_runs(ctx, op, st)
         gap = _read_gap(ctx, st) if indexed else 0
@@ -576,6 +580,7 @@ def keyed_backend(task: ScanTask, ctx: ReadContext) -> Any:
         task.compressed,
         task.key_serializer,
         task.states,
+        layout=task.stream_layout,
     )
 
 
@@ -689,7 +694,7 @@ def index_runs(model: SavepointModel, ctx: ReadContext) -> RunIndex:
     from statequery.backends import (
         CanonicalKeyedBackend,
         KeyedContext,
-        is_heap_layout,
+        is_heap_stream,
         keyed_backend_from_model,
     )
 
@@ -698,7 +703,11 @@ def index_runs(model: SavepointModel, ctx: ReadContext) -> RunIndex:
     for op in model.meta.operators:
         for st in op.subtasks:
             h, header = st.keyed_handle, st.keyed_header
-            if not isinstance(h, KeyGroupsHandle) or header is None or is_heap_layout(h):
+            if (
+                not isinstance(h, KeyGroupsHandle)
+                or header is None
+                or is_heap_stream(h, header.layout)
+            ):
                 continue
             have = index.runs(op.operator_id, st.index)
             todo = [
@@ -714,6 +723,7 @@ def index_runs(model: SavepointModel, ctx: ReadContext) -> RunIndex:
                 header.compressed,
                 op.key_spec,
                 _header_order(op, header.state_ids),
+                layout=header.layout,
             )
             assert isinstance(backend, CanonicalKeyedBackend)
 

@@ -25,7 +25,11 @@ from statequery.arrow.batches import BatchBuilder
 from statequery.arrow.schemas import StateLayout
 from statequery.decoder import Decoder
 from statequery.exceptions import UnsupportedFormatError
-from statequery.metadata.handles import is_heap_layout
+from statequery.metadata.handles import (
+    is_heap_layout,
+    is_heap_stream,
+    layout_by_first_bytes,
+)
 from statequery.serializers.spec import SerializerSpec
 
 if TYPE_CHECKING:
@@ -37,7 +41,9 @@ __all__ = [
     "HeapKeyedBackend",
     "KeyedBackend",
     "KeyedContext",
+    "heap_layout_of",
     "is_heap_layout",
+    "is_heap_stream",
     "keyed_backend_for",
     "keyed_backend_from_model",
     "register_keyed_backend",
@@ -334,22 +340,88 @@ class HeapKeyedBackend(_KeyedBase):
         yield from stream.scan(blocks, wanted)
 
 
+#: (stream, start key group, offsets) -> heap layout?, decided once per stream by its bytes
+_LAYOUT_OF: dict[tuple[str, int, tuple[int, ...]], bool] = {}
+_LAYOUT_LOCK = threading.Lock()
+
+
+def heap_layout_of(handle: Any, stream: Any, compressed: bool, n_states: int,
+                   max_parallelism: int) -> bool:
+    """Whether a key-groups handle's stream holds the hashmap layout (else the canonical one).
+
+    Decided by the handle when it can (:func:`is_heap_layout`: a key group without offset is
+    canonical); else by 4 bytes of a key group other than 0
+    (:func:`~statequery.metadata.handles.layout_by_first_bytes`); a handle holding key group 0
+    alone is walked as canonical (lengths only) and is canonical exactly when that walk ends on
+    the end-of-key-group mark. The model keeps the answer (``HeaderInfo.layout``), so reading
+    passes it and probes nothing."""
+    if not is_heap_layout(handle):
+        return False
+    key = (str(stream.name), int(handle.start_key_group), tuple(handle.offsets))
+    with _LAYOUT_LOCK:
+        known = _LAYOUT_OF.get(key)
+    if known is not None:
+        return known
+    heap = _probe_heap_layout(handle, stream, compressed, n_states, max_parallelism)
+    with _LAYOUT_LOCK:
+        if len(_LAYOUT_OF) > 4096:
+            _LAYOUT_OF.clear()
+        _LAYOUT_OF[key] = heap
+    return heap
+
+
+def _probe_heap_layout(handle: Any, stream: Any, compressed: bool, n_states: int,
+                       max_parallelism: int) -> bool:
+    from statequery.backends.keygroups import (
+        iter_key_group_extents,
+        key_group_prefix_bytes,
+        read_key_group_spans,
+        scan_key_group,
+    )
+    from statequery.backends.snappy import decompress_framed
+    from statequery.exceptions import CorruptStateError
+    from statequery.serializers.readers import DecodeError
+
+    hint = layout_by_first_bytes(handle, stream.read_range)
+    if hint is not None:
+        return hint == "heap"
+    starts = [(handle.start_key_group + i, o) for i, o in enumerate(handle.offsets)]
+    # key group 0 alone: a hashmap key group starts with int32 0 ...
+    ((_kg, start, end),) = list(iter_key_group_extents(stream, starts))
+    ((_kg, start, _end, data),) = list(read_key_group_spans(stream, [(0, start, end)]))
+    if len(data) < 4 or int.from_bytes(data[:4], "big", signed=True) != 0:
+        return False
+    # ... as does a canonical one of state 0 with a key shorter than 64 KiB: walk it
+    try:
+        buf = decompress_framed(data, stream.name, start) if compressed else data
+        scan_key_group(buf, 0, key_group_prefix_bytes(max_parallelism), [None] * max(n_states, 1))
+    except (DecodeError, CorruptStateError, ValueError, IndexError):
+        return True
+    return False
+
+
 def keyed_backend_from_model(
     handle: Any,
     context: KeyedContext,
     compressed: bool,
     key_serializer: SerializerSpec | None,
     order: Sequence[StateLayout],
+    layout: str | None = None,
 ) -> KeyedBackend:
     """The backend of one subtask's keyed handle from what the StateMeta model knows of its
-    header (compression, states in id order): no header byte is read."""
+    header (compression, states in id order, the layout its bytes showed): no header byte is
+    read (without ``layout``, a handle that cannot tell is probed)."""
     from statequery.metadata.handles import KeyGroupsHandle
 
     if isinstance(handle, KeyGroupsHandle):
         stream = HandleStream(context.resolver, handle.delegate)
-        cls: type[_KeyedBase] = HeapKeyedBackend if is_heap_layout(handle) else (
-            CanonicalKeyedBackend
-        )
+        if layout is not None or not is_heap_layout(handle):
+            heap = is_heap_stream(handle, layout)
+        else:
+            heap = heap_layout_of(
+                handle, stream, compressed, len(order), context.max_parallelism
+            )
+        cls: type[_KeyedBase] = HeapKeyedBackend if heap else CanonicalKeyedBackend
         return cls(
             stream.name,
             stream,

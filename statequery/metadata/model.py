@@ -25,6 +25,7 @@ from statequery.exceptions import (
     NoSuchOperatorError,
     NoSuchStateError,
     NoSuchTableError,
+    StatequeryError,
     UnknownSerializerError,
 )
 from statequery.hashing import operator_id_from_uid
@@ -41,6 +42,8 @@ from statequery.metadata.handles import (
     OperatorStreamHandle,
     StreamHandle,
     is_heap_layout,
+    is_heap_stream,
+    layout_by_first_bytes,
 )
 from statequery.metadata.kinds import OPERATOR_KINDS, layout_or_unknown
 from statequery.metadata.plan import (
@@ -405,19 +408,26 @@ def _keyed_header_stream(h: KeyedHandle | None) -> StreamHandle | None:
     return None
 
 
+def _keyed_proxy(header: Any) -> KeyedBackendProxy | None:
+    return header if isinstance(header, KeyedBackendProxy) else None
+
+
 def _stream_bytes(handles: tuple[StreamHandle, ...]) -> int:
     return sum(h.size or 0 for h in handles)
 
 
-def _backend_of(h: KeyedHandle | None) -> str | None:
+def _backend_of(h: KeyedHandle | None, proxy: KeyedBackendProxy | None = None) -> str | None:
     if isinstance(h, IncrementalHandle):
         return "rocksdb"
     if isinstance(h, KeyGroupsHandle):
         if h.handle_type != 12:
             return None
         # type 12 with an offset per key group is the hashmap layout; type 12 in the key-group
-        # stream layout is a full (non-incremental) RocksDB checkpoint of Flink 1.15
-        return "hashmap" if is_heap_layout(h) else "rocksdb"
+        # stream layout is a full (non-incremental) RocksDB checkpoint of Flink 1.15, which has
+        # an offset per key group too when each holds data: the header read says which
+        return "hashmap" if is_heap_stream(h, None if proxy is None else proxy.layout) else (
+            "rocksdb"
+        )
     if isinstance(h, (ChangelogHandle, ChangelogStreamHandle, InMemoryChangelogHandle)):
         return "changelog"
     return None
@@ -536,7 +546,8 @@ def read_headers(
     def run(job: _HeaderJob) -> KeyedBackendProxy | OperatorBackendProxy | RawKeyedHeader:
         # where data starts is known from the handle's offsets: read exactly the header
         if job.kind == "keyed":
-            return read_header(resolver, job.handle, read_keyed_proxy, **_prefix(job.handle))
+            proxy = read_header(resolver, job.handle, read_keyed_proxy, **_prefix(job.handle))
+            return _with_layout(proxy, job.handle, resolver)
         if job.kind == "raw_keyed":
             assert isinstance(job.handle, KeyGroupsHandle)
             return _raw_keyed_header(resolver, job.handle)
@@ -671,8 +682,29 @@ class _Facts:
     backend: str | None
 
 
-def _facts(md: CheckpointMetadata) -> _Facts:
-    """Snapshot type, format and backend: from ``_metadata`` alone (no header)."""
+def _with_layout(
+    proxy: KeyedBackendProxy, handle: StreamHandle | KeyGroupsHandle, resolver: HandleResolver
+) -> KeyedBackendProxy:
+    """A type-12 stream with an offset for every key group is a hashmap checkpoint, or a Flink
+    1.15 full RocksDB checkpoint whose every key group holds data: 4 bytes of a key group tell
+    which (:func:`~statequery.metadata.handles.layout_by_first_bytes`)."""
+    if not isinstance(handle, KeyGroupsHandle) or not is_heap_layout(handle):
+        return proxy
+    delegate = handle.delegate
+    try:
+        layout = layout_by_first_bytes(
+            handle, lambda start, n: bytes(resolver.read(delegate, start, n))
+        )
+    except StatequeryError:
+        return proxy  # reading reports it; the listing keeps what the handle says
+    return proxy if layout is None else dataclasses.replace(proxy, layout=layout)
+
+
+def _facts(
+    md: CheckpointMetadata, headers: dict[tuple[int, int, str], Any] | None = None
+) -> _Facts:
+    """Snapshot type, format and backend: from ``_metadata`` (and the keyed headers read, which
+    tell a Flink 1.15 full RocksDB checkpoint from a hashmap one when the handles cannot)."""
     snapshot_type = (
         md.properties.snapshot_type
         if md.properties
@@ -698,9 +730,10 @@ def _facts(md: CheckpointMetadata) -> _Facts:
         fmt = "canonical" if keyed_types <= {3, 7} else "native"
     else:
         fmt = None
+    known = headers or {}
     backends = {
-        _backend_of(st.managed_keyed)
-        for op in md.operators
+        _backend_of(st.managed_keyed, _keyed_proxy(known.get((i, st.index, "keyed"))))
+        for i, op in enumerate(md.operators)
         for st in op.subtasks
         if st.managed_keyed is not None
     }
@@ -722,7 +755,7 @@ def derive_state_meta(
     missing = [i for i in range(len(md.operators)) if i not in have]
     if missing:
         headers.update(read_headers(md, resolver, missing, max_workers))
-    facts = _facts(md)
+    facts = _facts(md, headers)
     operators = [derive_operator(md, i, headers, facts.format) for i in range(len(md.operators))]
     size, digest = fingerprint(metadata_bytes)
     return StateMeta(
@@ -767,7 +800,7 @@ def derive_operator(
                 rkp.error,
             )
         if st.managed_keyed is not None:
-            op_backend = op_backend or _backend_of(st.managed_keyed)
+            op_backend = op_backend or _backend_of(st.managed_keyed, _keyed_proxy(kp))
         if isinstance(kp, KeyedBackendProxy):
             key_spec = key_spec or kp.key_serializer
             keyed_header = HeaderInfo(
@@ -776,6 +809,7 @@ def derive_operator(
                 kp.header_end,
                 {s.name: s.state_id for s in kp.states},
                 kp.error,
+                kp.layout,
             )
             for s in kp.states:
                 merged.setdefault(s.name, (s, "keyed"))

@@ -83,8 +83,9 @@ __all__ = [
 MAGIC = "statequery-statemeta"
 #: 2: RowData specs keep their stored field serializers; 3: checksummed body; 4: the optional
 #: ``run_index`` section (statequery.metadata.runindex); 5: raw keyed state (heap timers of
-#: RocksDB checkpoints, ``raw_keyed_header``, ``StateInfo.stream``) and raw state listed as such
-FORMAT_VERSION = 5
+#: RocksDB checkpoints, ``raw_keyed_header``, ``StateInfo.stream``) and raw state listed as such;
+#: 6: ``HeaderInfo.layout`` (a type-12 stream's layout, from its bytes)
+FORMAT_VERSION = 6
 SNAPSHOT_FILE_NAME = "_statequery_meta.msgpack"
 MAX_SNAPSHOT_BYTES = 256 << 20
 
@@ -103,6 +104,9 @@ class HeaderInfo:
     header_end: int | None
     state_ids: dict[str, int] = field(default_factory=dict)
     error: str | None = None
+    #: of a keyed key-groups stream whose handle cannot tell (type 12, every key group with an
+    #: offset): "heap" or "canonical", as its bytes said when the header was read
+    layout: str | None = None
 
 
 @dataclass(frozen=True)
@@ -509,6 +513,7 @@ def _header_to(h: HeaderInfo | None) -> Any:
         "header_end": h.header_end,
         "state_ids": dict(h.state_ids),
         "error": h.error,
+        "layout": h.layout,
     }
 
 
@@ -516,7 +521,12 @@ def _header_from(d: Any) -> HeaderInfo | None:
     if d is None:
         return None
     return HeaderInfo(
-        d["version"], d["compressed"], d["header_end"], dict(d["state_ids"]), d["error"]
+        d["version"],
+        d["compressed"],
+        d["header_end"],
+        dict(d["state_ids"]),
+        d["error"],
+        d.get("layout"),
     )
 
 
