@@ -101,6 +101,13 @@ MATRIX = [
     _fx("datastream-forst-native", "datastream", "forst", "savepoint", "native"),
     _fx("datastream-forst-checkpoint", "datastream", "forst", "checkpoint", "native",
         incremental=True),
+    # ForSt with the asynchronous state API (State V2, KEY_VALUE_V2 states): the primary
+    # directory is then the checkpoint directory (disaggregated), the checkpoint's SSTs are the
+    # database's own files under <job-id>/shared/op_<operator>_<id>__<subtask>_<par>__attempt_0/db/
+    _fx("async-datastream-forst-checkpoint", "async-datastream", "forst", "checkpoint", "native",
+        incremental=True),
+    _fx("async-datastream-forst-native", "async-datastream", "forst", "savepoint", "native"),
+    _fx("async-sql-forst-native", "async-sql", "forst", "savepoint", "native"),
     # the changelog state backend before its first materialization: keyed state only in the log
     _fx("changelog-hashmap-unmaterialized-checkpoint", "datastream", "hashmap", "checkpoint",
         "native", changelog="1h",
@@ -378,6 +385,15 @@ def datastream_expected() -> list[dict]:
     return entries
 
 
+# AsyncStateJob.java: the DataStream job's source and user-state (on State V2), no operator-state
+# and window-agg; keyed directly after the source, so per-key order is input order as before.
+ASYNC_DS_UIDS = ("fixture-source", "user-state")
+
+
+def async_datastream_expected() -> list[dict]:
+    return [e for e in datastream_expected() if e["operator_uid"] in ASYNC_DS_UIDS]
+
+
 # --------------------------------------------------------------------------------------------
 # The TTL + Kryo job, modelled (TtlKryoJob.java)
 # --------------------------------------------------------------------------------------------
@@ -559,6 +575,27 @@ SQL_STATES = [
         "ROW<f0 STRING>", "VOID", user_key_type="INT"),
     _st("distinctAcc_0_null_state", "value", "BIGINT", "ROW<f0 STRING>", "VOID"),
 ]
+
+
+# sql_job.py --async-state: COUNT(MOD(id, 5)) instead of the distinct count, so no MapView and
+# no distinct map state; the asynchronous GroupAggregate keeps accState as a State V2 value.
+SQL_ASYNC_ACC_TYPE = ("ROW<f0 BIGINT (COUNT(*) count1), f1 BIGINT (SUM sum), f2 BIGINT (COUNT "
+                      "count), f3 DECIMAL(12, 2) (MAX), f4 DECIMAL(30, 6) (MAX), f5 TIMESTAMP(6) "
+                      "(MAX), f6 STRING (MAX)>")
+
+SQL_ASYNC_STATES = [_st("accState", "value", SQL_ASYNC_ACC_TYPE, "ROW<f0 STRING>", "VOID")]
+
+
+def sql_async_expected(agg_operator_id: str) -> list[dict]:
+    """The SQL job's accumulators without the distinct count (its ``f2`` counts every row)."""
+    entries = []
+    for e in sql_expected(agg_operator_id):
+        if e["state"] == "accState":
+            acc = dict(e["value"])
+            del acc["f7"]
+            acc["f2"] = acc["f0"]
+            entries.append({**e, "value": acc})
+    return entries
 
 
 def _decimal_str(numerator: int, denominator: int, scale: int) -> str:
@@ -901,6 +938,13 @@ def run_job(fx: dict, scratch: Path) -> dict[str, str]:
                str(fx["incremental"]).lower(), str(fx["max_parallelism"]),
                str(fx["compression"]).lower(), str(fx["inline"]).lower(), kind, str(out),
                fx.get("timers", "rocksdb"), fx.get("changelog", "off")]
+    elif fx["job"] == "async-datastream":
+        kind = "checkpoint" if fx["snapshot"] == "checkpoint" else f"savepoint-{fx['format']}"
+        cmd = ["java", "-cp", build(), "statequery.fixtures.AsyncStateJob", kind, str(out)]
+    elif fx["job"] == "async-sql":
+        cmd = [sys.executable, str(HERE / "sql_job.py"), "--backend", fx["backend"], "--kind",
+               f"savepoint-{fx['format']}", "--out", str(out), "--max-parallelism",
+               str(fx["max_parallelism"]), "--async-state"]
     elif fx["job"] == "edge-sql":
         kind = "checkpoint" if fx["snapshot"] == "checkpoint" else f"savepoint-{fx['format']}"
         cmd = [sys.executable, str(HERE / "sql_edge_job.py"), "--backend", fx["backend"],
@@ -1038,12 +1082,14 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
         fixture_dir = FIXTURES / rel
 
         infos = snapshot_info(fixture_dir)
-        if fx["job"] in ("datastream", "ttl-kryo", "raw-state", "edge-datastream"):
+        if fx["job"] in ("datastream", "ttl-kryo", "raw-state", "edge-datastream",
+                         "async-datastream"):
             for info in infos:
                 if info["uid"] and info["operator_id"] != operator_id_for_uid(info["uid"]):
                     raise RuntimeError(f"operator id mismatch for uid {info['uid']}: {info}")
             entries = {"datastream": datastream_expected, "ttl-kryo": ttl_kryo_expected,
                        "raw-state": raw_state_expected,
+                       "async-datastream": async_datastream_expected,
                        "edge-datastream": lambda: edge_datastream_expected(fx)}[fx["job"]]()
         elif fx["job"] == "sql-keys":
             entries = sql_keys_expected(infos)
@@ -1056,7 +1102,8 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
             aggs = [i for i in infos if i["name"].startswith("GroupAggregate")]
             if len(aggs) != 1:
                 raise RuntimeError(f"expected one GroupAggregate operator, got {infos}")
-            entries = sql_expected(aggs[0]["operator_id"])
+            entries = (sql_async_expected if fx["job"] == "async-sql" else sql_expected)(
+                aggs[0]["operator_id"])
         write_jsonl(exp_path, entries)
 
         problems: list[str] = []
@@ -1172,6 +1219,10 @@ def manifest_record(fx: dict, rel: str, infos: list[dict]) -> dict:
     for info in sorted(infos, key=lambda i: (i["uid"] or "~", i["name"])):
         if fx["job"] == "datastream":
             states = DS_STATES.get(info["uid"], [])
+        elif fx["job"] == "async-datastream":
+            states = DS_STATES.get(info["uid"], []) if info["uid"] in ASYNC_DS_UIDS else []
+        elif fx["job"] == "async-sql":
+            states = SQL_ASYNC_STATES if info["name"].startswith("GroupAggregate") else []
         elif fx["job"] == "ttl-kryo":
             states = TK_STATES.get(info["uid"], [])
         elif fx["job"] == "raw-state":
@@ -1196,6 +1247,11 @@ def manifest_record(fx: dict, rel: str, infos: list[dict]) -> dict:
     if fx["backend"] == "forst":
         # ForSt writes RocksDB's files and handles: the layout statequery reads is "rocksdb"
         rec["backend"], rec["state_backend"] = "rocksdb", "forst"
+        if fx["job"].startswith("async-"):
+            # State V2 headers (KEY_VALUE_V2) and ForSt's working-directory file paths say ForSt;
+            # a ForSt job on State V1 with its primary directory local says nothing more than
+            # RocksDB does (docs/format-notes.md)
+            rec["state_meta_backend"] = "forst"
     rec["flink_version"] = fx.get("flink_version", FLINK_VERSION)
     rec["path"] = rel
     rec.update({k: fx[k] for k in ("incremental", "max_parallelism", "compression", "inline")})
