@@ -46,7 +46,7 @@ MAX_FIXTURE_BYTES = 2 * 1024 * 1024
 
 def _fx(name, job, backend, snapshot, fmt, *, incremental=False, max_parallelism=128,
         compression=False, inline=False, timers="rocksdb", changelog="off", unread=None,
-        large=False):
+        large=False, s3=False):
     fx = {"name": name, "job": job, "backend": backend, "snapshot": snapshot, "format": fmt,
           "incremental": incremental, "max_parallelism": max_parallelism,
           "compression": compression, "inline": inline}
@@ -58,6 +58,8 @@ def _fx(name, job, backend, snapshot, fmt, *, incremental=False, max_parallelism
         fx["unread"] = unread
     if large:  # edge jobs: also the >64 KiB string and the 66000-byte array
         fx["large"] = True
+    if s3:  # checkpoint and ForSt primary directory on the S3 test server (moto)
+        fx["s3"] = True
     return fx
 
 
@@ -108,6 +110,11 @@ MATRIX = [
         incremental=True),
     _fx("async-datastream-forst-native", "async-datastream", "forst", "savepoint", "native"),
     _fx("async-sql-forst-native", "async-sql", "forst", "savepoint", "native"),
+    # the same with checkpoints and ForSt's primary directory on the S3 test server (moto,
+    # s3://statequery-test/<name>/checkpoints and .../primary): ForSt copies its tables into the
+    # checkpoint's shared/ (s3:// handles); the fixture mirrors the bucket under <name>/
+    _fx("async-datastream-forst-s3-checkpoint", "async-datastream", "forst", "checkpoint",
+        "native", incremental=True, s3=True),
     # the changelog state backend before its first materialization: keyed state only in the log
     _fx("changelog-hashmap-unmaterialized-checkpoint", "datastream", "hashmap", "checkpoint",
         "native", changelog="1h",
@@ -914,9 +921,11 @@ def build() -> str:
     return _classpath
 
 
-def _run(cmd: list[str], log: Path, timeout: int = 300) -> dict[str, str]:
+def _run(cmd: list[str], log: Path, timeout: int = 300,
+         env: dict[str, str] | None = None) -> dict[str, str]:
     with open(log, "w") as out:
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=out, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=out, text=True, timeout=timeout,
+                              env={**os.environ, **env} if env else None)
     if proc.returncode != 0:
         raise RuntimeError(
             f"{cmd[:4]}... failed ({proc.returncode}), see {log}:\n{proc.stdout[-2000:]}")
@@ -930,8 +939,18 @@ def _run(cmd: list[str], log: Path, timeout: int = 300) -> dict[str, str]:
     return result
 
 
-def run_job(fx: dict, scratch: Path) -> dict[str, str]:
+S3_BUCKET = "statequery-test"  # tests/s3server.py's bucket: the fixture's s3:// paths are its
+
+
+def run_job(fx: dict, scratch: Path, s3_endpoint: str | None = None) -> dict[str, str]:
     out = scratch / "out"
+    if fx.get("s3"):
+        # checkpoints and ForSt's primary directory on the S3 test server, through the fixture
+        # programs' s3:// file system (src/statequery/fixtures/s3: the wheel ships no S3 plugin)
+        base = f"s3://{S3_BUCKET}/{fx['name']}"
+        cmd = ["java", "-cp", build(), "statequery.fixtures.AsyncStateJob", "checkpoint",
+               f"{base}/checkpoints", f"{base}/primary"]
+        return _run(cmd, scratch / "job.log", env={"AWS_ENDPOINT_URL": s3_endpoint or ""})
     if fx["job"] == "datastream":
         kind = "checkpoint" if fx["snapshot"] == "checkpoint" else f"savepoint-{fx['format']}"
         cmd = ["java", "-cp", build(), "statequery.fixtures.DataStreamStateJob", fx["backend"],
@@ -979,6 +998,27 @@ def run_job(fx: dict, scratch: Path) -> dict[str, str]:
         cmd += ["--compression"] if fx["compression"] else []
         cmd += ["--inline"] if fx["inline"] else []
     return _run(cmd, scratch / "job.log")
+
+
+def _run_on_s3(fx: dict, scratch: Path, dest: Path) -> dict[str, str]:
+    """Run the job against moto's S3 (the test server of tests/s3server.py), then mirror every
+    object under ``<name>/`` into ``tests/fixtures/<name>/`` (the same keys: a test uploads them
+    back to the paths the checkpoint's ``_metadata`` names)."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from s3server import moto_s3_server
+
+    with moto_s3_server(S3_BUCKET) as s3:
+        res = run_job(fx, scratch, s3.endpoint_url)
+        shutil.rmtree(dest, ignore_errors=True)
+        client = s3.client()
+        pages = client.get_paginator("list_objects_v2").paginate(
+            Bucket=S3_BUCKET, Prefix=f"{fx['name']}/")
+        for page in pages:
+            for obj in page.get("Contents", []):
+                target = FIXTURES / obj["Key"]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                client.download_file(S3_BUCKET, obj["Key"], str(target))
+    return res
 
 
 def snapshot_info(snapshot_dir: Path) -> list[dict]:
@@ -1066,16 +1106,23 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
         shutil.rmtree(scratch, ignore_errors=True)
         scratch.mkdir(parents=True)
         t0 = time.time()
-        res = run_job(fx, scratch)
-        snap = Path(res["SNAPSHOT_PATH"])
+        if fx.get("s3"):
+            res = _run_on_s3(fx, scratch, dest)
+            snap = FIXTURES / res["SNAPSHOT_PATH"][len(f"s3://{S3_BUCKET}/"):]
+        else:
+            res = run_job(fx, scratch)
+            snap = Path(res["SNAPSHOT_PATH"])
         print(f"  {name}: job {res.get('JOB_ID')} took {time.time() - t0:.1f}s -> {snap}")
 
         # copy the snapshot
-        shutil.rmtree(dest, ignore_errors=True)
-        if fx["snapshot"] == "savepoint":
+        if fx.get("s3"):
+            rel = str(snap.relative_to(FIXTURES))  # the bucket's objects, already mirrored
+        elif fx["snapshot"] == "savepoint":
+            shutil.rmtree(dest, ignore_errors=True)
             shutil.copytree(snap, dest / snap.name)
             rel = f"{name}/{snap.name}"
         else:
+            shutil.rmtree(dest, ignore_errors=True)
             job_dir = snap.parent
             shutil.copytree(job_dir, dest / job_dir.name)
             rel = f"{name}/{job_dir.name}/{snap.name}"
@@ -1255,7 +1302,7 @@ def manifest_record(fx: dict, rel: str, infos: list[dict]) -> dict:
     rec["flink_version"] = fx.get("flink_version", FLINK_VERSION)
     rec["path"] = rel
     rec.update({k: fx[k] for k in ("incremental", "max_parallelism", "compression", "inline")})
-    for extra in ("timers", "changelog", "large"):
+    for extra in ("timers", "changelog", "large", "s3"):
         if extra in fx:
             rec[extra] = fx[extra]
     rec["operators"] = operators

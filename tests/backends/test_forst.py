@@ -18,19 +18,25 @@ backend ``forst``.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from conftest import dump_entries, expected_entries, fixture_dir, fixture_record
+from conftest import FIXTURES as FIXTURES_ROOT
 from entries import canonical, mask_any, savepoint_entries
+from s3server import S3Server, moto_s3_server
 
 import statequery
+import statequery.backends.rocksdb as rocks
+from statequery.backends.cache import FileCache
 from statequery.backends.sst import SstFile
 from statequery.metadata.handles import FileHandle
 
 FORST = ["datastream-forst-native", "datastream-forst-checkpoint"]
+S3_CHECKPOINT = "async-datastream-forst-s3-checkpoint"
 ASYNC = ["async-datastream-forst-checkpoint", "async-datastream-forst-native",
-         "async-sql-forst-native"]
+         "async-sql-forst-native", S3_CHECKPOINT]
 
 
 @pytest.mark.parametrize("name", FORST)
@@ -117,3 +123,54 @@ def test_forst_on_state_v1_with_local_files_says_rocksdb(name: str) -> None:
     """Nothing in ``_metadata`` or the headers of a ForSt job on State V1 with its primary
     directory local tells ForSt from RocksDB (docs/format-notes.md): state_meta names the layout."""
     assert _open(name).backend == "rocksdb"
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[S3Server]:
+    """The S3 test server holding the S3 fixture's objects at the keys Flink wrote them to (the
+    fixture directory mirrors the bucket under its name)."""
+    with moto_s3_server() as server:
+        assert server.bucket == "statequery-test"
+        server.upload_tree(FIXTURES_ROOT / S3_CHECKPOINT, S3_CHECKPOINT)
+        yield server
+
+
+def _s3_uri(s3: S3Server) -> str:
+    chk = fixture_dir(S3_CHECKPOINT)
+    return f"s3://{s3.bucket}/{chk.relative_to(FIXTURES_ROOT)}"
+
+
+def test_s3_checkpoint_names_its_files_on_s3(s3: S3Server) -> None:
+    """ForSt's primary directory and the checkpoint directory on S3: ``_metadata`` names every
+    table and ForSt file by its absolute s3:// path in the checkpoint's ``shared/``."""
+    assert fixture_record(S3_CHECKPOINT)["s3"] is True
+    sp = statequery.open(_s3_uri(s3), storage_options=s3.storage_options, use_snapshot=False)
+    job = fixture_dir(S3_CHECKPOINT).parent.name
+    paths = [s.path for op in sp.meta.operators for st in op.subtasks if st.keyed_handle
+             for _, s in (*st.keyed_handle.shared, *st.keyed_handle.private)]
+    assert len(paths) == 2 * 9  # six tables, OPTIONS, MANIFEST, CURRENT per subtask
+    assert all(p.startswith(f"s3://{s3.bucket}/{S3_CHECKPOINT}/checkpoints/{job}/shared/")
+               for p in paths)
+    assert sp.backend == "forst"
+
+
+@pytest.fixture(scope="module")
+def s3_cache(tmp_path_factory: pytest.TempPathFactory) -> FileCache:
+    """One cache for both decode paths: the first fetches the tables from S3, the second
+    decodes the same fetched bytes."""
+    return FileCache(tmp_path_factory.mktemp("forst-s3-cache"))
+
+
+def test_s3_checkpoint_read_from_s3_equals_forst_restore(s3: S3Server, decode_path: str,
+                                                         s3_cache: FileCache,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read through the storage seam from the S3 test server: every entry equals ForSt's own
+    restore, and a lookup equals the full read filtered to the key."""
+    monkeypatch.setattr(rocks, "_DEFAULT_CACHE", s3_cache)
+    sp = statequery.open(_s3_uri(s3), storage_options=s3.storage_options, use_snapshot=False)
+    assert savepoint_entries(sp, key_group=True) == sorted(
+        canonical(e) for e in dump_entries(S3_CHECKPOINT))
+    rows = sp.read("user-state", "amount-by-category").to_pylist()
+    got = sp.lookup("user-7", "user-state")
+    assert {state: t.to_pylist() for (_, state), t in got.items()}["amount-by-category"] == [
+        r for r in rows if r["key"] == "user-7"]
