@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import dump_entries, expected_entries, fixture_dir, fixture_record
 from conftest import FIXTURES as FIXTURES_ROOT
+from conftest import dump_entries, expected_entries, fixture_dir, fixture_record
 from entries import canonical, mask_any, savepoint_entries
 from s3server import S3Server, moto_s3_server
 
