@@ -917,6 +917,7 @@ def build() -> str:
     BUILD.mkdir(exist_ok=True)
     subprocess.run(["javac", "-nowarn", "-encoding", "UTF-8", "-d", str(BUILD), "-cp",
                     f"{lib}/*", *sources], check=True)
+    shutil.copytree(HERE / "src" / "META-INF", BUILD / "META-INF", dirs_exist_ok=True)
     _classpath = f"{lib}/*:{BUILD}"
     return _classpath
 
