@@ -34,6 +34,7 @@ from statequery.metadata.checkpoint import CheckpointMetadata, OperatorState, pa
 from statequery.metadata.handles import (
     ChangelogHandle,
     ChangelogStreamHandle,
+    FileHandle,
     HandleResolver,
     IncrementalHandle,
     InMemoryChangelogHandle,
@@ -416,9 +417,32 @@ def _stream_bytes(handles: tuple[StreamHandle, ...]) -> int:
     return sum(h.size or 0 for h in handles)
 
 
+# ForSt's working directory (Flink 2.x ``ForStPathContainer``):
+# ``<base>/op_<operator>_<id>__<subtask>_<parallelism>__attempt_<n>/db/<file>``. RocksDB names its
+# instance directories ``job_<job-id>_op_<...>__uuid_<uuid>/db`` and never hands them to a
+# checkpoint; ForSt with its primary directory in the checkpoint directory (State V2 jobs) does:
+# the checkpoint's tables are the database's own files, referenced where they are.
+_FORST_DB_FILE = re.compile(r"/op_[^/]+__\d+_\d+__attempt_\d+/db/[^/]+$")
+
+
+def _is_forst_handle(h: IncrementalHandle) -> bool:
+    return any(
+        isinstance(s, FileHandle) and _FORST_DB_FILE.search(s.path) is not None
+        for _, s in (*h.shared, *h.private)
+    )
+
+
+def _forst_header(kp: object) -> bool:
+    """``KEY_VALUE_V2`` states (State V2): in Flink 2.x only ForSt's asynchronous keyed backend
+    writes them (hashmap and RocksDB serve State V2 through an adaptor that writes V1 states)."""
+    return isinstance(kp, KeyedBackendProxy) and any(
+        st.backend_type == "KEY_VALUE_V2" for st in kp.states
+    )
+
+
 def _backend_of(h: KeyedHandle | None, proxy: KeyedBackendProxy | None = None) -> str | None:
     if isinstance(h, IncrementalHandle):
-        return "rocksdb"
+        return "forst" if _is_forst_handle(h) else "rocksdb"
     if isinstance(h, KeyGroupsHandle):
         if h.handle_type != 12:
             return None
@@ -757,6 +781,9 @@ def derive_state_meta(
         headers.update(read_headers(md, resolver, missing, max_workers))
     facts = _facts(md, headers)
     operators = [derive_operator(md, i, headers, facts.format) for i in range(len(md.operators))]
+    operators = _one_state_backend(operators)
+    if facts.backend == "rocksdb" and any(op.backend == "forst" for op in operators):
+        facts = dataclasses.replace(facts, backend="forst")
     size, digest = fingerprint(metadata_bytes)
     return StateMeta(
         checkpoint_id=md.checkpoint_id,
@@ -769,6 +796,27 @@ def derive_state_meta(
         operators=assign_table_names(operators),
         statequery_version=__version__,
     )
+
+
+def _one_state_backend(operators: list[OperatorInfo]) -> list[OperatorInfo]:
+    """A job has one state backend: when one operator's files or header say ForSt, the operators
+    whose RocksDB-format state says nothing more (ForSt's synchronous State V1 operators, local
+    files) are ForSt's too."""
+    if not any(op.backend == "forst" for op in operators):
+        return operators
+    return [
+        dataclasses.replace(
+            op,
+            backend="forst",
+            states=tuple(
+                dataclasses.replace(s, backend="forst") if s.backend == "rocksdb" else s
+                for s in op.states
+            ),
+        )
+        if op.backend == "rocksdb"
+        else op
+        for op in operators
+    ]
 
 
 def derive_operator(
@@ -801,6 +849,8 @@ def derive_operator(
             )
         if st.managed_keyed is not None:
             op_backend = op_backend or _backend_of(st.managed_keyed, _keyed_proxy(kp))
+            if op_backend == "rocksdb" and _forst_header(kp):
+                op_backend = "forst"
         if isinstance(kp, KeyedBackendProxy):
             key_spec = key_spec or kp.key_serializer
             keyed_header = HeaderInfo(

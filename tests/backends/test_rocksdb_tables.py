@@ -39,6 +39,7 @@ NAMED = [
     # ForSt: RocksDB's files, with partitioned (two-level) indexes and filters by default
     "datastream-forst-native",
     "datastream-forst-checkpoint",
+    "async-datastream-forst-checkpoint",  # State V2: ForSt's database files in place
     # heap timers in raw keyed state: the RocksDB part of a full (non-incremental) checkpoint
     "datastream-rocksdb-checkpoint-heaptimers",
 ]
