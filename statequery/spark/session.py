@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from statequery.cli.serverinfo import spark_dir
+
 __all__ = [
     "local_session",
     "metastore_holder",
@@ -20,17 +22,6 @@ __all__ = [
     "spark_sql_conf",
     "stop_session",
 ]
-
-
-def spark_dir(explicit: str | None = None) -> Path:
-    """The folder of the metastore and warehouse: ``--spark-dir``, ``$STATEQUERY_SPARK_DIR``,
-    or ``$XDG_DATA_HOME/statequery/spark`` (``~/.local/share/statequery/spark``)."""
-    if explicit:
-        return Path(explicit).expanduser().resolve()
-    if os.environ.get("STATEQUERY_SPARK_DIR"):
-        return Path(os.environ["STATEQUERY_SPARK_DIR"]).expanduser().resolve()
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(Path.home(), ".local", "share")
-    return Path(base, "statequery", "spark").resolve()
 
 
 def spark_sql_conf(folder: Path) -> dict[str, str]:
@@ -62,8 +53,12 @@ def spark_sql_argv(folder: Path, master: str = "local[*]") -> list[str]:
     return argv
 
 
-def local_session(folder: Path, master: str = "local[*]", app: str = "statequery") -> Any:
-    """A local SparkSession on the shared metastore, with workers on this Python."""
+def local_session(
+    folder: Path, master: str = "local[*]", app: str = "statequery",
+    conf: dict[str, str] | None = None,
+) -> Any:
+    """A local SparkSession on the shared metastore, with workers on this Python (``conf``:
+    more Spark settings)."""
     folder.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -74,7 +69,8 @@ def local_session(folder: Path, master: str = "local[*]", app: str = "statequery
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(master).appName(app)
-    for key, value in {**spark_sql_conf(folder), "spark.ui.showConsoleProgress": "false"}.items():
+    settings = {**spark_sql_conf(folder), "spark.ui.showConsoleProgress": "false", **(conf or {})}
+    for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.enableHiveSupport().getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
