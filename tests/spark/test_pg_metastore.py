@@ -50,13 +50,15 @@ def test_metastore_on_postgresql(tmp_path: Path) -> None:
         assert "attached database word_counts (7 tables)" in attached.stderr
         assert not (folder / "metastore_db").exists()  # nothing in Derby
 
+        # the spark-sql command line of the folder's settings (a server would make it beeline)
+        argv = shlex.split(_run(["shell", "--print-command"], env, tmp_path).stdout)
+        assert f"spark.driver.extraClassPath={JDBC_JAR}" in argv
+
         served = _run(["serve", "--catalog", str(catalog), "--master", "local[1]"], env,
                       tmp_path)
         assert served.returncode == 0, served.stderr[-4000:]
         try:
             # two spark-sql processes and a client of the server, all at once
-            argv = shlex.split(_run(["shell", "--print-command"], env, tmp_path).stdout)
-            assert f"spark.driver.extraClassPath={JDBC_JAR}" in argv
             sqls = [
                 subprocess.Popen(
                     [*argv, "--master", "local[1]", "-S", "-e", query],
@@ -76,9 +78,11 @@ def test_metastore_on_postgresql(tmp_path: Path) -> None:
             assert client.returncode == 0, client.stderr[-3000:]
             assert json.loads(client.stdout) == {"n": 1}
 
-            # the savepoint folder of word_counts is now another savepoint: refused
-            shutil.rmtree(catalog / "word_counts")
-            shutil.copytree(REPO / "catalog" / "user_activity_rocksdb", catalog / "word_counts")
+            # the savepoint directory of word_counts now holds another savepoint: refused
+            (old,) = (catalog / "word_counts").iterdir()
+            (other,) = (REPO / "catalog" / "user_activity_rocksdb").iterdir()
+            shutil.rmtree(old)
+            shutil.copytree(other, old)
             stale = _run(["sql", "--spark", "SELECT count(*) FROM word_counts.state_meta"], env,
                          tmp_path)
             assert stale.returncode == 1
