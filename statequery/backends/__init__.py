@@ -18,15 +18,18 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Protocol
 
 from statequery.arrow.batches import BatchBuilder
 from statequery.arrow.schemas import StateLayout
 from statequery.decoder import Decoder
 from statequery.exceptions import UnsupportedFormatError
-from statequery.metadata.kinds import layout_or_unknown
+from statequery.metadata.handles import is_heap_layout
 from statequery.serializers.spec import SerializerSpec
+
+if TYPE_CHECKING:
+    from statequery.backends.pool import OpenDatabases
 
 __all__ = [
     "CanonicalKeyedBackend",
@@ -34,6 +37,7 @@ __all__ = [
     "HeapKeyedBackend",
     "KeyedBackend",
     "KeyedContext",
+    "is_heap_layout",
     "keyed_backend_for",
     "keyed_backend_from_model",
     "register_keyed_backend",
@@ -80,6 +84,12 @@ class KeyedContext:
     resolver: Any
     max_parallelism: int
     operator: str = ""
+    #: the reader's pool of restored RocksDB databases (kept open until it closes); None: a
+    #: database is opened for one scan and closed after it
+    open_databases: OpenDatabases | None = None
+    #: the layouts of the handle's header states in state-id order, from the model (None: the
+    #: backend reads them from the header)
+    order: tuple[StateLayout, ...] | None = None
 
 
 class KeyedBackend(Protocol):
@@ -206,7 +216,7 @@ def _read_proxy(stream: Any, header_end: int) -> Any:
 @dataclass
 class _KeyedBase:
     """One subtask's key-group stream. ``order`` holds the layouts of the header's states in
-    state-id order (from the StateMeta model, or parsed from the header by :meth:`from_proxy`)."""
+    state-id order (from the StateMeta model: no header byte is read)."""
 
     name: str
     stream: Any
@@ -223,36 +233,6 @@ class _KeyedBase:
     def __post_init__(self) -> None:
         self.layouts = {layout.name: layout for layout in self.order}
         self.ids = {layout.name: i for i, layout in enumerate(self.order)}
-
-    @classmethod
-    def from_proxy(
-        cls,
-        name: str,
-        stream: Any,
-        proxy: Any,
-        start_key_group: int,
-        offsets: tuple[int, ...],
-        max_parallelism: int,
-    ) -> _KeyedBase:
-        """From a parsed ``KeyedBackendProxy`` (when no model of the savepoint is at hand)."""
-        key = getattr(proxy, "key_serializer", None)
-        order, errors = [], {}
-        for meta in proxy.states:
-            layout, error = layout_or_unknown(meta, key)
-            if error is not None:
-                errors[meta.name] = error
-            order.append(layout)
-        return cls(
-            name,
-            stream,
-            start_key_group,
-            offsets,
-            max_parallelism,
-            bool(getattr(proxy, "compressed", False)),
-            key,
-            order,
-            errors,
-        )
 
     @property
     def key_groups(self) -> Sequence[int]:
@@ -354,32 +334,6 @@ class HeapKeyedBackend(_KeyedBase):
         yield from stream.scan(blocks, wanted)
 
 
-def _key_groups_factory(handle: Any, context: KeyedContext) -> KeyedBackend | None:
-    from statequery.metadata.handles import KeyGroupsHandle
-
-    if not isinstance(handle, KeyGroupsHandle):
-        return None
-    stream = HandleStream(context.resolver, handle.delegate)
-    offsets = tuple(handle.offsets)
-    positive = [o for o in offsets if o > 0]
-    header_end = min(positive) if positive else 0
-    if is_heap_layout(handle):
-        cls: type[_KeyedBase] = HeapKeyedBackend
-    else:
-        cls = CanonicalKeyedBackend
-    proxy = _read_proxy(stream, header_end)
-    return cls.from_proxy(
-        stream.name, stream, proxy, handle.start_key_group, offsets, context.max_parallelism
-    )
-
-
-def is_heap_layout(handle: Any) -> bool:
-    """A type-12 key-groups handle whose every key group has an offset: the hashmap backend's
-    checkpoint / native savepoint layout (else canonical key-group streams)."""
-    offsets = tuple(handle.offsets)
-    return handle.handle_type == 12 and bool(offsets) and all(o > 0 for o in offsets)
-
-
 def keyed_backend_from_model(
     handle: Any,
     context: KeyedContext,
@@ -389,7 +343,7 @@ def keyed_backend_from_model(
 ) -> KeyedBackend:
     """The backend of one subtask's keyed handle from what the StateMeta model knows of its
     header (compression, states in id order): no header byte is read."""
-    from statequery.metadata.handles import IncrementalHandle, KeyGroupsHandle
+    from statequery.metadata.handles import KeyGroupsHandle
 
     if isinstance(handle, KeyGroupsHandle):
         stream = HandleStream(context.resolver, handle.delegate)
@@ -406,11 +360,6 @@ def keyed_backend_from_model(
             key_serializer,
             list(order),
         )
-    if isinstance(handle, IncrementalHandle):
-        from statequery.backends.rocksdb import RocksDBKeyedBackend
+    # other layouts (RocksDB: IncrementalHandle) plug in through the registry
+    return keyed_backend_for(handle, replace(context, order=tuple(order)))
 
-        return RocksDBKeyedBackend(handle, context, order=list(order))  # type: ignore[return-value]
-    return keyed_backend_for(handle, context)
-
-
-register_keyed_backend(_key_groups_factory)

@@ -219,6 +219,13 @@ class KeyGroupsHandle(KeyedHandle, StreamHandle):
         return self.delegate.describe()
 
 
+def is_heap_layout(handle: Any) -> bool:
+    """A type-12 key-groups handle whose every key group has an offset: the hashmap backend's
+    checkpoint / native savepoint layout (else canonical key-group streams)."""
+    offsets = tuple(handle.offsets)
+    return handle.handle_type == 12 and bool(offsets) and all(o > 0 for o in offsets)
+
+
 @dataclass(frozen=True)
 class IncrementalHandle(KeyedHandle):
     """``IncrementalRemoteKeyedStateHandle`` (11; 5 without size and id): RocksDB files.

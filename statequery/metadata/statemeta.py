@@ -72,6 +72,7 @@ __all__ = [
     "dumps",
     "fingerprint",
     "loads",
+    "operator_label",
     "read_snapshot",
     "sql_identifier",
     "sql_name",
@@ -195,6 +196,12 @@ class StateInfo:
         return type_string(self.user_key_spec)
 
 
+def operator_label(op: Any) -> str:
+    """The one label of an operator (``OperatorInfo`` or ``_metadata``'s ``OperatorState``): its
+    uid, else its name, else its OperatorID (hex)."""
+    return str(op.uid or op.name or op.operator_id)
+
+
 @dataclass(frozen=True)
 class OperatorInfo:
     """One operator: identity, parallelism, its subtasks' handles and its states."""
@@ -214,7 +221,7 @@ class OperatorInfo:
 
     @property
     def display_name(self) -> str:
-        return self.uid or self.name or self.operator_id
+        return operator_label(self)
 
     def state(self, name: str) -> StateInfo | None:
         for s in self.states:
@@ -465,7 +472,7 @@ def assign_table_names(
     taken: set[str] = set()
     out = []
     for op in ops:
-        base = sql_name((stems or {}).get(op.operator_id) or op.uid or op.name or op.operator_id)
+        base = sql_name((stems or {}).get(op.operator_id) or operator_label(op))
         states = []
         for s in op.states:
             name = f"{base}__{sql_name(s.name)}"
