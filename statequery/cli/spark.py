@@ -58,8 +58,9 @@ def add_parsers(sub: Any) -> None:
 
 
     sv = sub.add_parser(
-        "serve", help="one long-lived local Spark with the catalog attached (JDBC, loopback)",
-        description="Start a local Spark with Spark's Thrift JDBC server, the catalog attached, "
+        "serve", help="one long-lived local Spark with the catalog attached (Connect, JDBC)",
+        description="Start a local Spark with Spark Connect and Spark's Thrift JDBC server, "
+                    "the catalog attached, "
                     "in the background: statequery shell and statequery sql --spark then "
                     "connect to it instead of starting a Spark each. It listens on loopback "
                     "(--host) and writes its address to server.json in the metastore folder.",
