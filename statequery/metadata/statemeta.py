@@ -72,6 +72,7 @@ __all__ = [
     "dumps",
     "fingerprint",
     "loads",
+    "operator_label",
     "read_snapshot",
     "sql_identifier",
     "sql_name",
@@ -82,8 +83,9 @@ __all__ = [
 MAGIC = "statequery-statemeta"
 #: 2: RowData specs keep their stored field serializers; 3: checksummed body; 4: the optional
 #: ``run_index`` section (statequery.metadata.runindex); 5: raw keyed state (heap timers of
-#: RocksDB checkpoints, ``raw_keyed_header``, ``StateInfo.stream``) and raw state listed as such
-FORMAT_VERSION = 5
+#: RocksDB checkpoints, ``raw_keyed_header``, ``StateInfo.stream``) and raw state listed as such;
+#: 6: ``HeaderInfo.layout`` (a type-12 stream's layout, from its bytes)
+FORMAT_VERSION = 6
 SNAPSHOT_FILE_NAME = "_statequery_meta.msgpack"
 MAX_SNAPSHOT_BYTES = 256 << 20
 
@@ -102,6 +104,9 @@ class HeaderInfo:
     header_end: int | None
     state_ids: dict[str, int] = field(default_factory=dict)
     error: str | None = None
+    #: of a keyed key-groups stream whose handle cannot tell (type 12, every key group with an
+    #: offset): "heap" or "canonical", as its bytes said when the header was read
+    layout: str | None = None
 
 
 @dataclass(frozen=True)
@@ -198,6 +203,12 @@ class StateInfo:
         return type_string(self.user_key_spec)
 
 
+def operator_label(op: Any) -> str:
+    """The one label of an operator (``OperatorInfo`` or ``_metadata``'s ``OperatorState``): its
+    uid, else its name, else its OperatorID (hex)."""
+    return str(op.uid or op.name or op.operator_id)
+
+
 @dataclass(frozen=True)
 class OperatorInfo:
     """One operator: identity, parallelism, its subtasks' handles and its states."""
@@ -217,7 +228,7 @@ class OperatorInfo:
 
     @property
     def display_name(self) -> str:
-        return self.uid or self.name or self.operator_id
+        return operator_label(self)
 
     def state(self, name: str) -> StateInfo | None:
         for s in self.states:
@@ -468,7 +479,7 @@ def assign_table_names(
     taken: set[str] = set()
     out = []
     for op in ops:
-        base = sql_name((stems or {}).get(op.operator_id) or op.uid or op.name or op.operator_id)
+        base = sql_name((stems or {}).get(op.operator_id) or operator_label(op))
         states = []
         for s in op.states:
             name = f"{base}__{sql_name(s.name)}"
@@ -505,6 +516,7 @@ def _header_to(h: HeaderInfo | None) -> Any:
         "header_end": h.header_end,
         "state_ids": dict(h.state_ids),
         "error": h.error,
+        "layout": h.layout,
     }
 
 
@@ -512,7 +524,12 @@ def _header_from(d: Any) -> HeaderInfo | None:
     if d is None:
         return None
     return HeaderInfo(
-        d["version"], d["compressed"], d["header_end"], dict(d["state_ids"]), d["error"]
+        d["version"],
+        d["compressed"],
+        d["header_end"],
+        dict(d["state_ids"]),
+        d["error"],
+        d.get("layout"),
     )
 
 
