@@ -117,6 +117,12 @@ MATRIX = [
         max_parallelism=8),
     _fx("sql-minibatch-rocksdb-native", "sql-minibatch", "rocksdb", "savepoint", "native",
         max_parallelism=8),
+    # every built-in aggregate function and window aggregate shape (sql_operators_job.py --job
+    # aggs), and the same with mini-batch, two-phase and split distinct aggregation
+    _fx("sql-aggs-hashmap-canonical", "sql-aggs", "hashmap", "savepoint", "canonical",
+        max_parallelism=8),
+    _fx("sql-aggs-minibatch-rocksdb-native", "sql-aggs-minibatch", "rocksdb", "savepoint",
+        "native", max_parallelism=8),
     # GROUP BY keys of every common SQL type, nulls included (sql_keys_job.py)
     _fx("keys-sql-hashmap-native", "sql-keys", "hashmap", "savepoint", "native"),
     _fx("keys-sql-hashmap-canonical", "sql-keys", "hashmap", "savepoint", "canonical"),
@@ -138,7 +144,8 @@ MATRIX = [
     _edge("sql", "rocksdb", "checkpoint", "native", max_parallelism=300),
     _edge("sql", "rocksdb", "checkpoint", "native", incremental=True, max_parallelism=300),
 ]
-SQL_OPERATOR_JOBS = {"sql-ops": "ops", "sql-minibatch": "minibatch"}
+SQL_OPERATOR_JOBS = {"sql-ops": "ops", "sql-minibatch": "minibatch", "sql-aggs": "aggs",
+                     "sql-aggs-minibatch": "aggs-minibatch"}
 # SQL jobs run from a compiled plan: operator ids from the plan
 PLAN_JOBS = {*SQL_OPERATOR_JOBS, "edge-sql"}
 # jobs whose manifest states come from the dump and whose expected file is a subset of it
@@ -749,6 +756,12 @@ def sql_ops_expected(ids: dict[str, str]) -> list[dict]:
     return entries
 
 
+def sql_aggs_expected(ids: dict[str, str]) -> list[dict]:
+    """The distinct users of each category of COUNT(DISTINCT `user`) ... GROUP BY category
+    (agg_plain, the first aggregation of the job): its ``distinctAcc_0`` MapState, user -> 1."""
+    return []
+
+
 def sql_minibatch_expected(ids: dict[str, str]) -> list[dict]:
     """The global aggregations of the two-phase plans: COUNT(*), SUM, MAX per category, and the
     final aggregation of the split distinct count (sum of the per-bucket distinct counts, SUM)."""
@@ -1051,6 +1064,7 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
             save_plan(fx["job"], scratch / "plan.json", scratch / "out")
             ids = {i["uid"]: i["operator_id"] for i in infos if i["uid"]}
             entries = {"sql-ops": sql_ops_expected, "sql-minibatch": sql_minibatch_expected,
+                       "sql-aggs": sql_aggs_expected, "sql-aggs-minibatch": sql_aggs_expected,
                        "edge-sql": sql_edge_expected}[fx["job"]](ids)
         else:
             aggs = [i for i in infos if i["name"].startswith("GroupAggregate")]
