@@ -151,7 +151,10 @@ def arrow_type(spec: SerializerSpec) -> pa.DataType:
             ]
         )
     if isinstance(spec, RowDataSpec):
-        return sql_arrow_type(spec.type, spec)
+        row = sql_arrow_type(spec.type, spec)
+        if spec.row_kind:  # the RowKind, before the fields (RowDataSpec.row_kind)
+            return pa.struct([pa.field("row_kind", pa.string()), *row])
+        return row
     if isinstance(spec, ArrayDataSpec):
         return pa.list_(sql_arrow_type(spec.element))
     if isinstance(spec, MapDataSpec):

@@ -161,6 +161,12 @@ def _column(
     if not pa.types.is_struct(arrow):
         return None
     if isinstance(spec, RowDataSpec):
+        if spec.row_kind:  # a leading string field: the RowKind (RowDataSpec.row_kind)
+            if arrow.num_fields < 1 or not pa.types.is_string(arrow.field(0).type):
+                return None
+            fields = pa.struct([arrow.field(i) for i in range(1, arrow.num_fields)])
+            return _sql_row(mod, spec.type, spec.field_specs, fields, lists,
+                            kind=mod.Column(mod.T_STRING))
         return _sql_row(mod, spec.type, spec.field_specs, arrow, lists)
     if isinstance(spec, TupleSpec):
         specs: list[SerializerSpec | None] = list(spec.fields)
@@ -188,6 +194,7 @@ def _sql_row(
     field_specs: tuple[SerializerSpec, ...],
     arrow: pa.DataType,
     lists: bool,
+    kind: Any = None,
 ) -> Any:
     """A ``BinaryRowData`` of fields that are numbers, booleans, strings, bytes, dates, times,
     timestamps, DECIMAL(p <= 38), nested ROWs, or RAW fields whose serializer is compiled (the
@@ -205,6 +212,8 @@ def _sql_row(
         if child is None:
             return None
         children.append(child)
+    if kind is not None:  # the RowKind column before the fields
+        return mod.StructCol(mod.S_ROWDATA, [kind, *children], str(t), 0, True)
     return mod.StructCol(mod.S_ROWDATA, children, str(t))
 
 

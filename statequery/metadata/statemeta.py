@@ -429,7 +429,10 @@ def type_string(spec: SerializerSpec | None) -> str | None:
     if isinstance(spec, NullableSpec):
         return type_string(spec.inner)
     if isinstance(spec, RowDataSpec):
-        return str(spec.type)
+        text = str(spec.type)
+        if spec.row_kind and text.startswith("ROW<"):
+            return "ROW<row_kind STRING, " + text[4:]
+        return text
     if isinstance(spec, OpaqueSpec):
         what = spec.type_class or spec.snapshot_class or "?"
         return f"{spec.family.upper()}<{what}>"

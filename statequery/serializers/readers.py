@@ -36,6 +36,7 @@ from typing import Any
 from statequery.decoder import DecodeError, Decoder, read_string_value
 from statequery.exceptions import CorruptStateError, UnsupportedFormatError
 from statequery.serializers.spec import (
+    ROW_KINDS,
     ArrayDataSpec,
     EitherSpec,
     EnumSpec,
@@ -323,7 +324,7 @@ def _make_slot(reader: Reader) -> Callable[[bytes, int, int], Any]:
 
             return string_slot
     if isinstance(spec, RowDataSpec):
-        decode_row = row_data_decoder(spec.type, spec.field_specs)
+        decode_row = _spec_row_decoder(spec)
 
         def row_slot(buf: bytes, start: int, end: int) -> Any:
             """SQL keys: int32 size, then exactly that many BinaryRowData bytes."""
@@ -1364,7 +1365,23 @@ def map_data_decoder(key: SqlType, value: SqlType) -> Callable[[bytes, int, int]
 
 
 def _row_data_reader(spec: RowDataSpec) -> Reader:
-    return _binary_row_size_reader(spec, row_data_decoder(spec.type, spec.field_specs))
+    return _binary_row_size_reader(spec, _spec_row_decoder(spec))
+
+
+def _spec_row_decoder(spec: RowDataSpec) -> Callable[[bytes, int, int], dict[str, Any]]:
+    """The BinaryRowData decoder of ``spec``: with a leading ``row_kind`` when it shows one."""
+    decode = row_data_decoder(spec.type, spec.field_specs)
+    if not spec.row_kind:
+        return decode
+
+    def decode_with_kind(buf: bytes, start: int, size: int) -> dict[str, Any]:
+        fields = decode(buf, start, size)  # checks the size: the header byte is there
+        kind = buf[start]
+        if kind >= len(ROW_KINDS):
+            raise DecodeError(f"binary row with an invalid row kind byte {kind}", start)
+        return {"row_kind": ROW_KINDS[kind], **fields}
+
+    return decode_with_kind
 
 
 def _array_data_reader(spec: ArrayDataSpec) -> Reader:

@@ -31,7 +31,7 @@ import decimal
 import os
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import flinkenc
@@ -48,6 +48,7 @@ from statequery.backends import fastpath
 from statequery.exceptions import CorruptStateError
 from statequery.metadata.kinds import StateLayout
 from statequery.serializers.spec import (
+    ROW_KINDS,
     ArrayDataSpec,
     EnumSpec,
     ListSpec,
@@ -288,6 +289,11 @@ def sql_row(draw: Any, depth: int, lists: bool, raw: bool = True) -> SqlShape:
 def row_data(draw: Any, lists: bool) -> Shape:
     r = sql_row(draw, 0, lists)
     assert isinstance(r.spec, RowDataSpec)
+    if lists and draw(st.booleans()):
+        # a row of a SQL operator's state that shows its RowKind (values and list elements)
+        kind = st.sampled_from(ROW_KINDS)
+        return Shape(replace(r.spec, row_kind=True),
+                     st.tuples(kind, r.values).map(lambda kv: {"row_kind": kv[0], **kv[1]}))
     return Shape(r.spec, r.values)
 
 
