@@ -4,11 +4,11 @@ One job holds one instance of every stateful Flink SQL operator (``--job ops``),
 mini-batch, two-phase (local/global) and distinct-split aggregations (``--job minibatch``, whose
 settings apply to a whole job), or every built-in aggregate function and window aggregate shape
 (``--job aggs``; ``--job aggs-minibatch`` the same with the mini-batch settings). Input is
-deterministic: ``events`` (N_EVENTS JSON rows, ids in order) and a Debezium changelog of
-``prices`` (for ChangelogNormalize), both read by the filesystem connector in continuous mode (``source.monitor-interval``), so the sources never finish
-and no operator is FINISHED when the savepoint is taken. The watermark trails event time by one
-day: no window, OVER frame, interval join, temporal join or MATCH_RECOGNIZE ever fires, all their
-input stays in state.
+deterministic: ``events`` (N_EVENTS JSON rows, ids in order) and a Debezium changelog of ``prices``
+(for ChangelogNormalize), both read by the filesystem connector in continuous mode
+(``source.monitor-interval``), so the sources never finish and no operator is FINISHED when the
+savepoint is taken. The watermark trails event time by one day: no window, OVER frame, interval
+join, temporal join or MATCH_RECOGNIZE ever fires, all their input stays in state.
 
 The job is compiled to a plan first (``StatementSet.compilePlan``; written to ``--plan``) and the
 compiled plan is executed, so the savepoint's operators carry the plan's node ids (operator names
