@@ -421,7 +421,7 @@ def accumulator_layouts(node: PlanNode, plan: CompiledPlan | None = None
     them out: the fields of each aggregate call in order (one named after the call's output
     column, or ``<column>.<field>`` for a call keeping several: ``avg_price.sum``,
     ``avg_price.count``), then ``count1`` (the input row count Flink adds when the node handles
-    retractions, or a window needs one and the query has no ``COUNT(*)``), then one placeholder
+    retractions, or a window needs one, unless the query has a ``COUNT(*)``), then one placeholder
     per distinct view (``<call>_distinct_view``). Candidates with and without ``count1``; used
     only when the accumulator has that arity. Planner names (``$f1``) are followed to the
     query's through ``plan`` (:func:`query_name`). Empty when a call keeps a number of fields
@@ -465,8 +465,11 @@ def accumulator_layouts(node: PlanNode, plan: CompiledPlan | None = None
     base = tuple(names)
     with_count = base + ("count1",) + tuple(views)
     without = base + tuple(views)
+    # Flink counts the input rows in the query's own COUNT(*) when it has one
+    count_star = any(isinstance(c, dict) and _function(c) == "COUNT" and c.get("argList") == []
+                     and not c.get("distinct") for c in calls)
     if node.raw.get("needRetraction"):
-        return [with_count]
+        return [without] if count_star else [with_count]
     if "window" in node.kind:
         return [without, with_count]
     return [without]
@@ -594,6 +597,8 @@ def _unnamed_accumulator(plan: CompiledPlan, node: PlanNode, spec: Any) -> str |
     fields = [f.name for f in spec.type.fields]
     if fields != [f"f{i}" for i in range(len(fields))]:
         return None
+    if not isinstance(node.raw.get("aggCalls"), list):
+        return None  # an OVER aggregation's accumulators: not named from the plan
     layouts = accumulator_layouts(node, plan)
     if not layouts:
         return ("accumulator column names not taken from the compiled plan: an aggregate call "

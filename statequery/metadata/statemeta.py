@@ -82,8 +82,9 @@ __all__ = [
 MAGIC = "statequery-statemeta"
 #: 2: RowData specs keep their stored field serializers; 3: checksummed body; 4: the optional
 #: ``run_index`` section (statequery.metadata.runindex); 5: raw keyed state (heap timers of
-#: RocksDB checkpoints, ``raw_keyed_header``, ``StateInfo.stream``) and raw state listed as such
-FORMAT_VERSION = 5
+#: RocksDB checkpoints, ``raw_keyed_header``, ``StateInfo.stream``) and raw state listed as such;
+#: 6: the rows SQL operators keep show their RowKind (``RowDataSpec.row_kind``)
+FORMAT_VERSION = 6
 SNAPSHOT_FILE_NAME = "_statequery_meta.msgpack"
 MAX_SNAPSHOT_BYTES = 256 << 20
 
