@@ -295,6 +295,12 @@ AGGS = [
                                 "INTERVAL '30' MINUTE)"),
     _window_agg("agg_session", "SESSION(TABLE events PARTITION BY category, DESCRIPTOR(rowtime), "
                                "INTERVAL '5' MINUTE)"),
+    # SUM alone over an updating input: SumWithRetractAggFunction keeps (sum, count)
+    (sink("agg_sum_retract", "category STRING, sum_total INT"),
+     """INSERT INTO agg_sum_retract SELECT category, SUM(total) AS sum_total
+        FROM (SELECT category, `user`, SUM(amount) AS total FROM events
+              GROUP BY category, `user`)
+        GROUP BY category"""),
 ]
 
 

@@ -254,6 +254,10 @@ def test_every_aggregate_function_is_named() -> None:
     assert acc["max_total"]["max"] == 334 and acc["count1"] == 6
     assert _value_names(sp, distinct, "accState") == [
         "custs", "tiers", "sum_price", "custs_distinct_view", "tiers_distinct_view"]
+    # SUM alone over an updating input keeps (sum, count): SumWithRetractAggFunction
+    sum_retract = _op(sp, "GroupAggregate", 4)
+    assert sp.read(sum_retract.operator_id, "accState", key={"category": "books"}).to_pylist()[
+        0]["value"] == {"sum_total.sum": 997, "sum_total.count": 6, "count1": 6}
 
 
 def test_every_window_shape_is_named() -> None:
@@ -273,6 +277,8 @@ def test_mini_batch_two_phase_split_and_hop_names() -> None:
     t = {r["table_name"]: r for r in sp.state_meta().to_pylist()}
     # the final aggregate of a distinct-split plan: $f1, $f2, $f3 are the query's names
     final = _op(sp, "GlobalGroupAggregate", 1)
+    assert _value_names(sp, _op(sp, "GlobalGroupAggregate", 2), "accState") == [
+        "sum_total.sum", "sum_total.count", "count1"]
     assert _value_names(sp, final, "accState") == ["custs", "tiers", "sum_price"]
     assert sp.read(final.operator_id, "accState", key={"tier": 0}).to_pylist()[0]["value"] == {
         "custs": 6, "tiers": 3, "sum_price": 1536}
