@@ -643,9 +643,10 @@ cdef class StructCol(Col):
     cdef Py_ssize_t null_bytes
     cdef Py_ssize_t fixed_end
     cdef bint row_kind  # BinaryRowData: children[0] is a string column of the RowKind
+    cdef object derive  # None, or children arrays -> the arrays of values computed from them
 
     def __cinit__(self, int skind, list children, str what="value", int mask_offset=0,
-                  bint row_kind=False):
+                  bint row_kind=False, object derive=None):
         cdef Py_ssize_t fields
         self.skind = skind
         self.children = children
@@ -653,6 +654,7 @@ cdef class StructCol(Col):
         self.what = what
         self.mask_offset = mask_offset
         self.row_kind = row_kind
+        self.derive = derive
         if row_kind and (skind != _S_ROWDATA or not children
                          or not isinstance(children[0], Column)):
             raise ValueError("a row kind column needs a BinaryRowData struct")
@@ -812,6 +814,8 @@ cdef class StructCol(Col):
         cdef Col c
         cdef Py_ssize_t i
         children = [(<Col>self.children[i]).array(type.field(i).type) for i in range(self.arity)]
+        if self.derive is not None:
+            children.extend(self.derive(children))
         out = pa.Array.from_buffers(
             type, self.n, [_bitmap(self.valid, self.n, self.nulls)], self.nulls, 0, children)
         self.n = 0

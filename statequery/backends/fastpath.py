@@ -161,13 +161,16 @@ def _column(
     if not pa.types.is_struct(arrow):
         return None
     if isinstance(spec, RowDataSpec):
-        if spec.row_kind:  # a leading string field: the RowKind (RowDataSpec.row_kind)
-            if arrow.num_fields < 1 or not pa.types.is_string(arrow.field(0).type):
-                return None
-            fields = pa.struct([arrow.field(i) for i in range(1, arrow.num_fields)])
-            return _sql_row(mod, spec.type, spec.field_specs, fields, lists,
-                            kind=mod.Column(mod.T_STRING))
-        return _sql_row(mod, spec.type, spec.field_specs, arrow, lists)
+        # a leading string field: the RowKind (RowDataSpec.row_kind); trailing fields: values
+        # computed from the others (RowDataSpec.derived)
+        first = 1 if spec.row_kind else 0
+        last = arrow.num_fields - len(spec.derived)
+        if last < first or (spec.row_kind and not pa.types.is_string(arrow.field(0).type)):
+            return None
+        fields = pa.struct([arrow.field(i) for i in range(first, last)])
+        derive = _deriver(spec.derived, first) if spec.derived else None
+        return _sql_row(mod, spec.type, spec.field_specs, fields, lists,
+                        kind=mod.Column(mod.T_STRING) if spec.row_kind else None, derive=derive)
     if isinstance(spec, TupleSpec):
         specs: list[SerializerSpec | None] = list(spec.fields)
         kind, mask = mod.S_TUPLE, 0
@@ -195,6 +198,7 @@ def _sql_row(
     arrow: pa.DataType,
     lists: bool,
     kind: Any = None,
+    derive: Any = None,
 ) -> Any:
     """A ``BinaryRowData`` of fields that are numbers, booleans, strings, bytes, dates, times,
     timestamps, DECIMAL(p <= 38), nested ROWs, or RAW fields whose serializer is compiled (the
@@ -213,8 +217,36 @@ def _sql_row(
             return None
         children.append(child)
     if kind is not None:  # the RowKind column before the fields
-        return mod.StructCol(mod.S_ROWDATA, [kind, *children], str(t), 0, True)
-    return mod.StructCol(mod.S_ROWDATA, children, str(t))
+        return mod.StructCol(mod.S_ROWDATA, [kind, *children], str(t), 0, True, derive)
+    return mod.StructCol(mod.S_ROWDATA, children, str(t), 0, False, derive)
+
+
+def _deriver(derived: tuple[tuple[str, str, int, int, str], ...], offset: int
+             ) -> Callable[[list[pa.Array]], list[pa.Array]]:
+    """The arrays of :attr:`RowDataSpec.derived` values from a row's field arrays (``offset``:
+    the row kind column before them), as :func:`statequery.serializers.readers.derived_value`
+    computes one value."""
+    import pyarrow.compute as pc
+
+    from statequery.arrow.types import DERIVED_TYPES
+
+    def derive(children: list[pa.Array]) -> list[pa.Array]:
+        out = []
+        for _, function, total_i, count_i, root in derived:
+            total, count = children[offset + total_i], children[offset + count_i]
+            empty = pc.fill_null(pc.equal(count, 0), True)
+            if function == "sum":
+                value = total
+            else:
+                if root in ("FLOAT", "DOUBLE"):
+                    total = pc.cast(total, pa.float64())
+                safe = pc.if_else(empty, pa.scalar(1, count.type), count)
+                value = pc.divide(total, pc.cast(safe, total.type))
+            value = pc.if_else(empty, pa.nulls(len(value), value.type), value)
+            out.append(pc.cast(value, DERIVED_TYPES[root]))
+        return out
+
+    return derive
 
 
 def _sql_field(

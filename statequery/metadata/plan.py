@@ -415,6 +415,21 @@ def query_name(plan: CompiledPlan, node: PlanNode, index: int, depth: int = 0) -
     return None
 
 
+def _call_name(node: PlanNode, plan: CompiledPlan | None, i: int, call: Any) -> str:
+    """Aggregate call ``i``'s name, else its output column (aggregates follow the grouping
+    columns) or the query's name of it."""
+    if isinstance(call, dict) and call.get("name"):
+        return str(call["name"])
+    grouping = node.raw.get("grouping")
+    first = len(grouping) if isinstance(grouping, list) else 0
+    out = node.output
+    if plan is not None and first + i < len(out):
+        q = query_name(plan, node, first + i)
+        if q is not None:
+            return q
+    return out[first + i] if first + i < len(out) else f"agg{i}"
+
+
 def accumulator_layouts(node: PlanNode, plan: CompiledPlan | None = None
                         ) -> list[tuple[str, ...]]:
     """Accumulator field names of an aggregation, as Flink's generated aggregate handler lays
@@ -429,20 +444,10 @@ def accumulator_layouts(node: PlanNode, plan: CompiledPlan | None = None
     calls = node.raw.get("aggCalls")
     if not isinstance(calls, list):
         return []
-    # an aggregate's name, else its output column (aggregates follow the grouping columns)
-    grouping = node.raw.get("grouping")
-    first = len(grouping) if isinstance(grouping, list) else 0
-    out = node.output
     retracts = node.raw.get("aggCallNeedRetractions")
 
     def name(i: int, call: Any) -> str:
-        if isinstance(call, dict) and call.get("name"):
-            return str(call["name"])
-        if plan is not None and first + i < len(out):
-            q = query_name(plan, node, first + i)
-            if q is not None:
-                return q
-        return out[first + i] if first + i < len(out) else f"agg{i}"
+        return _call_name(node, plan, i, call)
 
     names: list[str] = []
     views: list[str] = []
@@ -473,6 +478,51 @@ def accumulator_layouts(node: PlanNode, plan: CompiledPlan | None = None
     if "window" in node.kind:
         return [without, with_count]
     return [without]
+
+
+_RESULT_ROOTS = {"TINYINT": "TINYINT", "SMALLINT": "SMALLINT", "INT": "INTEGER",
+                 "INTEGER": "INTEGER", "BIGINT": "BIGINT", "FLOAT": "FLOAT", "DOUBLE": "DOUBLE"}
+
+
+def current_values(node: PlanNode, plan: CompiledPlan | None = None
+                   ) -> list[tuple[str, str, str]]:
+    """The aggregates whose current value can be shown beside their accumulator fields:
+    ``(name, function, result type root)`` of each ``AVG`` (``avg``: ``name.sum`` /
+    ``name.count``) and ``SUM`` with retraction (``sum``: ``name.sum`` while ``name.count`` >
+    0) whose result is a number other than DECIMAL."""
+    calls = node.raw.get("aggCalls")
+    if not isinstance(calls, list):
+        return []
+    retracts = node.raw.get("aggCallNeedRetractions")
+    out = []
+    for i, c in enumerate(calls):
+        if not isinstance(c, dict):
+            continue
+        fn = _function(c)
+        retract = bool(retracts[i]) if isinstance(retracts, list) and i < len(retracts) else \
+            bool(node.raw.get("needRetraction"))
+        root = _RESULT_ROOTS.get(str(c.get("type", "")).replace(" NOT NULL", "").strip())
+        if root is not None and (fn == "AVG" or (fn == "SUM" and retract)):
+            out.append((_call_name(node, plan, i, c), "avg" if fn == "AVG" else "sum", root))
+    return out
+
+
+def _derive(spec: SerializerSpec | None, values: list[tuple[str, str, str]]
+            ) -> SerializerSpec | None:
+    """``spec``'s accumulator row with the current values of ``values`` beside its fields."""
+    if isinstance(spec, TtlSpec):
+        inner = _derive(spec.inner, values)
+        return spec if inner is None else replace(spec, inner=inner)
+    if not isinstance(spec, RowDataSpec) or not values:
+        return spec
+    names = [f.name for f in spec.type.fields]
+    derived = []
+    for name, function, root in values:
+        if name in names or f"{name}.sum" not in names or f"{name}.count" not in names:
+            continue
+        derived.append((name, function, names.index(f"{name}.sum"),
+                        names.index(f"{name}.count"), root))
+    return replace(spec, derived=tuple(derived)) if derived else spec
 
 
 def _rename_rows(spec: SerializerSpec | None,
@@ -557,10 +607,14 @@ def _rename_value(spec: SerializerSpec | None, kc: Chooser, uc: Chooser,
 def rename_layout(plan: CompiledPlan, node: PlanNode, layout: Any) -> Any:
     """A :class:`~statequery.arrow.schemas.StateLayout` with the query's column names."""
     kc, uc, vc = choosers(plan, node, layout.name)
+    value = _rename_value(layout.value, kc, uc, vc)
+    state_value = _rename_value(layout.state_value, kc, uc, vc)
+    if layout.name in ("accState", "window-aggs"):
+        values = current_values(node, plan)
+        value, state_value = _derive(value, values), _derive(state_value, values)
     return replace(layout, key=_rename_rows(layout.key, kc),
                    user_key=_rename_rows(layout.user_key, uc),
-                   value=_rename_value(layout.value, kc, uc, vc),
-                   state_value=_rename_value(layout.state_value, kc, uc, vc))
+                   value=value, state_value=state_value)
 
 
 def name_operator(plan: CompiledPlan, node: PlanNode, op: Any) -> Any:
@@ -570,15 +624,17 @@ def name_operator(plan: CompiledPlan, node: PlanNode, op: Any) -> Any:
     for s in op.states:
         kc, uc, vc = choosers(plan, node, s.name)
         sers = dict(s.serializers)
+        values = current_values(node, plan) if s.name in ("accState", "window-aggs") else []
         for k, v in sers.items():
             if k == "VALUE_SERIALIZER":
-                sers[k] = _rename_value(v, kc, uc, vc)
+                sers[k] = _derive(_rename_value(v, kc, uc, vc), values)
             elif k in ("KEY_SERIALIZER", "USER_KEY_SERIALIZER") and s.kind in ("map",
                                                                               "broadcast"):
                 sers[k] = _rename_rows(v, uc)
         s = replace(s, key_spec=_rename_rows(s.key_spec, kc),
                     user_key_spec=_rename_rows(s.user_key_spec, uc),
-                    value_spec=_rename_value(s.value_spec, kc, uc, vc), serializers=sers)
+                    value_spec=_derive(_rename_value(s.value_spec, kc, uc, vc), values),
+                    serializers=sers)
         if s.name in ("accState", "window-aggs") and s.decodable and s.reason is None:
             note = _unnamed_accumulator(plan, node, s.value_spec)
             if note is not None:

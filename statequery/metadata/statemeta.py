@@ -431,6 +431,8 @@ def type_string(spec: SerializerSpec | None) -> str | None:
         return type_string(spec.inner)
     if isinstance(spec, RowDataSpec):
         text = str(spec.type)
+        if spec.derived and text.endswith(">"):
+            text = text[:-1] + "".join(f", {d[0]} {d[4]}" for d in spec.derived) + ">"
         if spec.row_kind and text.startswith("ROW<"):
             return "ROW<row_kind STRING, " + text[4:]
         return text

@@ -1364,6 +1364,35 @@ def map_data_decoder(key: SqlType, value: SqlType) -> Callable[[bytes, int, int]
     return decode_map
 
 
+def derived_value(function: str, integral: bool, total: Any, count: Any) -> Any:
+    """An aggregate's current value from its accumulator's sum and count (RowDataSpec.derived):
+    ``avg`` is sum / count (Java's division, toward zero, for integral results), ``sum`` the
+    sum; null while the count is 0 (or either is null)."""
+    if total is None or count is None or count == 0:
+        return None
+    if function == "sum":
+        return total
+    if integral:
+        q = abs(total) // abs(count)
+        return q if (total >= 0) == (count >= 0) else -q
+    return total / count
+
+
+def _with_derived(decode: Callable[[bytes, int, int], dict[str, Any]], spec: RowDataSpec
+                  ) -> Callable[[bytes, int, int], dict[str, Any]]:
+    names = [f.name or f"f{i}" for i, f in enumerate(spec.type.fields)]
+    items = [(d[0], d[1], d[4] not in ("FLOAT", "DOUBLE"), names[d[2]], names[d[3]])
+             for d in spec.derived]
+
+    def decode_derived(buf: bytes, start: int, size: int) -> dict[str, Any]:
+        out = decode(buf, start, size)
+        for name, function, integral, total, count in items:
+            out[name] = derived_value(function, integral, out[total], out[count])
+        return out
+
+    return decode_derived
+
+
 def _row_data_reader(spec: RowDataSpec) -> Reader:
     return _binary_row_size_reader(spec, _spec_row_decoder(spec))
 
@@ -1371,6 +1400,8 @@ def _row_data_reader(spec: RowDataSpec) -> Reader:
 def _spec_row_decoder(spec: RowDataSpec) -> Callable[[bytes, int, int], dict[str, Any]]:
     """The BinaryRowData decoder of ``spec``: with a leading ``row_kind`` when it shows one."""
     decode = row_data_decoder(spec.type, spec.field_specs)
+    if spec.derived:
+        decode = _with_derived(decode, spec)
     if not spec.row_kind:
         return decode
 

@@ -441,6 +441,11 @@ class RowDataSpec(SerializerSpec):
     #: ``row_kind`` field (``+I``, ``-U``, ``+U``, ``-D``): set for the rows SQL operators keep
     #: with their kind (:data:`ROW_KIND_STATES`).
     row_kind: bool = False
+    #: Values computed from the row's fields, shown after them (an accumulator named from a
+    #: compiled plan: the aggregate's current value beside its fields): ``(name, function,
+    #: sum field index, count field index, result type root)``, function ``avg`` (sum / count,
+    #: integer division for integral results) or ``sum`` (the sum, null while the count is 0).
+    derived: tuple[tuple[str, str, int, int, str], ...] = ()
 
     @property
     def display(self) -> str:

@@ -224,6 +224,7 @@ def test_two_phase_and_split_distinct_names() -> None:
 AGGS = ("sql-aggs-hashmap-canonical", FIXTURES / "plans" / "sql-aggs.json")
 AGGS_MB = ("sql-aggs-minibatch-rocksdb-native", FIXTURES / "plans" / "sql-aggs-minibatch.json")
 WINDOW_ACC = ["avg_amount.sum", "avg_amount.count", "cnt", "total", "max_amount", "users"]
+AVG = ["avg_amount"]  # the current value of AVG beside its accumulator fields
 
 
 def _value_names(sp: Any, op: Any, state: str) -> list[str]:
@@ -237,10 +238,11 @@ def test_every_aggregate_function_is_named() -> None:
     assert _value_names(sp, plain, "accState") == [
         "avg_amount.sum", "avg_amount.count", "cnt", "total", "users", "user_list.delimiter",
         "user_list.concat", "first_amount", "last_amount", "min_amount", "max_amount",
-        "user_bag", "by_id", "amounts", "users_distinct_view"]
+        "user_bag", "by_id", "amounts", "users_distinct_view", "avg_amount"]
     row = sp.read(plain.operator_id, "accState", key={"category": "books"}).to_pylist()[0]
     acc = row["value"]
     assert (acc["avg_amount.sum"], acc["avg_amount.count"], acc["cnt"]) == (997, 20, 20)
+    assert acc["avg_amount"] == 49  # AVG(INT) is an INT: 997 / 20, Java's division
     assert acc["user_list.delimiter"] == "," and acc["min_amount"] == 0
     assert acc["max_amount"] == 100 and acc["users"] == 6
     # with retraction: the planner rebuilt AVG and SUM from $SUM0 and COUNT ($f1, $f2), named
@@ -257,19 +259,23 @@ def test_every_aggregate_function_is_named() -> None:
     # SUM alone over an updating input keeps (sum, count): SumWithRetractAggFunction
     sum_retract = _op(sp, "GroupAggregate", 4)
     assert sp.read(sum_retract.operator_id, "accState", key={"category": "books"}).to_pylist()[
-        0]["value"] == {"sum_total.sum": 997, "sum_total.count": 6, "count1": 6}
+        0]["value"] == {"sum_total.sum": 997, "sum_total.count": 6, "count1": 6,
+                        "sum_total": 997}
 
 
 def test_every_window_shape_is_named() -> None:
     sp = _open(*AGGS)
     for i in range(3):  # tumble, hop, cumulate: two-phase (local buffers, global slices)
         glob = _op(sp, "GlobalWindowAggregate", i)
-        assert _value_names(sp, glob, "window-aggs") == [*WINDOW_ACC, "users_distinct_view"]
+        assert _value_names(sp, glob, "window-aggs") == [*WINDOW_ACC, "users_distinct_view",
+                                                          *AVG]
     session = _op(sp, "WindowAggregate")
-    assert _value_names(sp, session, "window-aggs") == [*WINDOW_ACC, "users_distinct_view"]
+    assert _value_names(sp, session, "window-aggs") == [*WINDOW_ACC, "users_distinct_view",
+                                                         *AVG]
     rows = sp.read(session.operator_id, "window-aggs", key={"category": "books"}).to_pylist()
     first = min(rows, key=lambda r: r["namespace"]["start"])["value"]
     assert (first["avg_amount.sum"], first["cnt"], first["max_amount"]) == (453, 10, 94)
+    assert first["avg_amount"] == 45
 
 
 def test_mini_batch_two_phase_split_and_hop_names() -> None:
@@ -278,7 +284,7 @@ def test_mini_batch_two_phase_split_and_hop_names() -> None:
     # the final aggregate of a distinct-split plan: $f1, $f2, $f3 are the query's names
     final = _op(sp, "GlobalGroupAggregate", 1)
     assert _value_names(sp, _op(sp, "GlobalGroupAggregate", 2), "accState") == [
-        "sum_total.sum", "sum_total.count", "count1"]
+        "sum_total.sum", "sum_total.count", "count1", "sum_total"]
     assert _value_names(sp, final, "accState") == ["custs", "tiers", "sum_price"]
     assert sp.read(final.operator_id, "accState", key={"tier": 0}).to_pylist()[0]["value"] == {
         "custs": 6, "tiers": 3, "sum_price": 1536}
@@ -333,3 +339,27 @@ def test_aggregate_lookups_equal_filtered_reads(name: str, plan: Path) -> None:
             assert got == whole, (op.name, st.name)
             checked += bool(whole)
     assert checked >= 4  # the bucket levels of split windows have other keys
+
+
+@pytest.mark.parametrize(("name", "plan"), [AGGS, AGGS_MB])
+def test_current_values_are_the_same_on_both_decode_paths(name: str, plan: Path,
+                                                          decode_path: str) -> None:
+    """The current value of an AVG (or SUM with retraction) beside its accumulator fields:
+    computed by the compiled path from the decoded columns, by the pure path per row."""
+    sp = _open(name, plan)
+    shown = 0
+    for op in sp.operators:
+        for st in op.states:
+            if st.name not in ("accState", "window-aggs"):
+                continue
+            for r in sp.read(op.operator_id, st.name).to_pylist():
+                v = r["value"]
+                for field in [k for k in v if f"{k}.sum" in v and f"{k}.count" in v]:
+                    total, count = v[f"{field}.sum"], v[f"{field}.count"]
+                    if field.startswith("avg"):
+                        want = None if not count else int(total / count)
+                    else:
+                        want = None if not count else total
+                    assert v[field] == want, (op.name, field, v)
+                    shown += 1
+    assert shown >= 6
