@@ -229,21 +229,30 @@ def _deriver(derived: tuple[tuple[str, str, int, int, str], ...], offset: int
     import pyarrow.compute as pc
 
     from statequery.arrow.types import DERIVED_TYPES
+    from statequery.serializers.readers import DERIVED_RANGES
 
     def derive(children: list[pa.Array]) -> list[pa.Array]:
         out = []
         for _, function, total_i, count_i, root in derived:
             total, count = children[offset + total_i], children[offset + count_i]
-            empty = pc.fill_null(pc.equal(count, 0), True)
+            typ = DERIVED_TYPES[root]
+            valid = pc.fill_null(pc.greater(count, 0), False)
+            safe = pc.if_else(valid, count, pa.scalar(1, count.type))
             if function == "sum":
                 value = total
+            elif root in ("FLOAT", "DOUBLE"):
+                # as Python divides a float by an int: the int rounded to the nearest double
+                value = pc.divide(pc.cast(total, pa.float64(), safe=False),
+                                  pc.cast(safe, pa.float64(), safe=False))
             else:
-                if root in ("FLOAT", "DOUBLE"):
-                    total = pc.cast(total, pa.float64())
-                safe = pc.if_else(empty, pa.scalar(1, count.type), count)
-                value = pc.divide(total, pc.cast(safe, total.type))
-            value = pc.if_else(empty, pa.nulls(len(value), value.type), value)
-            out.append(pc.cast(value, DERIVED_TYPES[root]))
+                value = pc.divide(pc.cast(total, pa.int64()), pc.cast(safe, pa.int64()))
+            if pa.types.is_integer(typ) and DERIVED_RANGES[root] < 63:
+                bits = DERIVED_RANGES[root]
+                value = pc.cast(value, pa.int64())
+                valid = pc.and_(valid, pc.fill_null(pc.and_(
+                    pc.greater_equal(value, -(1 << bits)), pc.less(value, 1 << bits)), False))
+            value = pc.if_else(valid, value, pa.nulls(len(value), value.type))
+            out.append(pc.cast(value, typ, safe=False))
         return out
 
     return derive

@@ -1364,30 +1364,39 @@ def map_data_decoder(key: SqlType, value: SqlType) -> Callable[[bytes, int, int]
     return decode_map
 
 
-def derived_value(function: str, integral: bool, total: Any, count: Any) -> Any:
-    """An aggregate's current value from its accumulator's sum and count (RowDataSpec.derived):
-    ``avg`` is sum / count (Java's division, toward zero, for integral results), ``sum`` the
-    sum; null while the count is 0 (or either is null)."""
-    if total is None or count is None or count == 0:
+#: the ranges of integral results of :func:`derived_value`, by SQL type root
+DERIVED_RANGES = {"TINYINT": 7, "SMALLINT": 15, "INTEGER": 31, "BIGINT": 63}
+
+
+def derived_value(function: str, root: str, total: Any, count: Any) -> Any:
+    """An aggregate's current value from its accumulator's sum and count (RowDataSpec.derived),
+    of result type ``root``: ``avg`` is sum / count (Java's division, toward zero, for integral
+    results), ``sum`` the sum. Null while the count is not positive, when either is null, or
+    when the value does not fit the result type (only corrupt state does that)."""
+    if total is None or count is None or count <= 0:
         return None
     if function == "sum":
-        return total
-    if integral:
-        q = abs(total) // abs(count)
-        return q if (total >= 0) == (count >= 0) else -q
-    return total / count
+        value = total
+    elif root in ("FLOAT", "DOUBLE"):
+        return total / count
+    else:
+        q = abs(total) // count
+        value = q if total >= 0 else -q
+    bits = DERIVED_RANGES.get(root)
+    if bits is not None and not -(1 << bits) <= value < (1 << bits):
+        return None
+    return value
 
 
 def _with_derived(decode: Callable[[bytes, int, int], dict[str, Any]], spec: RowDataSpec
                   ) -> Callable[[bytes, int, int], dict[str, Any]]:
     names = [f.name or f"f{i}" for i, f in enumerate(spec.type.fields)]
-    items = [(d[0], d[1], d[4] not in ("FLOAT", "DOUBLE"), names[d[2]], names[d[3]])
-             for d in spec.derived]
+    items = [(d[0], d[1], d[4], names[d[2]], names[d[3]]) for d in spec.derived]
 
     def decode_derived(buf: bytes, start: int, size: int) -> dict[str, Any]:
         out = decode(buf, start, size)
-        for name, function, integral, total, count in items:
-            out[name] = derived_value(function, integral, out[total], out[count])
+        for name, function, root, total, count in items:
+            out[name] = derived_value(function, root, out[total], out[count])
         return out
 
     return decode_derived
