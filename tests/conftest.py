@@ -77,6 +77,16 @@ def _private_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Any:
         os.environ["STATEQUERY_CACHE_DIR"] = saved
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_inherited_terminal_size() -> Any:
+    """pytest-xdist workers inherit ``COLUMNS``/``LINES`` of the controlling terminal (80 when it
+    has none); the CLI would then draw its tables for that width. Tests see what a pipe sees
+    unless they set a width themselves."""
+    saved = {name: os.environ.pop(name) for name in ("COLUMNS", "LINES") if name in os.environ}
+    yield
+    os.environ.update(saved)
+
+
 @pytest.fixture(params=["compiled", "pure"])
 def decode_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Runs a test on the compiled decode path and on the pure-Python reference
