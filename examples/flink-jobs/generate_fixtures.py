@@ -46,7 +46,7 @@ MAX_FIXTURE_BYTES = 2 * 1024 * 1024
 
 def _fx(name, job, backend, snapshot, fmt, *, incremental=False, max_parallelism=128,
         compression=False, inline=False, timers="rocksdb", changelog="off", unread=None,
-        large=False):
+        large=False, s3=False):
     fx = {"name": name, "job": job, "backend": backend, "snapshot": snapshot, "format": fmt,
           "incremental": incremental, "max_parallelism": max_parallelism,
           "compression": compression, "inline": inline}
@@ -58,6 +58,8 @@ def _fx(name, job, backend, snapshot, fmt, *, incremental=False, max_parallelism
         fx["unread"] = unread
     if large:  # edge jobs: also the >64 KiB string and the 66000-byte array
         fx["large"] = True
+    if s3:  # checkpoint and ForSt primary directory on the S3 test server (moto)
+        fx["s3"] = True
     return fx
 
 
@@ -101,6 +103,18 @@ MATRIX = [
     _fx("datastream-forst-native", "datastream", "forst", "savepoint", "native"),
     _fx("datastream-forst-checkpoint", "datastream", "forst", "checkpoint", "native",
         incremental=True),
+    # ForSt with the asynchronous state API (State V2, KEY_VALUE_V2 states): the primary
+    # directory is then the checkpoint directory (disaggregated), the checkpoint's SSTs are the
+    # database's own files under <job-id>/shared/op_<operator>_<id>__<subtask>_<par>__attempt_0/db/
+    _fx("async-datastream-forst-checkpoint", "async-datastream", "forst", "checkpoint", "native",
+        incremental=True),
+    _fx("async-datastream-forst-native", "async-datastream", "forst", "savepoint", "native"),
+    _fx("async-sql-forst-native", "async-sql", "forst", "savepoint", "native"),
+    # the same with checkpoints and ForSt's primary directory on the S3 test server (moto,
+    # s3://statequery-test/<name>/checkpoints and .../primary): ForSt copies its tables into the
+    # checkpoint's shared/ (s3:// handles); the fixture mirrors the bucket under <name>/
+    _fx("async-datastream-forst-s3-checkpoint", "async-datastream", "forst", "checkpoint",
+        "native", incremental=True, s3=True),
     # the changelog state backend before its first materialization: keyed state only in the log
     _fx("changelog-hashmap-unmaterialized-checkpoint", "datastream", "hashmap", "checkpoint",
         "native", changelog="1h",
@@ -385,6 +399,15 @@ def datastream_expected() -> list[dict]:
     return entries
 
 
+# AsyncStateJob.java: the DataStream job's source and user-state (on State V2), no operator-state
+# and window-agg; keyed directly after the source, so per-key order is input order as before.
+ASYNC_DS_UIDS = ("fixture-source", "user-state")
+
+
+def async_datastream_expected() -> list[dict]:
+    return [e for e in datastream_expected() if e["operator_uid"] in ASYNC_DS_UIDS]
+
+
 # --------------------------------------------------------------------------------------------
 # The TTL + Kryo job, modelled (TtlKryoJob.java)
 # --------------------------------------------------------------------------------------------
@@ -566,6 +589,27 @@ SQL_STATES = [
         "ROW<f0 STRING>", "VOID", user_key_type="INT"),
     _st("distinctAcc_0_null_state", "value", "BIGINT", "ROW<f0 STRING>", "VOID"),
 ]
+
+
+# sql_job.py --async-state: COUNT(MOD(id, 5)) instead of the distinct count, so no MapView and
+# no distinct map state; the asynchronous GroupAggregate keeps accState as a State V2 value.
+SQL_ASYNC_ACC_TYPE = ("ROW<f0 BIGINT (COUNT(*) count1), f1 BIGINT (SUM sum), f2 BIGINT (COUNT "
+                      "count), f3 DECIMAL(12, 2) (MAX), f4 DECIMAL(30, 6) (MAX), f5 TIMESTAMP(6) "
+                      "(MAX), f6 STRING (MAX)>")
+
+SQL_ASYNC_STATES = [_st("accState", "value", SQL_ASYNC_ACC_TYPE, "ROW<f0 STRING>", "VOID")]
+
+
+def sql_async_expected(agg_operator_id: str) -> list[dict]:
+    """The SQL job's accumulators without the distinct count (its ``f2`` counts every row)."""
+    entries = []
+    for e in sql_expected(agg_operator_id):
+        if e["state"] == "accState":
+            acc = dict(e["value"])
+            del acc["f7"]
+            acc["f2"] = acc["f0"]
+            entries.append({**e, "value": acc})
+    return entries
 
 
 def _decimal_str(numerator: int, denominator: int, scale: int) -> str:
@@ -904,13 +948,16 @@ def build() -> str:
     BUILD.mkdir(exist_ok=True)
     subprocess.run(["javac", "-nowarn", "-encoding", "UTF-8", "-d", str(BUILD), "-cp",
                     f"{lib}/*", *sources], check=True)
+    shutil.copytree(HERE / "src" / "META-INF", BUILD / "META-INF", dirs_exist_ok=True)
     _classpath = f"{lib}/*:{BUILD}"
     return _classpath
 
 
-def _run(cmd: list[str], log: Path, timeout: int = 300) -> dict[str, str]:
+def _run(cmd: list[str], log: Path, timeout: int = 300,
+         env: dict[str, str] | None = None) -> dict[str, str]:
     with open(log, "w") as out:
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=out, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=out, text=True, timeout=timeout,
+                              env={**os.environ, **env} if env else None)
     if proc.returncode != 0:
         raise RuntimeError(
             f"{cmd[:4]}... failed ({proc.returncode}), see {log}:\n{proc.stdout[-2000:]}")
@@ -924,14 +971,31 @@ def _run(cmd: list[str], log: Path, timeout: int = 300) -> dict[str, str]:
     return result
 
 
-def run_job(fx: dict, scratch: Path) -> dict[str, str]:
+S3_BUCKET = "statequery-test"  # tests/s3server.py's bucket: the fixture's s3:// paths are its
+
+
+def run_job(fx: dict, scratch: Path, s3_endpoint: str | None = None) -> dict[str, str]:
     out = scratch / "out"
+    if fx.get("s3"):
+        # checkpoints and ForSt's primary directory on the S3 test server, through the fixture
+        # programs' s3:// file system (src/statequery/fixtures/s3: the wheel ships no S3 plugin)
+        base = f"s3://{S3_BUCKET}/{fx['name']}"
+        cmd = ["java", "-cp", build(), "statequery.fixtures.AsyncStateJob", "checkpoint",
+               f"{base}/checkpoints", f"{base}/primary"]
+        return _run(cmd, scratch / "job.log", env={"AWS_ENDPOINT_URL": s3_endpoint or ""})
     if fx["job"] == "datastream":
         kind = "checkpoint" if fx["snapshot"] == "checkpoint" else f"savepoint-{fx['format']}"
         cmd = ["java", "-cp", build(), "statequery.fixtures.DataStreamStateJob", fx["backend"],
                str(fx["incremental"]).lower(), str(fx["max_parallelism"]),
                str(fx["compression"]).lower(), str(fx["inline"]).lower(), kind, str(out),
                fx.get("timers", "rocksdb"), fx.get("changelog", "off")]
+    elif fx["job"] == "async-datastream":
+        kind = "checkpoint" if fx["snapshot"] == "checkpoint" else f"savepoint-{fx['format']}"
+        cmd = ["java", "-cp", build(), "statequery.fixtures.AsyncStateJob", kind, str(out)]
+    elif fx["job"] == "async-sql":
+        cmd = [sys.executable, str(HERE / "sql_job.py"), "--backend", fx["backend"], "--kind",
+               f"savepoint-{fx['format']}", "--out", str(out), "--max-parallelism",
+               str(fx["max_parallelism"]), "--async-state"]
     elif fx["job"] == "edge-sql":
         kind = "checkpoint" if fx["snapshot"] == "checkpoint" else f"savepoint-{fx['format']}"
         cmd = [sys.executable, str(HERE / "sql_edge_job.py"), "--backend", fx["backend"],
@@ -966,6 +1030,27 @@ def run_job(fx: dict, scratch: Path) -> dict[str, str]:
         cmd += ["--compression"] if fx["compression"] else []
         cmd += ["--inline"] if fx["inline"] else []
     return _run(cmd, scratch / "job.log")
+
+
+def _run_on_s3(fx: dict, scratch: Path, dest: Path) -> dict[str, str]:
+    """Run the job against moto's S3 (the test server of tests/s3server.py), then mirror every
+    object under ``<name>/`` into ``tests/fixtures/<name>/`` (the same keys: a test uploads them
+    back to the paths the checkpoint's ``_metadata`` names)."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from s3server import moto_s3_server
+
+    with moto_s3_server(S3_BUCKET) as s3:
+        res = run_job(fx, scratch, s3.endpoint_url)
+        shutil.rmtree(dest, ignore_errors=True)
+        client = s3.client()
+        pages = client.get_paginator("list_objects_v2").paginate(
+            Bucket=S3_BUCKET, Prefix=f"{fx['name']}/")
+        for page in pages:
+            for obj in page.get("Contents", []):
+                target = FIXTURES / obj["Key"]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                client.download_file(S3_BUCKET, obj["Key"], str(target))
+    return res
 
 
 def snapshot_info(snapshot_dir: Path) -> list[dict]:
@@ -1053,28 +1138,37 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
         shutil.rmtree(scratch, ignore_errors=True)
         scratch.mkdir(parents=True)
         t0 = time.time()
-        res = run_job(fx, scratch)
-        snap = Path(res["SNAPSHOT_PATH"])
+        if fx.get("s3"):
+            res = _run_on_s3(fx, scratch, dest)
+            snap = FIXTURES / res["SNAPSHOT_PATH"][len(f"s3://{S3_BUCKET}/"):]
+        else:
+            res = run_job(fx, scratch)
+            snap = Path(res["SNAPSHOT_PATH"])
         print(f"  {name}: job {res.get('JOB_ID')} took {time.time() - t0:.1f}s -> {snap}")
 
         # copy the snapshot
-        shutil.rmtree(dest, ignore_errors=True)
-        if fx["snapshot"] == "savepoint":
+        if fx.get("s3"):
+            rel = str(snap.relative_to(FIXTURES))  # the bucket's objects, already mirrored
+        elif fx["snapshot"] == "savepoint":
+            shutil.rmtree(dest, ignore_errors=True)
             shutil.copytree(snap, dest / snap.name)
             rel = f"{name}/{snap.name}"
         else:
+            shutil.rmtree(dest, ignore_errors=True)
             job_dir = snap.parent
             shutil.copytree(job_dir, dest / job_dir.name)
             rel = f"{name}/{job_dir.name}/{snap.name}"
         fixture_dir = FIXTURES / rel
 
         infos = snapshot_info(fixture_dir)
-        if fx["job"] in ("datastream", "ttl-kryo", "raw-state", "edge-datastream"):
+        if fx["job"] in ("datastream", "ttl-kryo", "raw-state", "edge-datastream",
+                         "async-datastream"):
             for info in infos:
                 if info["uid"] and info["operator_id"] != operator_id_for_uid(info["uid"]):
                     raise RuntimeError(f"operator id mismatch for uid {info['uid']}: {info}")
             entries = {"datastream": datastream_expected, "ttl-kryo": ttl_kryo_expected,
                        "raw-state": raw_state_expected,
+                       "async-datastream": async_datastream_expected,
                        "edge-datastream": lambda: edge_datastream_expected(fx)}[fx["job"]]()
         elif fx["job"] == "sql-keys":
             entries = sql_keys_expected(infos)
@@ -1089,7 +1183,8 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
             aggs = [i for i in infos if i["name"].startswith("GroupAggregate")]
             if len(aggs) != 1:
                 raise RuntimeError(f"expected one GroupAggregate operator, got {infos}")
-            entries = sql_expected(aggs[0]["operator_id"])
+            entries = (sql_async_expected if fx["job"] == "async-sql" else sql_expected)(
+                aggs[0]["operator_id"])
         write_jsonl(exp_path, entries)
 
         problems: list[str] = []
@@ -1205,6 +1300,10 @@ def manifest_record(fx: dict, rel: str, infos: list[dict]) -> dict:
     for info in sorted(infos, key=lambda i: (i["uid"] or "~", i["name"])):
         if fx["job"] == "datastream":
             states = DS_STATES.get(info["uid"], [])
+        elif fx["job"] == "async-datastream":
+            states = DS_STATES.get(info["uid"], []) if info["uid"] in ASYNC_DS_UIDS else []
+        elif fx["job"] == "async-sql":
+            states = SQL_ASYNC_STATES if info["name"].startswith("GroupAggregate") else []
         elif fx["job"] == "ttl-kryo":
             states = TK_STATES.get(info["uid"], [])
         elif fx["job"] == "raw-state":
@@ -1229,10 +1328,15 @@ def manifest_record(fx: dict, rel: str, infos: list[dict]) -> dict:
     if fx["backend"] == "forst":
         # ForSt writes RocksDB's files and handles: the layout statequery reads is "rocksdb"
         rec["backend"], rec["state_backend"] = "rocksdb", "forst"
+        if fx["job"].startswith("async-"):
+            # State V2 headers (KEY_VALUE_V2) and ForSt's working-directory file paths say ForSt;
+            # a ForSt job on State V1 with its primary directory local says nothing more than
+            # RocksDB does (docs/format-notes.md)
+            rec["state_meta_backend"] = "forst"
     rec["flink_version"] = fx.get("flink_version", FLINK_VERSION)
     rec["path"] = rel
     rec.update({k: fx[k] for k in ("incremental", "max_parallelism", "compression", "inline")})
-    for extra in ("timers", "changelog", "large"):
+    for extra in ("timers", "changelog", "large", "s3"):
         if extra in fx:
             rec[extra] = fx[extra]
     rec["operators"] = operators

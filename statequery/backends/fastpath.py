@@ -26,6 +26,7 @@ from statequery.serializers.spec import (
     ListSpec,
     MapSpec,
     NamespaceSpec,
+    NullableSpec,
     PojoSpec,
     PrimitiveArraySpec,
     PrimitiveSpec,
@@ -43,34 +44,54 @@ __all__ = [
     "PURE_ENV",
     "bulk_feeder",
     "compiled",
+    "pure_forced",
     "entry_sink",
+    "flink_length",
     "heap_sink",
-    "key_group_scanner",
 ]
 
 PURE_ENV = "STATEQUERY_PURE_PYTHON"
 
+_compiled: ModuleType | None
 try:
-    from statequery.backends import _read as _compiled  # type: ignore[attr-defined]
+    from statequery.backends import _read as _compiled
 except ImportError:  # not built (no compiler at install time): the pure-Python path
     _compiled = None
 
 
+def pure_forced() -> bool:
+    """``STATEQUERY_PURE_PYTHON`` is set: every compiled twin (``_read``, ``_sst``) is off. The
+    one compiled-or-pure switch, read at every scan so tests can switch per test."""
+    return os.environ.get(PURE_ENV, "") not in ("", "0")
+
+
 def compiled() -> ModuleType | None:
     """The compiled decode module, or None (not built, or ``STATEQUERY_PURE_PYTHON`` set)."""
-    if _compiled is None or os.environ.get(PURE_ENV, "") not in ("", "0"):
+    if _compiled is None or pure_forced():
         return None
-    return _compiled  # type: ignore[no-any-return]
+    return _compiled
 
 
-def key_group_scanner() -> Callable[..., int]:
-    """``scan_key_group(buf, kg, prefix_len, handlers, finishers)`` of the chosen path."""
-    mod = compiled()
-    if mod is not None:
-        return mod.scan_key_group  # type: ignore[no-any-return]
-    from statequery.backends.keygroups import scan_key_group
-
-    return scan_key_group
+def flink_length(spec: SerializerSpec | None) -> int:
+    """``TypeSerializer.getLength()`` (-1 when variable), as the ambiguity rule needs it."""
+    if spec is None:
+        return -1
+    if isinstance(spec, NamespaceSpec):
+        n = spec.fixed_length
+        return -1 if n is None else n
+    if isinstance(spec, TupleSpec):
+        total = 0
+        for f in spec.fields:
+            n = flink_length(f)
+            if n < 0:
+                return -1
+            total += n
+        return total
+    if isinstance(spec, NullableSpec):
+        n = flink_length(spec.inner)
+        return -1 if n < 0 or spec.padding != n else n + 1
+    n = spec.fixed_length
+    return -1 if n is None else n
 
 
 # primitive name -> (compiled type code name, Arrow type of its column)
@@ -340,8 +361,6 @@ def entry_sink(layout: StateLayout, mode: str, schema: pa.Schema) -> Any | None:
     mod = compiled()
     if mod is None:
         return None
-    from statequery.backends.keygroups import flink_length
-
     if (
         not layout.is_timer
         and flink_length(layout.key) < 0

@@ -429,7 +429,7 @@ def _sql(args: argparse.Namespace) -> int:
         with _spark_session(args) as spark:
             _attach_catalog(spark, args.catalog or DEFAULT_CATALOG)
             table = spark.sql(args.query).toArrow()
-    from statequery.cli import _json_default, _print_rows
+    from statequery.cli.output import _json_default, _print_rows
 
     if args.json:
         for row in table.to_pylist():

@@ -105,6 +105,9 @@ class KeyedBackendProxy:
     states: tuple[StateMetaInfo, ...]
     header_end: int | None
     error: str | None = None  # the part of the header that could not be read, if any
+    #: of a type-12 key-groups stream whose every key group has an offset: "heap" or
+    #: "canonical" as its bytes say (statequery.backends.heap_layout_of); else None
+    layout: str | None = None
 
     def state(self, name: str) -> StateMetaInfo | None:
         for s in self.states:

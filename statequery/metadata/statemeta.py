@@ -72,6 +72,7 @@ __all__ = [
     "dumps",
     "fingerprint",
     "loads",
+    "operator_label",
     "read_snapshot",
     "sql_identifier",
     "sql_name",
@@ -83,8 +84,10 @@ MAGIC = "statequery-statemeta"
 #: 2: RowData specs keep their stored field serializers; 3: checksummed body; 4: the optional
 #: ``run_index`` section (statequery.metadata.runindex); 5: raw keyed state (heap timers of
 #: RocksDB checkpoints, ``raw_keyed_header``, ``StateInfo.stream``) and raw state listed as such;
-#: 6: the rows SQL operators keep show their RowKind (``RowDataSpec.row_kind``)
-FORMAT_VERSION = 6
+#: 6: ``HeaderInfo.layout`` (a type-12 stream's layout, from its bytes); 7: the rows SQL
+#: operators keep show their RowKind (``RowDataSpec.row_kind``) and accumulators named from a
+#: plan their current value (``RowDataSpec.derived``)
+FORMAT_VERSION = 7
 SNAPSHOT_FILE_NAME = "_statequery_meta.msgpack"
 MAX_SNAPSHOT_BYTES = 256 << 20
 
@@ -103,6 +106,9 @@ class HeaderInfo:
     header_end: int | None
     state_ids: dict[str, int] = field(default_factory=dict)
     error: str | None = None
+    #: of a keyed key-groups stream whose handle cannot tell (type 12, every key group with an
+    #: offset): "heap" or "canonical", as its bytes said when the header was read
+    layout: str | None = None
 
 
 @dataclass(frozen=True)
@@ -196,6 +202,12 @@ class StateInfo:
         return type_string(self.user_key_spec)
 
 
+def operator_label(op: Any) -> str:
+    """The one label of an operator (``OperatorInfo`` or ``_metadata``'s ``OperatorState``): its
+    uid, else its name, else its OperatorID (hex)."""
+    return str(op.uid or op.name or op.operator_id)
+
+
 @dataclass(frozen=True)
 class OperatorInfo:
     """One operator: identity, parallelism, its subtasks' handles and its states."""
@@ -215,7 +227,7 @@ class OperatorInfo:
 
     @property
     def display_name(self) -> str:
-        return self.uid or self.name or self.operator_id
+        return operator_label(self)
 
     def state(self, name: str) -> StateInfo | None:
         for s in self.states:
@@ -471,7 +483,7 @@ def assign_table_names(
     taken: set[str] = set()
     out = []
     for op in ops:
-        base = sql_name((stems or {}).get(op.operator_id) or op.uid or op.name or op.operator_id)
+        base = sql_name((stems or {}).get(op.operator_id) or operator_label(op))
         states = []
         for s in op.states:
             name = f"{base}__{sql_name(s.name)}"
@@ -508,6 +520,7 @@ def _header_to(h: HeaderInfo | None) -> Any:
         "header_end": h.header_end,
         "state_ids": dict(h.state_ids),
         "error": h.error,
+        "layout": h.layout,
     }
 
 
@@ -515,7 +528,12 @@ def _header_from(d: Any) -> HeaderInfo | None:
     if d is None:
         return None
     return HeaderInfo(
-        d["version"], d["compressed"], d["header_end"], dict(d["state_ids"]), d["error"]
+        d["version"],
+        d["compressed"],
+        d["header_end"],
+        dict(d["state_ids"]),
+        d["error"],
+        d.get("layout"),
     )
 
 
