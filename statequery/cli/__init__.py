@@ -22,8 +22,8 @@
     statequery shell [-e SQL | -f FILE] [-- SPARK-SQL ARGS]
                                             spark-sql with the catalog attached (or beeline
                                             on the server)
-    statequery serve [--stop | --status]    one warm local Spark (JDBC on loopback) for
-                                            shell and sql --spark
+    statequery serve [--stop | --status]    one warm local Spark (Spark Connect and JDBC on
+                                            loopback) for shell, sql --spark and notebooks
     statequery diff OLD NEW [--operator OP] [--state NAME] [--key K] [--json]
                                             what changed between two snapshots
     statequery stats PATH [--parallelism N] [--json]   state sizes per key group, skew
