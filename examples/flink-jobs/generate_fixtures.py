@@ -147,6 +147,12 @@ MATRIX = [
         max_parallelism=8),
     _fx("sql-minibatch-rocksdb-native", "sql-minibatch", "rocksdb", "savepoint", "native",
         max_parallelism=8),
+    # every built-in aggregate function and window aggregate shape (sql_operators_job.py --job
+    # aggs), and the same with mini-batch, two-phase and split distinct aggregation
+    _fx("sql-aggs-hashmap-canonical", "sql-aggs", "hashmap", "savepoint", "canonical",
+        max_parallelism=8),
+    _fx("sql-aggs-minibatch-rocksdb-native", "sql-aggs-minibatch", "rocksdb", "savepoint",
+        "native", max_parallelism=8),
     # GROUP BY keys of every common SQL type, nulls included (sql_keys_job.py)
     _fx("keys-sql-hashmap-native", "sql-keys", "hashmap", "savepoint", "native"),
     _fx("keys-sql-hashmap-canonical", "sql-keys", "hashmap", "savepoint", "canonical"),
@@ -168,7 +174,8 @@ MATRIX = [
     _edge("sql", "rocksdb", "checkpoint", "native", max_parallelism=300),
     _edge("sql", "rocksdb", "checkpoint", "native", incremental=True, max_parallelism=300),
 ]
-SQL_OPERATOR_JOBS = {"sql-ops": "ops", "sql-minibatch": "minibatch"}
+SQL_OPERATOR_JOBS = {"sql-ops": "ops", "sql-minibatch": "minibatch", "sql-aggs": "aggs",
+                     "sql-aggs-minibatch": "aggs-minibatch"}
 # SQL jobs run from a compiled plan: operator ids from the plan
 PLAN_JOBS = {*SQL_OPERATOR_JOBS, "edge-sql"}
 # jobs whose manifest states come from the dump and whose expected file is a subset of it
@@ -780,7 +787,7 @@ def ops_event(i: int) -> dict:
             "category": OPS_CATEGORIES[(i // 10) % 3]}
 
 
-def sql_ops_expected(ids: dict[str, str]) -> list[dict]:
+def sql_ops_expected(ids: dict[str, str], backend: str = "hashmap") -> list[dict]:
     """``ids``: uid -> operator id of the savepoint (uids are ``<plan node id>_<kind>``)."""
     entries: list[dict] = []
     events = [ops_event(i) for i in range(OPS_EVENTS)]
@@ -817,18 +824,22 @@ def sql_ops_expected(ids: dict[str, str]) -> list[dict]:
     # join_unique: both sides are keyed by user (unique): ValueState<row>
     for u in range(OPS_USERS):
         mine = [e for e in events if e["user"] == f"user-{u}"]
+        # a join erases the kind of the rows it stores (+I)
         add(unique, "left-records", "value", {"f0": f"user-{u}"},
-            value={"f0": f"user-{u}", "f1": len(mine)})
+            value={"row_kind": "+I", "f0": f"user-{u}", "f1": len(mine)})
         add(unique, "right-records", "value", {"f0": f"user-{u}"},
-            value={"f0": f"user-{u}", "f1": sum(e["amount"] for e in mine)})
+            value={"row_kind": "+I", "f0": f"user-{u}", "f1": sum(e["amount"] for e in mine)})
     # deduplication: keep first row (processing time) keeps a flag, keep last row the row
     first, last = uid("deduplicate", 0), uid("deduplicate", 1)
     for u in range(OPS_USERS):
         mine = [e for e in events if e["user"] == f"user-{u}"]
         add(first, "deduplicate-state", "value", {"f0": f"user-{u}"}, value=True)
         add(last, "deduplicate-state", "value", {"f0": f"user-{u}"},
-            value={"f0": mine[-1]["id"], "f1": mine[-1]["user"], "f2": mine[-1]["amount"],
-                   "f3": None})
+            # the kind the row was stored with: RocksDB serializes the input row (+I); the heap
+            # backend keeps the row object, which the operator then emits as +U
+            value={"row_kind": "+U" if len(mine) > 1 and backend == "hashmap" else "+I",
+                   "f0": mine[-1]["id"],
+                   "f1": mine[-1]["user"], "f2": mine[-1]["amount"], "f3": None})
     # Top-3 per category (append-only input): sort key -> rows with that key, the top 3 kept
     for cat in OPS_CATEGORIES:
         mine = [e for e in events if e["category"] == cat]
@@ -838,7 +849,7 @@ def sql_ops_expected(ids: dict[str, str]) -> list[dict]:
             kept.sort(key=lambda x: -x["amount"])
             kept = kept[:3]
         for amount in sorted({e["amount"] for e in kept}):
-            rows = [{"f0": e["id"], "f1": e["amount"], "f2": cat} for e in mine
+            rows = [{"row_kind": "+I", "f0": e["id"], "f1": e["amount"], "f2": cat} for e in mine
                     if e in kept and e["amount"] == amount]
             add(uid("rank"), "data-state-with-append", "map", {"f0": cat},
                 user_key={"f0": amount}, value=rows)
@@ -846,14 +857,34 @@ def sql_ops_expected(ids: dict[str, str]) -> list[dict]:
     for cat in OPS_CATEGORIES:
         order: list[str] = []
         totals: dict[str, int] = {}
+        seen: dict[str, int] = {}
         for e in events:
             if e["category"] == cat:
                 if e["user"] in order:
                     order.remove(e["user"])  # an update replaces the row and moves it last
                 order.append(e["user"])
                 totals[e["user"]] = totals.get(e["user"], 0) + e["amount"]
+                seen[e["user"]] = seen.get(e["user"], 0) + 1
         add(uid("upsert-materialize"), "values", "value", {"f0": cat},
-            value=[{"f0": cat, "f1": u, "f2": totals[u]} for u in order])
+            # the row as the aggregation last sent it: +I first, +U after an update
+            value=[{"row_kind": "+U" if seen[u] > 1 else "+I", "f0": cat, "f1": u,
+                    "f2": totals[u]} for u in order])
+    return entries
+
+
+def sql_aggs_expected(ids: dict[str, str]) -> list[dict]:
+    """The distinct users of each category of COUNT(DISTINCT `user`) ... GROUP BY category
+    (agg_plain, the first aggregation of the job): its ``distinctAcc_0`` MapState, user -> 1."""
+    aggs = sorted((u for u in ids if u.endswith("_group-aggregate")),
+                  key=lambda u: int(u.split("_")[0]))
+    entries = []
+    for cat in OPS_CATEGORIES:
+        users = sorted({e["user"] for e in map(ops_event, range(OPS_EVENTS))
+                        if e["category"] == cat})
+        for user in users:
+            entries.append({"operator_uid": aggs[0], "operator_id": ids[aggs[0]],
+                            "state": "distinctAcc_0", "kind": "map", "key": {"f0": cat},
+                            "namespace": None, "user_key": user, "value": 1})
     return entries
 
 
@@ -1210,7 +1241,9 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
         elif fx["job"] in PLAN_JOBS:
             save_plan(fx["job"], scratch / "plan.json", scratch / "out")
             ids = {i["uid"]: i["operator_id"] for i in infos if i["uid"]}
-            entries = {"sql-ops": sql_ops_expected, "sql-minibatch": sql_minibatch_expected,
+            entries = {"sql-ops": lambda i: sql_ops_expected(i, fx["backend"]),
+                       "sql-minibatch": sql_minibatch_expected,
+                       "sql-aggs": sql_aggs_expected, "sql-aggs-minibatch": sql_aggs_expected,
                        "edge-sql": sql_edge_expected}[fx["job"]](ids)
         else:
             aggs = [i for i in infos if i["name"].startswith("GroupAggregate")]

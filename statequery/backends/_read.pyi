@@ -42,7 +42,13 @@ class Column(Col):
 
 class StructCol(Col):
     def __init__(
-        self, skind: int, children: list[Col], what: str = "value", mask_offset: int = 0
+        self,
+        skind: int,
+        children: list[Col],
+        what: str = "value",
+        mask_offset: int = 0,
+        row_kind: bool = False,
+        derive: Callable[[list[pa.Array]], list[pa.Array]] | None = None,
     ) -> None: ...
 
 class NullCol(Col):

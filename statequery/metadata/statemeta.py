@@ -84,8 +84,10 @@ MAGIC = "statequery-statemeta"
 #: 2: RowData specs keep their stored field serializers; 3: checksummed body; 4: the optional
 #: ``run_index`` section (statequery.metadata.runindex); 5: raw keyed state (heap timers of
 #: RocksDB checkpoints, ``raw_keyed_header``, ``StateInfo.stream``) and raw state listed as such;
-#: 6: ``HeaderInfo.layout`` (a type-12 stream's layout, from its bytes)
-FORMAT_VERSION = 6
+#: 6: ``HeaderInfo.layout`` (a type-12 stream's layout, from its bytes); 7: the rows SQL
+#: operators keep show their RowKind (``RowDataSpec.row_kind``) and accumulators named from a
+#: plan their current value (``RowDataSpec.derived``)
+FORMAT_VERSION = 7
 SNAPSHOT_FILE_NAME = "_statequery_meta.msgpack"
 MAX_SNAPSHOT_BYTES = 256 << 20
 
@@ -443,7 +445,12 @@ def type_string(spec: SerializerSpec | None) -> str | None:
     if isinstance(spec, NullableSpec):
         return type_string(spec.inner)
     if isinstance(spec, RowDataSpec):
-        return str(spec.type)
+        text = str(spec.type)
+        if spec.derived and text.endswith(">"):
+            text = text[:-1] + "".join(f", {d[0]} {d[4]}" for d in spec.derived) + ">"
+        if spec.row_kind and text.startswith("ROW<"):
+            return "ROW<row_kind STRING, " + text[4:]
+        return text
     if isinstance(spec, OpaqueSpec):
         what = spec.type_class or spec.snapshot_class or "?"
         return f"{spec.family.upper()}<{what}>"
