@@ -64,7 +64,7 @@ def _find(sp: Any, state: str) -> tuple[Any, Any]:
 def _entries(sp: Any, op: Any, ref: Any, mode: str) -> tuple[int, int, list[tuple[bytes, bytes]]]:
     """(state id, prefix length, [(composite key after the prefix, value)]) of one state, caught
     from a pure-Python read of the fixture."""
-    from statequery.backends import fastpath, keygroups
+    from statequery.backends import keygroups
 
     caught: list[tuple[bytes, int, int, int]] = []
     scan = keygroups.scan_key_group
@@ -75,12 +75,12 @@ def _entries(sp: Any, op: Any, ref: Any, mode: str) -> tuple[int, int, list[tupl
         return scan(buf, kg, prefix_len, handlers, finishers)
 
     _use(True)
-    saved = fastpath.key_group_scanner
-    fastpath.key_group_scanner = lambda: spy  # type: ignore[assignment]
+    saved = keygroups.key_group_scanner
+    keygroups.key_group_scanner = lambda: spy  # type: ignore[assignment]
     try:
         sp.read(op, ref.name, mode=mode)
     finally:
-        fastpath.key_group_scanner = saved  # type: ignore[assignment]
+        keygroups.key_group_scanner = saved  # type: ignore[assignment]
     out: list[tuple[bytes, bytes]] = []
     sid = prefix_len = 0
     for buf, kg, prefix_len, sid in caught:
@@ -112,7 +112,7 @@ def _decode(layout: Any, mode: str, buf: bytes, sid: int, prefix_len: int, pure:
         float, int, bool]:
     from statequery.arrow.batches import BatchBuilder
     from statequery.arrow.schemas import state_schema
-    from statequery.backends import fastpath
+    from statequery.backends import keygroups
     from statequery.backends.keygroups import CompositeEntryDecoder
 
     _use(pure)
@@ -120,7 +120,7 @@ def _decode(layout: Any, mode: str, buf: bytes, sid: int, prefix_len: int, pure:
     decoder = CompositeEntryDecoder(layout, mode, builder)
     handlers: list[Any] = [None] * (sid + 1)
     handlers[sid] = decoder.on_entry
-    scan = fastpath.key_group_scanner()
+    scan = keygroups.key_group_scanner()
     t = time.process_time()
     scan(buf, 0, prefix_len, handlers, [decoder.finish])
     batch = builder.flush()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from statequery._version import __version__
+
 # the functions shadow their modules, ``statequery.capture`` and ``statequery.sql``, as the
 # package attributes
 from statequery.capture import capture
@@ -30,7 +32,6 @@ if TYPE_CHECKING:
     from statequery.io import FileIO
     from statequery.savepoint import Savepoint
 
-__version__ = "0.1.0"
 
 __all__ = [
     "CorruptStateError",

@@ -35,10 +35,13 @@ import pyarrow as pa
 
 from statequery.arrow.jsonify import EPOCH_MS_COLUMNS, canonical_json, freeze, jsonify_column
 from statequery.exceptions import InvalidOptionError, NoSuchOperatorError, NoSuchStateError
+from statequery.hashing import split_key_groups
 from statequery.metadata.statemeta import OperatorInfo, StateInfo, type_string
+from statequery.ranges import read_states
+from statequery.scan import read_table, state_key_group
 
 if TYPE_CHECKING:
-    from statequery.savepoint import Savepoint
+    from statequery.scan import StateSource
 
 __all__ = ["CHANGE_KINDS", "DIFF_SCHEMA", "diff_batches", "diff_table", "state_pairs"]
 
@@ -84,19 +87,15 @@ class StatePair:
         return (self.new or self.old).kind  # type: ignore[union-attr]
 
 
-def _label(op: OperatorInfo) -> str:
-    return op.uid or op.name or op.operator_id
-
-
-def _find_operator(sp: Savepoint, ident: str) -> OperatorInfo | None:
+def _find_operator(sp: StateSource, ident: str) -> OperatorInfo | None:
     try:
-        return sp.operator(ident)
+        return sp.model.operator(ident)
     except NoSuchOperatorError:
         return None
 
 
 def state_pairs(
-    old: Savepoint, new: Savepoint, operator: str | None = None, state: str | None = None
+    old: StateSource, new: StateSource, operator: str | None = None, state: str | None = None
 ) -> list[StatePair]:
     """The states of both sides paired by operator id and state name, filtered by ``operator``
     (uid, name or id) and ``state`` (state name, or a table name when ``operator`` is None)."""
@@ -104,12 +103,12 @@ def state_pairs(
         o, n = _find_operator(old, operator), _find_operator(new, operator)
         if o is None and n is None:
             raise NoSuchOperatorError(
-                f"no operator {operator!r} in {old.location} or {new.location}"
+                f"no operator {operator!r} in {old.model.location} or {new.model.location}"
             )
         ops_old = [o] if o is not None else []
         ops_new = [n] if n is not None else []
     else:
-        ops_old, ops_new = list(old.operators), list(new.operators)
+        ops_old, ops_new = list(old.model.operators), list(new.model.operators)
     by_id: dict[str, tuple[OperatorInfo | None, OperatorInfo | None]] = {}
     for op in ops_old:
         by_id[op.operator_id] = (op, None)
@@ -117,7 +116,7 @@ def state_pairs(
         by_id[op.operator_id] = (by_id.get(op.operator_id, (None, None))[0], op)
     pairs = []
     for op_id, (o, n) in by_id.items():
-        label = _label(n or o)  # type: ignore[arg-type]
+        label = (n or o).display_name  # type: ignore[union-attr]
         olds = {s.name: s for s in (o.states if o else ())}
         news = {s.name: s for s in (n.states if n else ())}
         for name in list(olds) + [x for x in news if x not in olds]:
@@ -131,7 +130,7 @@ def state_pairs(
         raise NoSuchStateError(
             f"no state {state!r}"
             + (f" in operator {operator!r}" if operator else "")
-            + f" in {old.location} or {new.location}"
+            + f" in {old.model.location} or {new.model.location}"
         )
     return pairs
 
@@ -289,15 +288,15 @@ def _compare(
             rows.add(pair, "changed", n, o.fields()["value"], n.fields()["value"])
 
 
-def _read(sp: Savepoint, info: StateInfo | None, **kw: Any) -> pa.Table | None:
+def _read(sp: StateSource, info: StateInfo | None, **kw: Any) -> pa.Table | None:
     if info is None:
         return None
-    return sp.read(info, **kw)
+    return read_table(sp.model, sp.context, info, **kw)
 
 
 def diff_batches(
-    old: Savepoint,
-    new: Savepoint,
+    old: StateSource,
+    new: StateSource,
     operator: str | None = None,
     state: str | None = None,
     key: Any = None,
@@ -356,41 +355,34 @@ def diff_batches(
 
 
 def _read_states(
-    sp: Savepoint, infos: list[StateInfo], key_groups: list[int] | None, key: Any
+    sp: StateSource, infos: list[StateInfo], key_groups: list[int] | None, key: Any
 ) -> dict[str, pa.Table]:
-    from statequery.ranges import read_states
-
     return read_states(sp, infos, key_groups, key)
 
 
 def _ranges_of(
-    sides: list[tuple[Savepoint, StateInfo]], max_parallelism: int, range_size: int,
+    sides: list[tuple[StateSource, StateInfo]], max_parallelism: int, range_size: int,
     wanted: set[int] | None,
 ) -> list[list[int]]:
     """Key-group ranges: cut where a subtask's range starts on either side, then at most
     ``range_size`` key groups each."""
     cuts = {0, max_parallelism}
     for sp, s in sides:
-        for sub in sp.operator(s.operator_id).subtasks:
+        for sub in sp.model.operator(s.operator_id).subtasks:
             if sub.key_groups is not None:
                 cuts.add(sub.key_groups.start)
                 cuts.add(sub.key_groups.end + 1)
     bounds = sorted(c for c in cuts if 0 <= c <= max_parallelism)
     out = []
     for a, b in zip(bounds, bounds[1:], strict=False):
-        for start in range(a, b, range_size):
-            groups = [
-                g for g in range(start, min(b, start + range_size))
-                if wanted is None or g in wanted
-            ]
-            if groups:
-                out.append(groups)
+        groups = [g for g in range(a, b) if wanted is None or g in wanted]
+        out.extend(split_key_groups(groups, range_size))
     return out
 
 
 def _diff_keyed_operator(
-    old: Savepoint,
-    new: Savepoint,
+    old: StateSource,
+    new: StateSource,
     pairs: list[StatePair],
     key: Any,
     range_size: int,
@@ -405,7 +397,7 @@ def _diff_keyed_operator(
     maxps = {s.max_parallelism for _, s in sides}
     wanted: set[int] | None = None
     if key is not None:
-        wanted = {sp.key_group_of(s, key) for sp, s in sides}
+        wanted = {state_key_group(s, key) for _, s in sides}
     if only is not None:
         wanted = only if wanted is None else wanted & only
     ranges: list[list[int] | None]
@@ -438,8 +430,8 @@ def _diff_keyed_operator(
 
 
 def diff_table(
-    old: Savepoint,
-    new: Savepoint,
+    old: StateSource,
+    new: StateSource,
     operator: str | None = None,
     state: str | None = None,
     key: Any = None,
@@ -451,7 +443,7 @@ def diff_table(
 
 
 def key_group_ranges(
-    old: Savepoint, new: Savepoint, pairs: Iterable[StatePair], range_size: int
+    old: StateSource, new: StateSource, pairs: Iterable[StatePair], range_size: int
 ) -> list[list[int]] | None:
     """The key-group ranges a diff of ``pairs`` walks (None when the two sides' max parallelism
     differ and everything is one range): the tasks of a distributed diff."""
@@ -466,7 +458,7 @@ def key_group_ranges(
     return _ranges_of(sides, maxp, range_size, None)
 
 
-def diff_work(old: Savepoint, new: Savepoint, pairs: Iterable[StatePair]) -> int:
+def diff_work(old: StateSource, new: StateSource, pairs: Iterable[StatePair]) -> int:
     """Units of work :func:`diff_batches` reports to ``progress`` (for a progress bar)."""
     total = 0
     for p in pairs:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 if TYPE_CHECKING:
-    from statequery.savepoint import Savepoint
+    from statequery.metadata.model import SavepointModel
 
 __all__ = ["LookupResult", "enable_table_html", "savepoint_html", "table_html"]
 
@@ -78,7 +78,7 @@ def table_html(table: pa.Table, caption: str | None = None, max_rows: int = MAX_
     return text + f"<div><small>{note}</small></div>"
 
 
-def savepoint_html(sp: Savepoint) -> str:
+def savepoint_html(sp: SavepointModel) -> str:
     """A savepoint at a glance: what it is, its operators, and its states with kinds, types and
     sizes."""
     meta = sp.meta

@@ -72,7 +72,12 @@ class NoSuchStateError(StatequeryError, KeyError):
 
 
 class NoSuchTableError(StatequeryError, KeyError):
-    """The catalog database has no table of that name."""
+    """The catalog database has no table of that name. ``detail``: the tables there are (with
+    the closest one), for a caller that names the database instead."""
+
+    def __init__(self, message: str, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail if detail is not None else message
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""

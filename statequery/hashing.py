@@ -18,7 +18,7 @@ import base64
 import datetime as _dt
 import math
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Context, Decimal
 from typing import Any
@@ -52,6 +52,7 @@ __all__ = [
     "murmur_hash",
     "operator_id_from_uid",
     "operator_index_for_key_group",
+    "split_key_groups",
 ]
 
 _MASK32 = 0xFFFFFFFF
@@ -148,6 +149,13 @@ def operator_index_for_key_group(max_parallelism: int, parallelism: int, key_gro
     if not 0 <= key_group < max_parallelism:
         raise InvalidOptionError(f"key group {key_group} outside [0, {max_parallelism})")
     return key_group * parallelism // max_parallelism
+
+
+def split_key_groups(key_groups: Iterable[int], size: int) -> list[list[int]]:
+    """``key_groups`` (in their order) in consecutive pieces of at most ``size`` key groups: the
+    one splitter of key groups into ranges (scan tasks, diff and stats ranges)."""
+    groups = list(key_groups)
+    return [groups[i : i + size] for i in range(0, len(groups), size)]
 
 
 # -- Java hashCode -----------------------------------------------------------------------------

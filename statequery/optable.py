@@ -112,7 +112,7 @@ def _stem(op: OperatorInfo, keyed: Sequence[StateInfo]) -> str:
         suffix = f"__{sql_name(s.name)}"
         if s.table_name.endswith(suffix):
             return s.table_name[: -len(suffix)]
-    return sql_name(op.uid or op.name or op.operator_id)
+    return sql_name(op.display_name)
 
 
 def operator_table_names(meta: StateMeta) -> dict[str, str]:

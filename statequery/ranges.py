@@ -12,35 +12,31 @@ import pyarrow as pa
 
 from statequery.arrow.batches import BatchBuilder
 from statequery.arrow.schemas import state_schema
+from statequery.scan import ScanTask, StateSource, execute, keyed_backend, plan_states
 
 if TYPE_CHECKING:
     from statequery.metadata.statemeta import StateInfo
-    from statequery.savepoint import Savepoint
-    from statequery.scan import ScanTask
 
 __all__ = ["read_states", "scan_states"]
 
 
 def _tasks(
-    sp: Savepoint, infos: list[StateInfo], key_groups: Iterable[int] | None, key: Any
+    sp: StateSource, infos: list[StateInfo], key_groups: Iterable[int] | None, key: Any
 ) -> list[ScanTask]:
-    from statequery.scan import plan_states
-
-    return plan_states(sp, infos, keys=None if key is None else [key], key_groups=key_groups)
+    keys = None if key is None else [key]
+    return plan_states(sp.model, sp.context, infos, keys=keys, key_groups=key_groups)
 
 
 def read_states(
-    sp: Savepoint, infos: list[StateInfo], key_groups: Iterable[int] | None, key: Any = None
+    sp: StateSource, infos: list[StateInfo], key_groups: Iterable[int] | None, key: Any = None
 ) -> dict[str, pa.Table]:
     """The rows of keyed states ``infos`` (one operator) in ``key_groups`` (None: all), only
     ``key``'s if given, as one Table per state name."""
-    from statequery.scan import execute
-
     if not infos:
         return {}
     batches: dict[str, list[pa.RecordBatch]] = {s.name: [] for s in infos}
     for task in _tasks(sp, infos, key_groups, key):
-        for name, batch in execute(task, resolver=sp.resolver):
+        for name, batch in execute(task, sp.context):
             batches[name].append(batch)
     return {
         s.name: pa.Table.from_batches(batches[s.name], schema=state_schema(s.layout))
@@ -49,19 +45,17 @@ def read_states(
 
 
 def scan_states(
-    sp: Savepoint,
+    sp: StateSource,
     infos: list[StateInfo],
     key_groups: Iterable[int],
     builder_factory: Callable[[pa.Schema, Any], BatchBuilder],
 ) -> dict[str, BatchBuilder]:
     """Like :func:`read_states`, into builders made by ``builder_factory(schema, layout)`` (which
     may collect more than rows, e.g. entry sizes); returns them unflushed."""
-    from statequery.scan import keyed_backend
-
     builders = {s.name: builder_factory(state_schema(s.layout), s.layout) for s in infos}
     wanted = set(key_groups)
     for task in _tasks(sp, infos, wanted, None):
-        backend = keyed_backend(task, sp.resolver)
+        backend = keyed_backend(task, sp.context)
         requests = [(task.layout(n), builders[n]) for n in task.wanted]
         for _kg in backend.scan_states(requests, None, wanted):
             pass

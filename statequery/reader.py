@@ -1,4 +1,4 @@
-"""The function API of reading: thin wrappers over the scan layer (:mod:`statequery.scan`).
+"""The function API of reading: thin wrappers over :class:`~statequery.savepoint.Savepoint`.
 
 ``savepoint`` is a :class:`~statequery.savepoint.Savepoint` or a location (opened with
 :func:`statequery.open`); ``operator`` a uid, name or id, or a record naming one (a
@@ -19,9 +19,6 @@ from statequery.metadata.kinds import OPERATOR_KINDS
 from statequery.metadata.statemeta import StateInfo
 from statequery.savepoint import Savepoint
 from statequery.scan import DEFAULT_BATCH_SIZE, key_group_for
-from statequery.scan import lookup as _lookup
-from statequery.scan import read_batches as _read_batches
-from statequery.scan import read_table as _read_table
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -87,9 +84,8 @@ def read_state(
     :func:`statequery.scan.read_batches`); ``key`` reads only the key group that can hold it."""
     sp = _as_savepoint(savepoint)
     info = _state(sp, operator, state, "read_state")
-    keys = None if key is None else [key]
-    return _read_batches(
-        sp, info, keys=keys, key_groups=key_groups, mode=mode, batch_size=batch_size
+    return sp.read_batches(
+        info, key=key, key_groups=key_groups, mode=mode, batch_size=batch_size
     )
 
 
@@ -104,8 +100,7 @@ def read_table(
     """:func:`read_state` collected into one Table."""
     sp = _as_savepoint(savepoint)
     info = _state(sp, operator, state, "read_table")
-    keys = None if key is None else [key]
-    return _read_table(sp, info, keys=keys, key_groups=key_groups, mode=mode)
+    return sp.read(info, key=key, key_groups=key_groups, mode=mode)
 
 
 def lookup(
@@ -119,5 +114,5 @@ def lookup(
     if isinstance(key, StateInfo):
         info, key = key, operator
         op = sp.operator(info)
-        return {(op.display_name, info.name): _read_table(sp, info, keys=[key])}
-    return _lookup(sp, key, None if operator is None else sp.operator(operator).operator_id)
+        return {(op.display_name, info.name): sp.read(info, key=key)}
+    return dict(sp.lookup(key, None if operator is None else sp.operator(operator).operator_id))

@@ -7,94 +7,41 @@
 Opening reads ``_metadata``. The states (operators, kinds, serializers) come from the StateMeta
 snapshot next to ``_metadata`` when one exists and was derived from the same ``_metadata`` bytes;
 otherwise they are derived once — ``_metadata`` plus the header of every state file, read in
-parallel through the storage seam — and cached on the instance.
+parallel through the storage seam — and cached: :class:`~statequery.metadata.model.SavepointModel`
+(:attr:`Savepoint.model`). Reads are planned and executed by :mod:`statequery.scan` against the
+model and the savepoint's :class:`~statequery.scan.ReadContext` (:attr:`Savepoint.context`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
-import posixpath
-import re
-import threading
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from statequery.decoder import Decoder
+from statequery import scan
 from statequery.discovery import find_metadata
-from statequery.exceptions import (
-    CorruptStateError,
-    NoSuchOperatorError,
-    NoSuchStateError,
-    NoSuchTableError,
-    SnapshotIgnoredWarning,
-    UnknownSerializerError,
-)
+from statequery.exceptions import CorruptStateError, SnapshotIgnoredWarning
 from statequery.io import FileIO, join_location, location_parent
-from statequery.metadata.checkpoint import CheckpointMetadata, OperatorState, parse_metadata
-from statequery.metadata.handles import (
-    ChangelogHandle,
-    ChangelogStreamHandle,
-    HandleResolver,
-    IncrementalHandle,
-    InMemoryChangelogHandle,
-    KeyedHandle,
-    KeyGroupsHandle,
-    OperatorStreamHandle,
-    StreamHandle,
+from statequery.metadata.checkpoint import CheckpointMetadata
+from statequery.metadata.handles import HandleResolver
+from statequery.metadata.model import (
+    DEFAULT_WORKERS,
+    STATE_META_COLUMNS,
+    SavepointModel,
+    derive_state_meta,
 )
-from statequery.metadata.kinds import OPERATOR_KINDS, layout_or_unknown
-from statequery.metadata.plan import (
-    CompiledPlan,
-    PlanNode,
-    apply_descriptions,
-    apply_plan,
-    match_operators,
-    name_operator,
-    parse_plan,
-    table_stem,
-)
-from statequery.metadata.proxy import (
-    MAX_HEADER,
-    KeyedBackendProxy,
-    OperatorBackendProxy,
-    StateMetaInfo,
-    read_header,
-    read_keyed_proxy,
-    read_operator_proxy,
-)
-from statequery.metadata.rawkeyed import (
-    RAW_KEYED_STATE,
-    RAW_OPERATOR_STATE,
-    RawKeyedHeader,
-    read_raw_keyed_header,
-)
+from statequery.metadata.plan import CompiledPlan, PlanNode, parse_plan
 from statequery.metadata.runindex import RunIndex
 from statequery.metadata.statemeta import (
     SNAPSHOT_FILE_NAME,
-    HeaderInfo,
     JobInfo,
     OperatorInfo,
     SnapshotVersionError,
     StateInfo,
     StateMeta,
-    SubtaskInfo,
-    assign_table_names,
-    fingerprint,
     loads,
-    sql_identifier,
-    type_string,
     write_snapshot,
-)
-from statequery.serializers.spec import (
-    ListSpec,
-    MapSpec,
-    OpaqueSpec,
-    SerializerSpec,
-    TimerSpec,
 )
 
 if TYPE_CHECKING:
@@ -103,10 +50,14 @@ if TYPE_CHECKING:
     from statequery.optable import OperatorTable
     from statequery.stats import StateStats
 
-__all__ = ["Savepoint", "derive_state_meta", "find_metadata"]
+__all__ = [
+    "DEFAULT_WORKERS",
+    "STATE_META_COLUMNS",
+    "Savepoint",
+    "derive_state_meta",
+    "find_metadata",
+]
 
-DEFAULT_WORKERS = 16
-_CHK = re.compile(r"^chk-(\d+)$")
 
 
 class Savepoint:
@@ -124,22 +75,11 @@ class Savepoint:
         self.io = io
         self.metadata_location = metadata_location
         self.location = location_parent(metadata_location)
-        self._metadata_bytes = metadata_bytes
-        self._metadata: CheckpointMetadata | None = None
-        self._meta = state_meta
-        self._named_meta: StateMeta | None = None
-        self.from_snapshot = state_meta is not None
-        if plan is None and state_meta is not None and state_meta.plan:
-            plan = parse_plan(state_meta.plan, "the StateMeta snapshot's plan")
-        #: the Flink SQL compiled plan naming the job's columns (``open(plan=...)`` or the snapshot)
-        self.sql_plan = plan
-        self._plan_nodes: dict[str, PlanNode] | None = None
-        self.max_workers = max_workers
         self.resolver = HandleResolver(io, self.location)
-        # restored RocksDB databases stay open for this savepoint (bounded; closed by close())
-        from statequery.backends.rocksdb import OpenDatabases
-
-        self.resolver.open_databases = OpenDatabases()  # type: ignore[attr-defined]
+        #: what this savepoint holds (operators, states, tables): lazy, thread-safe
+        self.model = SavepointModel(
+            self.resolver, metadata_location, metadata_bytes, state_meta, max_workers, plan
+        )
         #: where each state's run lies in each key group of the canonical streams: from the
         #: snapshot's index, and recorded by every walk of a whole key group
         #: (statequery.metadata.runindex); the scan planner reads only the wanted runs
@@ -148,11 +88,11 @@ class Savepoint:
             if state_meta is not None and state_meta.run_index is not None
             else RunIndex()
         )
-        self.resolver.run_index = self.run_index  # type: ignore[attr-defined]
-        # headers read so far and operators modelled one at a time (before the whole model)
-        self._headers: dict[tuple[int, int, str], Any] = {}
-        self._lazy_operators: dict[int, OperatorInfo] = {}
-        self._lock = threading.RLock()
+        # restored RocksDB databases stay open for this savepoint (bounded; closed by close())
+        from statequery.backends.pool import OpenDatabases
+
+        #: how reads reach the bytes (statequery.scan.ReadContext)
+        self.context = scan.ReadContext(self.resolver, self.run_index, OpenDatabases())
 
     @classmethod
     def open(
@@ -210,60 +150,51 @@ class Savepoint:
         """Jupyter: the savepoint, its operators, and its states with kinds, types and sizes."""
         from statequery.display import savepoint_html
 
-        return savepoint_html(self)
+        return savepoint_html(self.model)
 
-    # -- metadata --------------------------------------------------------------------------------
+    # -- metadata (the model: statequery.metadata.model) ------------------------------------------
 
     @property
     def metadata(self) -> CheckpointMetadata:
         """The parsed ``_metadata`` (parsed on first use)."""
-        if self._metadata is None:
-            self._metadata = parse_metadata(self._metadata_bytes, self.metadata_location)
-        return self._metadata
+        return self.model.metadata
 
     @property
     def meta(self) -> StateMeta:
         """The StateMeta model (from the snapshot, or derived once and cached), with the column
         names of the attached SQL plan (:attr:`sql_plan`)."""
-        with self._lock:
-            if self._meta is None:
-                self._meta = derive_state_meta(
-                    self.metadata,
-                    self.resolver,
-                    self._metadata_bytes,
-                    self.max_workers,
-                    headers=self._headers,
-                )
-                self._lazy_operators.clear()
-            if self.sql_plan is None and self._meta.job is None:
-                return self._meta
-            if self._named_meta is None:
-                if self.sql_plan is not None:
-                    self._named_meta = apply_plan(self._meta, self.sql_plan)
-                else:  # captured (statequery.capture): names from the vertex descriptions
-                    assert self._meta.job is not None
-                    self._named_meta = apply_descriptions(self._meta, self._meta.job)
-            return self._named_meta
+        return self.model.meta
+
+    @property
+    def from_snapshot(self) -> bool:
+        """Whether the model came from a StateMeta snapshot (else from ``_metadata``)."""
+        return self.model.from_snapshot
+
+    @property
+    def sql_plan(self) -> CompiledPlan | None:
+        """The Flink SQL compiled plan naming the job's columns (``open(plan=...)`` or the
+        snapshot)."""
+        return self.model.sql_plan
+
+    @property
+    def max_workers(self) -> int:
+        return self.model.max_workers
 
     @property
     def plan_nodes(self) -> dict[str, PlanNode]:
         """operator id -> its node of the attached SQL plan (operators matched unambiguously)."""
-        if self.sql_plan is None:
-            return {}
-        if self._plan_nodes is None:
-            self._plan_nodes = match_operators(self.sql_plan, self._identities())
-        return self._plan_nodes
+        return self.model.plan_nodes
 
     @property
     def job(self) -> JobInfo | None:
         """The job this savepoint was captured from (``statequery capture``), from its StateMeta
         snapshot; None when it was not captured."""
-        return self._meta.job if self._meta is not None else None
+        return self.model.job
 
     @property
     def fingerprint(self) -> str:
         """The SHA-256 (hex) of this savepoint's ``_metadata``: which savepoint this is."""
-        return fingerprint(self._metadata_bytes)[1]
+        return self.model.fingerprint
 
     @property
     def checkpoint_id(self) -> int:
@@ -283,11 +214,11 @@ class Savepoint:
 
     @property
     def operators(self) -> tuple[OperatorInfo, ...]:
-        return self.meta.operators
+        return self.model.operators
 
     @property
     def states(self) -> tuple[StateInfo, ...]:
-        return self.meta.states
+        return self.model.states
 
     def operator(self, identifier: Any) -> OperatorInfo:
         """The operator with this uid, OperatorID (hex) or name (uid first, as Flink resolves),
@@ -297,133 +228,27 @@ class Savepoint:
         Without a StateMeta snapshot only this operator's headers are read (once), not every
         state file of the savepoint.
         """
-        if isinstance(identifier, OperatorInfo):
-            return identifier
-        return self._operator_at(self._operator_index(identifier))
-
-    def _identities(self) -> Sequence[Any]:
-        """The operators' identities (uid, name, id) in ``_metadata`` order, from the model when
-        it is built, else from ``_metadata`` (no header read)."""
-        if self._meta is not None:
-            return self._meta.operators
-        return self.metadata.operators
+        return self.model.operator(identifier)
 
     def keyed_operators(self) -> list[OperatorInfo]:
         """The operators that have keyed state (their models)."""
-        indices = []
-        for i, op in enumerate(self._identities()):
-            if isinstance(op, OperatorInfo):
-                keyed = any(st.keyed_handle is not None for st in op.subtasks)
-            else:
-                keyed = any(st.managed_keyed is not None for st in op.subtasks)
-            if keyed:
-                indices.append(i)
-        with self._lock:
-            if self._meta is None:  # their headers in one parallel pass
-                have = {k[0] for k in self._headers}
-                missing = [i for i in indices if i not in have]
-                if missing:
-                    self._headers.update(
-                        read_headers(self.metadata, self.resolver, missing, self.max_workers)
-                    )
-        return [self._operator_at(i) for i in indices]
-
-    def _operator_index(self, identifier: Any) -> int:
-        ops = list(self._identities())
-        ident = getattr(identifier, "operator_id", None)
-        if ident is not None:
-            for i, op in enumerate(ops):
-                if op.operator_id == ident:
-                    return i
-            identifier = ident
-        identifier = str(identifier)
-        for attr in ("uid", "operator_id", "name"):
-            matches = [i for i, op in enumerate(ops) if getattr(op, attr) == identifier]
-            if len(matches) == 1:
-                return matches[0]
-            if len(matches) > 1:
-                raise NoSuchOperatorError(
-                    f"{len(matches)} operators are named {identifier!r} in {self.location}; "
-                    "use the uid or operator id"
-                )
-        from statequery.hashing import operator_id_from_uid
-
-        hashed = operator_id_from_uid(identifier)
-        for i, op in enumerate(ops):
-            if op.operator_id == hashed:
-                return i
-        known = ", ".join(op.uid or op.name or op.operator_id for op in ops)
-        raise NoSuchOperatorError(f"no operator {identifier!r} in {self.location} (have: {known})")
-
-    def _operator_at(self, i: int) -> OperatorInfo:
-        if self._meta is not None:
-            return self.meta.operators[i]
-        with self._lock:
-            found = self._lazy_operators.get(i)
-            if found is None:
-                md = self.metadata
-                if not any(k[0] == i for k in self._headers):
-                    self._headers.update(read_headers(md, self.resolver, [i], self.max_workers))
-                found = derive_operator(md, i, self._headers, _facts(md).format)
-                node = self.plan_nodes.get(found.operator_id)
-                if node is not None and self.sql_plan is not None:
-                    stem = table_stem(node, found.name)
-                    found = assign_table_names([name_operator(self.sql_plan, node, found)],
-                                               {found.operator_id: stem})[0]
-                else:
-                    found = assign_table_names([found])[0]
-                self._lazy_operators[i] = found
-        return found
+        return self.model.keyed_operators()
 
     def state(self, operator_or_table: str, name: str | None = None) -> StateInfo:
         """A state by ``(operator, state name)`` or by its ``table_name``."""
-        if name is None:
-            try:
-                return self.table(operator_or_table)
-            except NoSuchTableError as e:
-                raise NoSuchStateError(str(e)) from None
-        op = self.operator(operator_or_table)
-        found = op.state(name)
-        if found is None:
-            have = ", ".join(x.name for x in op.states) or "none"
-            raise NoSuchStateError(
-                f"operator {op.display_name!r} has no state {name!r} (has: {have})"
-            )
-        return found
+        return self.model.state(operator_or_table, name)
 
     def table(self, name: str) -> StateInfo:
         """The state whose table is ``name`` (every front end resolves table names here): its
         ``table_name`` (any case), else a spelling a user may type, ``<operator uid, name or
         id>__<state>`` as a SQL identifier. Raises :class:`NoSuchTableError` listing the tables
         (with the closest one)."""
-        wanted = name.lower()
-        for s in self.states:
-            if s.table_name.lower() == wanted:
-                return s
-        ident = sql_identifier(name)
-        for s in self.states:
-            for op in (s.operator_uid, s.operator_name, s.operator_id):
-                if op and sql_identifier(f"{op}__{s.name}") == ident:
-                    return s
-        tables = [s.table_name for s in self.states]
-        close = difflib.get_close_matches(name, tables, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        detail = f"{hint}tables: {', '.join(tables) or 'none'}"
-        error = NoSuchTableError(f"no state table {name!r} in {self.location} ({detail})")
-        error.detail = detail  # type: ignore[attr-defined]
-        raise error
+        return self.model.table(name)
 
     def state_meta(self) -> pa.Table:
         """One row per state (keyed, timers, operator list/union, broadcast): see the columns of
-        :data:`STATE_META_SCHEMA`. With a SQL plan attached, ``declared_ttl_ms`` holds the TTL
-        the plan declares for each TTL state (:mod:`statequery.metadata.ttl`)."""
-        meta = self.meta
-        declared = None
-        if self.sql_plan is not None:
-            from statequery.metadata.ttl import declared_ttls
-
-            declared = declared_ttls(self.plan_nodes, meta.operators)
-        return state_meta_table(meta, declared)
+        :data:`STATE_META_COLUMNS`."""
+        return self.model.state_meta()
 
     # -- snapshot --------------------------------------------------------------------------------
 
@@ -438,10 +263,9 @@ class Savepoint:
         keyed stream (:meth:`index_runs` walks every key group not indexed yet). ``job``: the
         job it was captured from (:func:`statequery.capture.capture`; default: the job of the
         snapshot this savepoint was opened with, if any)."""
-        self.meta  # noqa: B018  (derive)
-        assert self._meta is not None
-        base = replace(self._meta, run_index=self.index_runs() if index else None,
-                       job=job if job is not None else self._meta.job)
+        derived = self.model.derived
+        base = replace(derived, run_index=self.index_runs() if index else None,
+                       job=job if job is not None else derived.job)
         if self.sql_plan is not None:
             base = replace(base, plan=self.sql_plan.text)
         return write_snapshot(self.io, location or self.default_snapshot_location, base)
@@ -450,44 +274,7 @@ class Savepoint:
         """Complete :attr:`run_index`: walk (without decoding) every key group of every
         canonical keyed stream that is not indexed yet; returns the index. Reads every such
         byte once (snappy key groups are decompressed)."""
-        from statequery.backends import (
-            CanonicalKeyedBackend,
-            KeyedContext,
-            is_heap_layout,
-            keyed_backend_from_model,
-        )
-        from statequery.scan import _header_order
-
-        index = self.run_index
-        for op in self.meta.operators:
-            for st in op.subtasks:
-                h, header = st.keyed_handle, st.keyed_header
-                if not isinstance(h, KeyGroupsHandle) or header is None or is_heap_layout(h):
-                    continue
-                have = index.runs(op.operator_id, st.index)
-                todo = [
-                    h.start_key_group + i
-                    for i, o in enumerate(h.offsets)
-                    if o > 0 and h.start_key_group + i not in have
-                ]
-                if not todo:
-                    continue
-                backend = keyed_backend_from_model(
-                    h,
-                    KeyedContext(self.resolver, op.max_parallelism, op.display_name),
-                    header.compressed,
-                    op.key_spec,
-                    _header_order(op, header.state_ids),
-                )
-                assert isinstance(backend, CanonicalKeyedBackend)
-
-                def record(kg: int, runs: list[int], op_id: str = op.operator_id,
-                           sub: int = st.index) -> None:
-                    index.record(op_id, sub, kg, runs)
-
-                for _kg in backend.scan_states([], None, todo, record=record):
-                    pass
-        return index
+        return scan.index_runs(self.model, self.context)
 
     # -- data (planned and executed by the scan layer, statequery.scan) --------------------------
 
@@ -502,15 +289,16 @@ class Savepoint:
     ) -> list[Any]:
         """The :class:`~statequery.scan.ScanTask` list that reads one state (see
         :func:`statequery.scan.plan`); run each with :func:`statequery.scan.execute`."""
-        from statequery.scan import plan
-
         info = self._resolve_state(operator, state)
-        return plan(self, info, keys=keys, key_groups=key_groups, mode=mode, split=split)
+        return scan.plan(
+            self.model, self.context, info, keys=keys, key_groups=key_groups, mode=mode,
+            split=split,
+        )
 
     def close(self) -> None:
         """Close the open file handles of this savepoint's :class:`FileIO` and the RocksDB
         databases it kept open."""
-        pool = getattr(self.resolver, "open_databases", None)
+        pool = self.context.open_databases
         if pool is not None:
             pool.close()
         self.io.close()
@@ -522,9 +310,7 @@ class Savepoint:
         self.close()
 
     def _resolve_state(self, state: StateInfo | str, name: str | None = None) -> StateInfo:
-        if isinstance(state, StateInfo):
-            return state
-        return self.state(state, name)
+        return self.model.resolve_state(state, name)
 
     def read(
         self,
@@ -544,11 +330,11 @@ class Savepoint:
         ``flat`` (list elements) or ``nested`` (one map per key). Columns:
         :mod:`statequery.arrow.schemas`. For large states use :meth:`read_batches`.
         """
-        from statequery.scan import read_table
-
         info = self._resolve_state(operator, state)
         keys = None if key is None else [key]
-        return read_table(self, info, keys=keys, key_groups=key_groups, mode=mode)
+        return scan.read_table(
+            self.model, self.context, info, keys=keys, key_groups=key_groups, mode=mode
+        )
 
     def read_batches(
         self,
@@ -560,12 +346,11 @@ class Savepoint:
         batch_size: int = 65536,
     ) -> Iterator[pa.RecordBatch]:
         """Like :meth:`read`, streamed as RecordBatches (memory bounded by one coalesced read)."""
-        from statequery.scan import read_batches
-
         info = self._resolve_state(operator, state)
         keys = None if key is None else [key]
-        return read_batches(
-            self, info, keys=keys, key_groups=key_groups, mode=mode, batch_size=batch_size
+        return scan.read_batches(
+            self.model, self.context, info, keys=keys, key_groups=key_groups, mode=mode,
+            batch_size=batch_size,
         )
 
     def operator_states(
@@ -574,29 +359,7 @@ class Savepoint:
         """The states of one operator that :meth:`read_operator` reads: ``states`` (names or
         table names, in that order), or every readable one (keyed and operator list, union and
         broadcast state; ``keyed_only``: keyed state only)."""
-        op = self.operator(operator)
-        if states is None:
-            found = [
-                s for s in op.states
-                if s.layout.keyed or (not keyed_only and s.layout.kind in OPERATOR_KINDS)
-            ]
-            if not found:
-                what = "keyed state (a key or key groups were given)" if keyed_only else "state"
-                raise NoSuchStateError(f"operator {op.display_name!r} has no readable {what}")
-            return found
-        if isinstance(states, str):
-            states = [states]
-        out: list[StateInfo] = []
-        for name in states:
-            info = op.state(name) or next((s for s in op.states if s.table_name == name), None)
-            if info is None:
-                raise NoSuchStateError(
-                    f"operator {op.display_name!r} has no state {name!r}; states: "
-                    + (", ".join(sorted(s.name for s in op.states)) or "none")
-                )
-            if info not in out:
-                out.append(info)
-        return out
+        return self.model.operator_states(operator, states, keyed_only)
 
     def operator_tables(self) -> dict[str, str]:
         """``{operator table name: operator id}``: the operators whose keyed states can be read
@@ -605,13 +368,19 @@ class Savepoint:
 
         return operator_table_names(self.meta)
 
+    def operator_table_id(self, name: str) -> str | None:
+        """The operator id of the operator table ``name`` (any case; :meth:`operator_tables`),
+        None when ``name`` is no operator table: every front end resolves them here (state
+        tables: :meth:`table`)."""
+        return {k.lower(): v for k, v in self.operator_tables().items()}.get(name.lower())
+
     def operator_table(self, name: str, states: Iterable[str] | None = None) -> OperatorTable:
         """The :class:`~statequery.optable.OperatorTable` of an operator table name (see
         :meth:`operator_tables`) or an operator uid, name or id, over ``states`` (default: every
         keyed state). Read it with ``table.batches(sp.read_operator(...))``."""
         from statequery.optable import OperatorTable
 
-        op_id = {k.lower(): v for k, v in self.operator_tables().items()}.get(name.lower())
+        op_id = self.operator_table_id(name)
         operator = op_id if op_id is not None else name
         return OperatorTable(self.operator_states(operator, states, keyed_only=True))
 
@@ -644,13 +413,12 @@ class Savepoint:
         mode: str | None,
         batch_size: int = 65536,
     ) -> tuple[list[StateInfo], Iterator[tuple[str, pa.RecordBatch]]]:
-        from statequery.scan import read_operator
-
         keyed_only = key is not None or key_groups is not None
         infos = self.operator_states(operator, states, keyed_only=keyed_only)
         keys = None if key is None else [key]
-        pairs = read_operator(
-            self, infos, keys=keys, key_groups=key_groups, mode=mode, batch_size=batch_size
+        pairs = scan.read_operator(
+            self.model, self.context, infos, keys=keys, key_groups=key_groups, mode=mode,
+            batch_size=batch_size,
         )
         return infos, pairs
 
@@ -686,9 +454,8 @@ class Savepoint:
         operator (or, without ``operator``, of any operator).
         """
         from statequery.display import LookupResult
-        from statequery.scan import lookup
 
-        result = LookupResult(lookup(self, key, operator))
+        result = LookupResult(scan.lookup(self.model, self.context, key, operator))
         result.key = key
         return result
 
@@ -732,652 +499,4 @@ class Savepoint:
     def key_group_of(self, state: StateInfo | str, key: Any, name: str | None = None) -> int:
         """The key group Flink assigned to ``key`` in this state's operator
         (:func:`statequery.keys.resolve_key`: the spellings every ``key=`` accepts)."""
-        from statequery.hashing import key_group_of
-        from statequery.keys import resolve_key
-
-        s = self._resolve_state(state, name)
-        kg = resolve_key(key, s.key_spec, s.max_parallelism).key_group
-        if kg is None:  # a user hashCode: the refusal names it
-            return key_group_of(key, s.max_parallelism, s.key_spec)
-        return kg
-
-
-# -- deriving the StateMeta model ----------------------------------------------------------------
-
-
-@dataclass
-class _HeaderJob:
-    op_index: int
-    subtask: int
-    kind: str  # keyed | operator | raw_keyed
-    handle: StreamHandle
-    prefix: dict[str, int] = dataclasses.field(default_factory=dict)
-
-
-def _prefix(handle: StreamHandle) -> dict[str, int]:
-    """``read_header``'s first read: up to the first key group's data when the offsets say
-    where it starts (canonical and hashmap layouts), else its default."""
-    if isinstance(handle, KeyGroupsHandle):
-        positive = [o for o in handle.offsets if o > 0]
-        if positive:
-            return {"prefix": min(positive)}
-    return {}
-
-
-def _keyed_header_stream(h: KeyedHandle | None) -> StreamHandle | None:
-    if isinstance(h, KeyGroupsHandle):
-        return h
-    if isinstance(h, IncrementalHandle):
-        return h.meta
-    if isinstance(h, ChangelogHandle):
-        for m in h.materialized:
-            s = _keyed_header_stream(m)
-            if s is not None:
-                return s
-    return None
-
-
-def _stream_bytes(handles: tuple[StreamHandle, ...]) -> int:
-    return sum(h.size or 0 for h in handles)
-
-
-def _backend_of(h: KeyedHandle | None) -> str | None:
-    if isinstance(h, IncrementalHandle):
-        return "rocksdb"
-    if isinstance(h, KeyGroupsHandle):
-        if h.handle_type != 12:
-            return None
-        from statequery.backends import is_heap_layout
-
-        # type 12 with an offset per key group is the hashmap layout; type 12 in the key-group
-        # stream layout is a full (non-incremental) RocksDB checkpoint of Flink 1.15
-        return "hashmap" if is_heap_layout(h) else "rocksdb"
-    if isinstance(h, (ChangelogHandle, ChangelogStreamHandle, InMemoryChangelogHandle)):
-        return "changelog"
-    return None
-
-
-def _first_opaque(specs: tuple[SerializerSpec | None, ...]) -> str | None:
-    for spec in specs:
-        if spec is None:
-            continue
-        stack = [spec]
-        while stack:
-            s = stack.pop()
-            if isinstance(s, OpaqueSpec):
-                what = s.type_class or s.snapshot_class
-                return s.reason or f"{s.family} serializer {what} is not decodable"
-            stack.extend(s.children())
-    return None
-
-
-def _partition_bytes(handle: OperatorStreamHandle, name: str) -> int:
-    """Bytes of one operator state's elements inside the subtask's stream."""
-    part = handle.partition(name)
-    if part is None or not part.offsets:
-        return 0
-    end = handle.delegate.size or 0
-    bounds = sorted({o for p in handle.partitions for o in p.offsets} | {end})
-    total = 0
-    for o in part.offsets:
-        i = bounds.index(o)
-        nxt = bounds[i + 1] if i + 1 < len(bounds) else end
-        total += max(0, nxt - o)
-    return total
-
-
-def _state_info(
-    op: OperatorState,
-    info: StateMetaInfo,
-    key_spec: SerializerSpec | None,
-    backend: str | None,
-    fmt: str | None,
-) -> StateInfo:
-    layout, unsupported = layout_or_unknown(info, key_spec)
-    kind = layout.kind  # the one kind table (statequery.metadata.kinds)
-    sers = info.serializers
-    value = sers.get("VALUE_SERIALIZER")
-    namespace = sers.get("NAMESPACE_SERIALIZER")
-    user_key = None
-    key = key_spec
-    if kind == "list" and isinstance(value, ListSpec):
-        value = value.element
-    elif kind == "map":
-        if "USER_KEY_SERIALIZER" in sers:
-            user_key = sers["USER_KEY_SERIALIZER"]
-        elif isinstance(value, MapSpec):
-            user_key, value = value.key, value.value
-    elif kind in ("event_timer", "processing_timer", "priority_queue"):
-        if isinstance(value, TimerSpec):
-            namespace = value.namespace
-            value = None
-    elif kind == "broadcast":
-        user_key = sers.get("KEY_SERIALIZER")
-        key = None
-    elif kind in ("operator_list", "operator_union"):
-        key = None
-    ttl = layout.ttl
-    reason = info.error or unsupported or _first_opaque((key, namespace, value, user_key))
-    return StateInfo(
-        operator_id=op.operator_id,
-        operator_uid=op.uid,
-        operator_name=op.name,
-        parallelism=op.parallelism,
-        max_parallelism=op.max_parallelism,
-        name=info.name,
-        kind=kind,
-        backend_type=info.backend_type,
-        key_spec=key,
-        namespace_spec=namespace,
-        value_spec=value,
-        user_key_spec=user_key,
-        serializers=dict(sers),
-        options=dict(info.options),
-        ttl=ttl,
-        decodable=reason is None,
-        reason=reason,
-        backend=backend if kind not in ("operator_list", "operator_union", "broadcast") else None,
-        format=fmt,
-    )
-
-
-def read_headers(
-    md: CheckpointMetadata,
-    resolver: HandleResolver,
-    op_indices: Iterable[int] | None = None,
-    max_workers: int = DEFAULT_WORKERS,
-) -> dict[tuple[int, int, str], Any]:
-    """The state-file headers of the operators ``op_indices`` (all when None), read in
-    parallel: ``{(operator index, subtask, "keyed" | "operator"): proxy}``."""
-    wanted = None if op_indices is None else set(op_indices)
-    jobs: list[_HeaderJob] = []
-    for i, op in enumerate(md.operators):
-        if wanted is not None and i not in wanted:
-            continue
-        for st in op.subtasks:
-            ks = _keyed_header_stream(st.managed_keyed)
-            if ks is not None:
-                jobs.append(_HeaderJob(i, st.index, "keyed", ks))
-            rk = st.raw_keyed
-            if isinstance(rk, KeyGroupsHandle) and rk.offsets:
-                jobs.append(_HeaderJob(i, st.index, "raw_keyed", rk))
-            oh = st.managed_operator
-            if oh is not None and oh.partitions and not oh.is_empty:
-                offsets = [o for p in oh.partitions for o in p.offsets if o > 0]
-                prefix = {"prefix": min(offsets)} if offsets else {}
-                jobs.append(_HeaderJob(i, st.index, "operator", oh.delegate, prefix))
-
-    def run(job: _HeaderJob) -> KeyedBackendProxy | OperatorBackendProxy | RawKeyedHeader:
-        # where data starts is known from the handle's offsets: read exactly the header
-        if job.kind == "keyed":
-            return read_header(resolver, job.handle, read_keyed_proxy, **_prefix(job.handle))
-        if job.kind == "raw_keyed":
-            assert isinstance(job.handle, KeyGroupsHandle)
-            return _raw_keyed_header(resolver, job.handle)
-        return read_header(resolver, job.handle, read_operator_proxy, **job.prefix)
-
-    if len(jobs) > 1 and max_workers > 1:
-        with ThreadPoolExecutor(max_workers=min(max_workers, len(jobs))) as pool:
-            results = list(pool.map(run, jobs))
-    else:
-        results = [run(j) for j in jobs]
-    return {(j.op_index, j.subtask, j.kind): r for j, r in zip(jobs, results, strict=True)}
-
-
-def _raw_keyed_header(resolver: HandleResolver, handle: KeyGroupsHandle) -> RawKeyedHeader:
-    """The first key group of a raw keyed stream: its timer services (heap timers of a RocksDB
-    checkpoint), or why it is not a timer stream (the state is then listed as ``raw``). Reads
-    exactly that key group's bytes (its extent is known from the offsets)."""
-    offsets = handle.offsets
-    first = offsets[0]
-    later = [o for o in offsets[1:] if o > first]
-    source = resolver.source_name(handle.delegate)
-    try:
-        end = later[0] if later else resolver.stream_size(handle.delegate)
-        if end - first > MAX_HEADER:
-            return RawKeyedHeader(
-                0, error=f"raw keyed state: its first key group is {end - first} bytes"
-            )
-        data = resolver.read(handle.delegate, first, end - first)
-        return read_raw_keyed_header(Decoder(data, source=source, base_offset=first))
-    except (CorruptStateError, UnknownSerializerError) as e:
-        return RawKeyedHeader(0, error=f"raw keyed state header: {e}")
-
-
-def _raw_states(
-    op: OperatorState,
-    subtasks: list[SubtaskInfo],
-    headers: list[RawKeyedHeader],
-    backend: str | None,
-    fmt: str | None,
-) -> list[StateInfo]:
-    """The states of an operator's raw keyed and raw operator streams: the timer queues of the
-    raw keyed timer services, else one ``raw`` row per kind of stream, with its size and why it
-    is not read. Never nothing: a stream Flink restores is a row of ``state_meta``."""
-    states: list[StateInfo] = []
-    raw_keyed = sum(s.raw_keyed_bytes for s in subtasks)
-    raw_operator = sum(s.raw_operator_bytes for s in subtasks)
-    timers = [h for h in headers if h.timers and h.states]
-    if timers:
-        seen: dict[str, StateMetaInfo] = {}
-        for h in timers:
-            for meta in h.states:
-                seen.setdefault(meta.name, meta)
-        error = next((h.error for h in headers if h.error), None)
-        for meta in seen.values():
-            info = _state_info(op, meta, None, backend, fmt)
-            reason = info.reason or error
-            states.append(
-                dataclasses.replace(
-                    info,
-                    key_spec=info.layout.key,
-                    size_bytes=raw_keyed,
-                    decodable=reason is None,
-                    reason=reason,
-                    stream="raw_keyed",
-                )
-            )
-    elif any(s.raw_keyed_handle is not None for s in subtasks):
-        reason = next(
-            (h.error for h in headers if h.error),
-            "raw keyed state: statequery does not decode it",
-        )
-        states.append(_raw_state(op, RAW_KEYED_STATE, reason, raw_keyed, fmt, "raw_keyed"))
-    if any(s.raw_operator_handle is not None for s in subtasks):
-        states.append(
-            _raw_state(
-                op,
-                RAW_OPERATOR_STATE,
-                "raw operator state written by the operator itself: its layout is the "
-                "operator's own, statequery does not decode it",
-                raw_operator,
-                fmt,
-                "raw_operator",
-            )
-        )
-    return states
-
-
-#: the state_meta row of keyed state whose states no header names (never dropped silently)
-UNREAD_KEYED_STATE = "(keyed state)"
-
-
-def _headerless_reason(h: KeyedHandle) -> str:
-    """Why a keyed handle's states cannot be listed (it has no state-file header to read)."""
-    if isinstance(h, ChangelogHandle) and not h.materialized:
-        return (
-            "changelog state backend: this checkpoint holds the keyed state only as a change "
-            f"log ({len(h.non_materialized)} change-log handle(s), written before the first "
-            "materialization); statequery does not read change logs, so its states and their "
-            "names are unknown (take a savepoint, or a checkpoint after materialization)"
-        )
-    return (
-        f"keyed state handle {type(h).__name__} (type {getattr(h, 'handle_type', '?')}) "
-        "has no state-file header "
-        "statequery reads"
-    )
-
-
-def _raw_state(
-    op: OperatorState, name: str, reason: str, size: int, fmt: str | None, stream: str
-) -> StateInfo:
-    return StateInfo(
-        operator_id=op.operator_id,
-        operator_uid=op.uid,
-        operator_name=op.name,
-        parallelism=op.parallelism,
-        max_parallelism=op.max_parallelism,
-        name=name,
-        kind="raw",
-        backend_type="RAW",
-        decodable=False,
-        reason=reason,
-        size_bytes=size,
-        format=fmt,
-        stream=stream,
-    )
-
-
-@dataclass(frozen=True)
-class _Facts:
-    snapshot_type: str
-    format: str | None
-    backend: str | None
-
-
-def _facts(md: CheckpointMetadata) -> _Facts:
-    """Snapshot type, format and backend: from ``_metadata`` alone (no header)."""
-    snapshot_type = (
-        md.properties.snapshot_type
-        if md.properties
-        else (
-            "checkpoint"
-            if _CHK.match(posixpath.basename(md.directory.rstrip("/")))
-            else "savepoint"
-        )
-    )
-    keyed_types = {
-        st.managed_keyed.type_code
-        if not isinstance(st.managed_keyed, KeyGroupsHandle)
-        else st.managed_keyed.handle_type
-        for op in md.operators
-        for st in op.subtasks
-        if st.managed_keyed is not None
-    }
-    if md.properties and md.properties.format:
-        fmt: str | None = md.properties.format.lower()
-    elif snapshot_type == "checkpoint":
-        fmt = "native"
-    elif keyed_types:
-        fmt = "canonical" if keyed_types <= {3, 7} else "native"
-    else:
-        fmt = None
-    backends = {
-        _backend_of(st.managed_keyed)
-        for op in md.operators
-        for st in op.subtasks
-        if st.managed_keyed is not None
-    }
-    backend = backends.pop() if len(backends) == 1 else None
-    return _Facts(snapshot_type, fmt, backend)
-
-
-def derive_state_meta(
-    md: CheckpointMetadata,
-    resolver: HandleResolver,
-    metadata_bytes: bytes,
-    max_workers: int = DEFAULT_WORKERS,
-    headers: dict[tuple[int, int, str], Any] | None = None,
-) -> StateMeta:
-    """Build the StateMeta model from ``_metadata`` and every state-file header (in parallel;
-    ``headers`` already read are reused)."""
-    from statequery import __version__
-
-    headers = dict(headers or {})
-    have = {i for i, _, _ in headers}
-    missing = [i for i in range(len(md.operators)) if i not in have]
-    if missing:
-        headers.update(read_headers(md, resolver, missing, max_workers))
-    facts = _facts(md)
-    operators = [derive_operator(md, i, headers, facts.format) for i in range(len(md.operators))]
-    size, digest = fingerprint(metadata_bytes)
-    return StateMeta(
-        checkpoint_id=md.checkpoint_id,
-        metadata_version=md.version,
-        snapshot_type=facts.snapshot_type,
-        format=facts.format,
-        backend=facts.backend,
-        metadata_size=size,
-        metadata_sha256=digest,
-        operators=assign_table_names(operators),
-        statequery_version=__version__,
-    )
-
-
-def derive_operator(
-    md: CheckpointMetadata,
-    i: int,
-    headers: dict[tuple[int, int, str], Any],
-    fmt: str | None,
-) -> OperatorInfo:
-    """The model of operator ``i`` from ``_metadata`` and its headers (table names unassigned)."""
-    op = md.operators[i]
-    key_spec: SerializerSpec | None = None
-    merged: dict[str, tuple[StateMetaInfo, str | None]] = {}
-    op_backend = None
-    subtasks = []
-    header_errors: list[str] = []
-    raw_headers: list[RawKeyedHeader] = []
-    for st in op.subtasks:
-        kp = headers.get((i, st.index, "keyed"))
-        opp = headers.get((i, st.index, "operator"))
-        rkp = headers.get((i, st.index, "raw_keyed"))
-        keyed_header = operator_header = raw_keyed_header = None
-        if isinstance(rkp, RawKeyedHeader):
-            raw_headers.append(rkp)
-            raw_keyed_header = HeaderInfo(
-                rkp.version,
-                False,
-                rkp.header_end,
-                {s.name: s.state_id for s in rkp.states},
-                rkp.error,
-            )
-        if st.managed_keyed is not None:
-            op_backend = op_backend or _backend_of(st.managed_keyed)
-        if isinstance(kp, KeyedBackendProxy):
-            key_spec = key_spec or kp.key_serializer
-            keyed_header = HeaderInfo(
-                kp.version,
-                kp.compressed,
-                kp.header_end,
-                {s.name: s.state_id for s in kp.states},
-                kp.error,
-            )
-            for s in kp.states:
-                merged.setdefault(s.name, (s, "keyed"))
-            if kp.error:
-                header_errors.append(kp.error)
-        if isinstance(opp, OperatorBackendProxy):
-            operator_header = HeaderInfo(
-                opp.version,
-                opp.compressed,
-                opp.header_end,
-                {s.name: n for n, s in enumerate(opp.states)},
-                opp.error,
-            )
-            for s in opp.states:
-                merged.setdefault(s.name, (s, "operator"))
-            if opp.error:
-                header_errors.append(opp.error)
-        mk = st.managed_keyed
-        subtasks.append(
-            SubtaskInfo(
-                index=st.index,
-                key_groups=mk.key_group_range
-                if mk is not None
-                else (st.raw_keyed.key_group_range if st.raw_keyed is not None else None),
-                keyed_handle=mk,
-                operator_handle=st.managed_operator,
-                raw_keyed_handle=st.raw_keyed,
-                raw_operator_handle=st.raw_operator,
-                keyed_header=keyed_header,
-                operator_header=operator_header,
-                keyed_bytes=_stream_bytes(mk.stream_handles()) if mk is not None else 0,
-                operator_bytes=(st.managed_operator.delegate.size or 0)
-                if st.managed_operator is not None
-                else 0,
-                raw_keyed_header=raw_keyed_header,
-                raw_keyed_bytes=_stream_bytes(st.raw_keyed.stream_handles())
-                if st.raw_keyed is not None
-                else 0,
-                raw_operator_bytes=(st.raw_operator.delegate.size or 0)
-                if st.raw_operator is not None
-                else 0,
-            )
-        )
-    keyed_bytes = sum(s.keyed_bytes for s in subtasks)
-    deltas = any(
-        isinstance(s.keyed_handle, ChangelogHandle) and s.keyed_handle.non_materialized
-        for s in subtasks
-    )
-    # keyed handles whose states no header names (a change log without a materialized base,
-    # a handle type statequery does not read): never dropped without a word
-    headerless = [
-        (s, _headerless_reason(s.keyed_handle))
-        for s in subtasks
-        if s.keyed_handle is not None and s.keyed_header is None
-    ]
-    if headerless:
-        sub, why = headerless[0]
-        header_errors.append(f"the keyed state of subtask {sub.index} cannot be read: {why}")
-    states = []
-    for info, where in merged.values():
-        state = _state_info(op, info, key_spec if where == "keyed" else None, op_backend, fmt)
-        if where == "keyed":
-            size = keyed_bytes
-        else:
-            size = sum(
-                _partition_bytes(s.operator_handle, info.name)
-                for s in subtasks
-                if s.operator_handle is not None
-            )
-        reason = state.reason
-        if reason is None and where == "keyed" and deltas:
-            reason = (
-                "changelog state backend: non-materialized state changes are not "
-                "supported (read a savepoint instead)"
-            )
-        if reason is None and header_errors:
-            reason = header_errors[0]
-        states.append(
-            dataclasses.replace(
-                state, size_bytes=size, decodable=reason is None, reason=reason
-            )
-        )
-    if headerless and not any(st.keyed for st in states):
-        states.append(
-            _raw_state(
-                op,
-                UNREAD_KEYED_STATE,
-                headerless[0][1],
-                sum(s.keyed_bytes for s, _ in headerless),
-                fmt,
-                "managed",
-            )
-        )
-    managed = {s.name for s in states}
-    states.extend(
-        s
-        for s in _raw_states(op, subtasks, raw_headers, op_backend, fmt)
-        if s.name not in managed
-    )
-    if key_spec is None:
-        key_spec = next((s.key_spec for s in states if s.stream == "raw_keyed"), None)
-    return OperatorInfo(
-        operator_id=op.operator_id,
-        uid=op.uid,
-        name=op.name,
-        parallelism=op.parallelism,
-        max_parallelism=op.max_parallelism,
-        key_spec=key_spec,
-        backend=op_backend,
-        coordinator_state=op.coordinator_state,
-        fully_finished=op.fully_finished,
-        finished_subtasks=op.finished_subtasks,
-        subtasks=tuple(subtasks),
-        states=tuple(states),
-    )
-
-
-# -- the state_meta table ------------------------------------------------------------------------
-
-
-def _schema() -> pa.Schema:
-    import pyarrow as pa
-
-    kg = pa.struct([("subtask", pa.int32()), ("start", pa.int32()), ("end", pa.int32())])
-    return pa.schema(
-        [
-            ("operator_id", pa.string()),
-            ("operator_uid", pa.string()),
-            ("operator_name", pa.string()),
-            ("parallelism", pa.int32()),
-            ("max_parallelism", pa.int32()),
-            ("state_name", pa.string()),
-            ("kind", pa.string()),
-            ("key_type", pa.string()),
-            ("namespace_type", pa.string()),
-            ("user_key_type", pa.string()),
-            ("value_type", pa.string()),
-            ("key_serializer", pa.string()),
-            ("namespace_serializer", pa.string()),
-            ("user_key_serializer", pa.string()),
-            ("value_serializer", pa.string()),
-            ("ttl", pa.bool_()),
-            ("backend", pa.string()),
-            ("format", pa.string()),
-            ("decodable", pa.bool_()),
-            ("reason", pa.string()),
-            ("size_bytes", pa.int64()),
-            ("key_groups", pa.list_(kg)),
-            ("table_name", pa.string()),
-            ("declared_ttl_ms", pa.int64()),
-        ]
-    )
-
-
-def _snapshot_class(spec: SerializerSpec | None) -> str | None:
-    if spec is None:
-        return None
-    return spec.snapshot_class or None
-
-
-def state_meta_table(
-    meta: StateMeta, declared_ttl: dict[tuple[str, str], int] | None = None
-) -> pa.Table:
-    """The ``state_meta`` table of a StateMeta model (one row per state); ``declared_ttl``:
-    ``(operator id, state) -> ms`` from a SQL plan (:func:`~statequery.metadata.ttl.declared_ttls`).
-    """
-    import pyarrow as pa
-
-    rows: dict[str, list[Any]] = {name: [] for name in _schema().names}
-    for op in meta.operators:
-        ranges = [
-            {"subtask": s.index, "start": s.key_groups.start, "end": s.key_groups.end}
-            for s in op.subtasks
-            if s.key_groups is not None
-        ]
-        for s in op.states:
-            rows["operator_id"].append(op.operator_id)
-            rows["operator_uid"].append(op.uid)
-            rows["operator_name"].append(op.name)
-            rows["parallelism"].append(op.parallelism)
-            rows["max_parallelism"].append(op.max_parallelism)
-            rows["state_name"].append(s.name)
-            rows["kind"].append(s.kind)
-            rows["key_type"].append(type_string(s.key_spec))
-            rows["namespace_type"].append(type_string(s.namespace_spec))
-            rows["user_key_type"].append(type_string(s.user_key_spec))
-            rows["value_type"].append(type_string(s.value_spec))
-            rows["key_serializer"].append(_snapshot_class(s.key_spec))
-            rows["namespace_serializer"].append(_snapshot_class(s.namespace_spec))
-            rows["user_key_serializer"].append(_snapshot_class(s.user_key_spec))
-            rows["value_serializer"].append(_snapshot_class(s.value_spec))
-            rows["ttl"].append(s.ttl)
-            rows["backend"].append(s.backend)
-            rows["format"].append(s.format)
-            rows["decodable"].append(s.decodable)
-            rows["reason"].append(s.reason)
-            rows["size_bytes"].append(s.size_bytes)
-            rows["key_groups"].append(ranges if s.keyed else [])
-            rows["table_name"].append(s.table_name)
-            rows["declared_ttl_ms"].append((declared_ttl or {}).get((op.operator_id, s.name)))
-    return pa.Table.from_pydict(rows, schema=_schema())
-
-
-STATE_META_COLUMNS = (
-    "operator_id",
-    "operator_uid",
-    "operator_name",
-    "parallelism",
-    "max_parallelism",
-    "state_name",
-    "kind",
-    "key_type",
-    "namespace_type",
-    "user_key_type",
-    "value_type",
-    "key_serializer",
-    "namespace_serializer",
-    "user_key_serializer",
-    "value_serializer",
-    "ttl",
-    "backend",
-    "format",
-    "decodable",
-    "reason",
-    "size_bytes",
-    "key_groups",
-    "table_name",
-    "declared_ttl_ms",
-)
+        return scan.state_key_group(self._resolve_state(state, name), key)

@@ -10,17 +10,19 @@
   :class:`~statequery.io.FileIO` (one open per file, adjacent key groups in one ranged read).
 * :func:`key_group_for` is where a key becomes a key group (every front end asks here).
 
-Everything a plan needs comes from the StateMeta model (:attr:`Savepoint.meta`, or one
-operator's part of it): with a StateMeta snapshot present, no header byte is read again.
-:meth:`Savepoint.read`, :meth:`~Savepoint.read_batches`, :meth:`~Savepoint.lookup`,
-``statequery.sql``, the CLI and the Spark source all go through here.
+Everything a plan needs comes from the model
+(:class:`~statequery.metadata.model.SavepointModel`, or one operator's part of it: with a StateMeta
+snapshot present, no header byte is read again) and a :class:`ReadContext` (how the bytes are
+reached); the planner never sees the ``Savepoint`` front. :meth:`Savepoint.read`,
+:meth:`~Savepoint.read_batches`, :meth:`~Savepoint.lookup`, ``statequery.sql``, the CLI and the
+Spark source all go through here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
@@ -32,21 +34,32 @@ from statequery.exceptions import (
     InvalidOptionError,
     UnsupportedFormatError,
 )
+from statequery.hashing import split_key_groups
 from statequery.io import FileIO
 from statequery.keys import ResolvedKey
-from statequery.metadata.handles import HandleResolver, KeyGroupsHandle, OperatorStreamHandle
+from statequery.metadata.handles import (
+    HandleResolver,
+    KeyedHandle,
+    KeyGroupsHandle,
+    OperatorStreamHandle,
+    StreamHandle,
+)
 from statequery.metadata.kinds import StateLayout
-from statequery.metadata.runindex import IndexedRuns, Runs, runs_of
+from statequery.metadata.runindex import IndexedRuns, RunIndex, Runs, runs_of
 from statequery.serializers.spec import SerializerSpec
 
 if TYPE_CHECKING:
+    from statequery.backends.pool import OpenDatabases
+    from statequery.metadata.model import SavepointModel
     from statequery.metadata.statemeta import OperatorInfo, StateInfo, SubtaskInfo
-    from statequery.savepoint import Savepoint
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
+    "ReadContext",
     "ScanTask",
+    "StateSource",
     "execute",
+    "index_runs",
     "key_group_for",
     "lookup",
     "normalize_key",
@@ -58,6 +71,42 @@ __all__ = [
 ]
 
 DEFAULT_BATCH_SIZE = 65536
+
+
+@dataclass(frozen=True)
+class ReadContext:
+    """How a read reaches the bytes of one savepoint: the handle ``resolver`` (its
+    :class:`~statequery.io.FileIO` and the ``_metadata`` directory relative handles resolve
+    against), the ``run_index`` the planner reads only the wanted runs with and whole walks record
+    into (:mod:`statequery.metadata.runindex`; None: none), and the pool of restored RocksDB
+    databases kept open between reads (``open_databases``; None: each scan opens and closes its
+    own). A :class:`~statequery.savepoint.Savepoint` holds one; an executor makes one from its
+    ``FileIO`` (:meth:`of`)."""
+
+    resolver: HandleResolver
+    run_index: RunIndex | None = None
+    open_databases: OpenDatabases | None = None
+
+    @property
+    def io(self) -> FileIO:
+        return self.resolver.io
+
+    @classmethod
+    def of(cls, io: FileIO, metadata_dir: str) -> ReadContext:
+        """A context without run index or database pool (an executor's)."""
+        return cls(HandleResolver(io, metadata_dir))
+
+
+class StateSource(Protocol):
+    """What the operations over a savepoint's states (:mod:`statequery.diff`,
+    :mod:`statequery.stats`, :mod:`statequery.sources`, :mod:`statequery.display`) need: its
+    model and its read context. :class:`~statequery.savepoint.Savepoint` is one."""
+
+    @property
+    def model(self) -> SavepointModel: ...
+
+    @property
+    def context(self) -> ReadContext: ...
 
 
 @dataclass(frozen=True)
@@ -80,7 +129,7 @@ class ScanTask:
     operator_id: str
     subtask: int
     metadata_dir: str
-    handle: Any
+    handle: KeyedHandle | OperatorStreamHandle
     states: tuple[StateLayout, ...]
     wanted: tuple[str, ...]
     max_parallelism: int
@@ -93,6 +142,8 @@ class ScanTask:
     runs: IndexedRuns | None = None
     #: the handle is the subtask's raw keyed stream (heap timers of a RocksDB checkpoint)
     raw: bool = False
+    #: ``HeaderInfo.layout``: "heap" or "canonical" when the handle alone cannot tell
+    stream_layout: str | None = None
 
     @property
     def keyed(self) -> bool:
@@ -140,6 +191,18 @@ def key_group_for(key: Any, spec: SerializerSpec | None, max_parallelism: int) -
     from statequery.keys import resolve_key
 
     return resolve_key(key, spec, max_parallelism).key_group
+
+
+def state_key_group(state: StateInfo, key: Any) -> int:
+    """The key group Flink assigned ``key`` in ``state``'s operator
+    (:func:`statequery.keys.resolve_key`: the spellings every ``key=`` accepts)."""
+    from statequery.hashing import key_group_of
+    from statequery.keys import resolve_key
+
+    kg = resolve_key(key, state.key_spec, state.max_parallelism).key_group
+    if kg is None:  # a user hashCode: the refusal names it
+        return key_group_of(key, state.max_parallelism, state.key_spec)
+    return kg
 
 
 def _key_group_set(key_groups: Iterable[Any]) -> set[int]:
@@ -198,13 +261,14 @@ def _byte_ranges(
     return tuple(spans)
 
 
-def _handle_runs(savepoint: Any, op: OperatorInfo, st: SubtaskInfo) -> Any:
-    """The savepoint's run index of one subtask's canonical keyed handle (empty: none)."""
-    from statequery.backends import is_heap_layout
+def _handle_runs(ctx: ReadContext, op: OperatorInfo, st: SubtaskInfo) -> Any:
+    """The context's run index of one subtask's canonical keyed handle (empty: none)."""
+    from statequery.metadata.handles import is_heap_stream
 
-    index = getattr(savepoint, "run_index", None)
+    index = ctx.run_index
     handle = st.keyed_handle
-    if index is None or not isinstance(handle, KeyGroupsHandle) or is_heap_layout(handle):
+    layout = None if st.keyed_header is None else st.keyed_header.layout
+    if index is None or not isinstance(handle, KeyGroupsHandle) or is_heap_stream(handle, layout):
         return {}
     return index.runs(op.operator_id, st.index)
 
@@ -227,7 +291,8 @@ def _task_runs(
 
 
 def plan(
-    savepoint: Savepoint,
+    model: SavepointModel,
+    ctx: ReadContext,
     state: StateInfo,
     *,
     keys: Sequence[Any] | None = None,
@@ -248,10 +313,10 @@ def plan(
     if not layout.keyed:
         if keys is not None or key_groups is not None:
             raise InvalidOptionError(f"state {state.name!r} is operator state: it has no keys")
-        op = savepoint.operator(state.operator_id)
-        return _plan_operator(op, layout, op.display_name, savepoint.resolver.metadata_dir)
+        op = model.operator(state.operator_id)
+        return _plan_operator(op, layout, op.display_name, ctx.resolver.metadata_dir)
     return plan_states(
-        savepoint, [state], keys=keys, key_groups=key_groups, mode=mode, split=split
+        model, ctx, [state], keys=keys, key_groups=key_groups, mode=mode, split=split
     )
 
 
@@ -264,7 +329,8 @@ def _check_readable(state: StateInfo) -> None:
 
 
 def plan_states(
-    savepoint: Savepoint,
+    model: SavepointModel,
+    ctx: ReadContext,
     states: Sequence[StateInfo],
     *,
     keys: Sequence[Any] | None = None,
@@ -288,7 +354,7 @@ def plan_states(
                 f"state {s.name!r} is operator state: plan it with plan(), not plan_states()"
             )
         resolve_mode(s.layout, mode)
-    op = savepoint.operator(states[0].operator_id)
+    op = model.operator(states[0].operator_id)
     wanted: set[int] | None = None if key_groups is None else _key_group_set(key_groups)
     normalized: tuple[ResolvedKey, ...] | None = None
     if keys is not None:
@@ -305,18 +371,18 @@ def plan_states(
         if task_groups == ():
             continue
         if raw_names:
-            tasks.extend(_plan_raw_keyed(savepoint, op, st, raw_names, task_groups, normalized,
+            tasks.extend(_plan_raw_keyed(ctx, op, st, raw_names, task_groups, normalized,
                                          mode, split))
-        header = st.keyed_header
+        header, keyed_handle = st.keyed_header, st.keyed_handle
         held = tuple(n for n in names if header is not None and n in header.state_ids)
-        if header is None or not held:
+        if header is None or not held or keyed_handle is None:
             continue
         base = ScanTask(
             operator=op.display_name,
             operator_id=op.operator_id,
             subtask=st.index,
-            metadata_dir=savepoint.resolver.metadata_dir,
-            handle=st.keyed_handle,
+            metadata_dir=ctx.resolver.metadata_dir,
+            handle=keyed_handle,
             states=_header_order(op, header.state_ids),
             wanted=held,
             max_parallelism=op.max_parallelism,
@@ -324,9 +390,10 @@ def plan_states(
             key_serializer=op.key_spec,
             keys=normalized,
             mode=mode,
+            stream_layout=header.layout,
         )
-        indexed = _handle_runs(savepoint, op, st)
-        gap = _read_gap(savepoint, st) if indexed else 0
+        indexed = _handle_runs(ctx, op, st)
+        gap = _read_gap(ctx, st) if indexed else 0
         for chunk in _chunks(st, task_groups, split):
             runs = _task_runs(indexed, st, chunk, held, header.state_ids)
             tasks.append(_with_groups(base, chunk, runs, gap))
@@ -334,7 +401,7 @@ def plan_states(
 
 
 def _plan_raw_keyed(
-    savepoint: Savepoint,
+    ctx: ReadContext,
     op: OperatorInfo,
     st: SubtaskInfo,
     names: list[str],
@@ -352,7 +419,7 @@ def _plan_raw_keyed(
         # this subtask's stream did not parse as timers while the operator's others did
         raise CorruptStateError(
             f"raw keyed state of subtask {st.index}: {header.error}",
-            savepoint.resolver.source_name(handle.delegate),
+            ctx.resolver.source_name(handle.delegate),
         )
     # every subtask is walked, also one whose first key group declared none of the wanted
     # services: each key group is checked against the services its subtask's header declared
@@ -364,7 +431,7 @@ def _plan_raw_keyed(
         operator=op.display_name,
         operator_id=op.operator_id,
         subtask=st.index,
-        metadata_dir=savepoint.resolver.metadata_dir,
+        metadata_dir=ctx.resolver.metadata_dir,
         handle=handle,
         states=declared + undeclared,
         wanted=held,
@@ -408,8 +475,8 @@ def _chunks(
     if len(every) <= split:
         yield groups
         return
-    for i in range(0, len(every), split):
-        yield every[i : i + split]
+    for piece in split_key_groups(every, split):
+        yield tuple(piece)
 
 
 def _with_groups(
@@ -426,12 +493,13 @@ def _with_groups(
     )
 
 
-def _read_gap(savepoint: Any, st: SubtaskInfo) -> int:
+def _read_gap(ctx: ReadContext, st: SubtaskInfo) -> int:
     from statequery.backends.keygroups import read_gap
     from statequery.exceptions import StorageError
 
     try:
-        return read_gap(savepoint.resolver.location(st.keyed_handle))
+        handle = st.keyed_handle
+        return read_gap(ctx.resolver.location(handle)) if isinstance(handle, StreamHandle) else 0
     except StorageError:
         return 0
 
@@ -471,51 +539,57 @@ def _plan_operator(
 
 def execute(
     task: ScanTask,
-    io: FileIO | None = None,
+    ctx: ReadContext | FileIO | None = None,
     *,
     resolver: HandleResolver | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> Iterator[tuple[str, pa.RecordBatch]]:
     """Run one task: ``(state name, batch)`` pairs of at most ``batch_size`` rows, streamed (the
-    bytes are read as the batches are consumed). ``resolver`` (a savepoint's) or ``io`` (a
-    :class:`FileIO` of the executor) reads the bytes."""
+    bytes are read as the batches are consumed). ``ctx`` (a savepoint's :class:`ReadContext`)
+    or a :class:`FileIO` (an executor's) reads the bytes; ``resolver`` alone: a context of it."""
     if batch_size <= 0:
         raise InvalidOptionError(f"batch_size must be positive, got {batch_size}")
-    if resolver is None:
-        resolver = HandleResolver(io or FileIO(), task.metadata_dir)
+    if not isinstance(ctx, ReadContext):
+        ctx = ReadContext(resolver) if resolver is not None else ReadContext.of(
+            ctx or FileIO(), task.metadata_dir
+        )
     if task.keyed:
-        yield from _execute_keyed(task, resolver, batch_size)
+        yield from _execute_keyed(task, ctx, batch_size)
     else:
-        yield from _execute_operator(task, resolver, batch_size)
+        yield from _execute_operator(task, ctx.resolver, batch_size)
 
 
-def keyed_backend(task: ScanTask, resolver: HandleResolver) -> Any:
+def keyed_backend(task: ScanTask, ctx: ReadContext) -> Any:
     """The backend that walks a keyed task's handle (from the model: no header byte read)."""
     from statequery.backends import HandleStream, KeyedContext, keyed_backend_from_model
 
+    resolver = ctx.resolver
     if task.raw:
         from statequery.backends.rawkeyed import RawTimersBackend
 
-        stream = HandleStream(resolver, task.handle.delegate)
+        raw = task.handle
+        assert isinstance(raw, KeyGroupsHandle)
+        stream = HandleStream(resolver, raw.delegate)
         return RawTimersBackend(
-            stream.name, stream, task.handle.start_key_group, tuple(task.handle.offsets),
+            stream.name, stream, raw.start_key_group, tuple(raw.offsets),
             task.states,
         )
     return keyed_backend_from_model(
         task.handle,
-        KeyedContext(resolver, task.max_parallelism, task.operator),
+        KeyedContext(resolver, task.max_parallelism, task.operator, ctx.open_databases),
         task.compressed,
         task.key_serializer,
         task.states,
+        layout=task.stream_layout,
     )
 
 
 def _execute_keyed(
-    task: ScanTask, resolver: HandleResolver, batch_size: int
+    task: ScanTask, ctx: ReadContext, batch_size: int
 ) -> Iterator[tuple[str, pa.RecordBatch]]:
     from statequery.backends import CanonicalKeyedBackend
 
-    backend = keyed_backend(task, resolver)
+    backend = keyed_backend(task, ctx)
     builders = {}
     requests = []
     for name in task.wanted:
@@ -534,10 +608,10 @@ def _execute_keyed(
     scanned: Iterator[int]
     if isinstance(backend, CanonicalKeyedBackend):
         # the run index: use the task's runs, and record what whole walks find (in the
-        # savepoint's index, when the resolver is a savepoint's)
+        # context's index, when it has one: a savepoint's)
         runs = task.runs
         usable = runs is not None and set(task.wanted) <= set(runs.states)
-        index = getattr(resolver, "run_index", None)
+        index = ctx.run_index
         record = None
         if index is not None:
             op_id, sub = task.operator_id, task.subtask
@@ -588,7 +662,8 @@ def _execute_operator(
     from statequery.backends import HandleStream
     from statequery.backends.operator import read_broadcast_state, read_operator_list_state
 
-    handle: OperatorStreamHandle = task.handle
+    handle = task.handle
+    assert isinstance(handle, OperatorStreamHandle)
     layout = task.states[0]
     part = handle.partition(layout.name)
     if part is None or not part.offsets:
@@ -612,11 +687,61 @@ def _execute_operator(
     yield from _flush(layout.name, builder, None, batch_size)
 
 
+def index_runs(model: SavepointModel, ctx: ReadContext) -> RunIndex:
+    """Complete ``ctx.run_index``: walk (without decoding) every key group of every canonical
+    keyed stream of ``model`` that is not indexed yet; returns the index. Reads every such byte
+    once (snappy key groups are decompressed)."""
+    from statequery.backends import (
+        CanonicalKeyedBackend,
+        KeyedContext,
+        is_heap_stream,
+        keyed_backend_from_model,
+    )
+
+    index = ctx.run_index
+    assert index is not None
+    for op in model.meta.operators:
+        for st in op.subtasks:
+            h, header = st.keyed_handle, st.keyed_header
+            if (
+                not isinstance(h, KeyGroupsHandle)
+                or header is None
+                or is_heap_stream(h, header.layout)
+            ):
+                continue
+            have = index.runs(op.operator_id, st.index)
+            todo = [
+                h.start_key_group + i
+                for i, o in enumerate(h.offsets)
+                if o > 0 and h.start_key_group + i not in have
+            ]
+            if not todo:
+                continue
+            backend = keyed_backend_from_model(
+                h,
+                KeyedContext(ctx.resolver, op.max_parallelism, op.display_name),
+                header.compressed,
+                op.key_spec,
+                _header_order(op, header.state_ids),
+                layout=header.layout,
+            )
+            assert isinstance(backend, CanonicalKeyedBackend)
+
+            def record(kg: int, runs: list[int], op_id: str = op.operator_id,
+                       sub: int = st.index) -> None:
+                index.record(op_id, sub, kg, runs)
+
+            for _kg in backend.scan_states([], None, todo, record=record):
+                pass
+    return index
+
+
 # -- the front ends' operations -----------------------------------------------------------------
 
 
 def read_batches(
-    savepoint: Savepoint,
+    model: SavepointModel,
+    ctx: ReadContext,
     state: StateInfo,
     *,
     keys: Sequence[Any] | None = None,
@@ -628,20 +753,21 @@ def read_batches(
     read as the batches are consumed)."""
     if batch_size <= 0:
         raise InvalidOptionError(f"batch_size must be positive, got {batch_size}")
-    tasks = plan(savepoint, state, keys=keys, key_groups=key_groups, mode=mode)
-    return _run(savepoint, tasks, batch_size)
+    tasks = plan(model, ctx, state, keys=keys, key_groups=key_groups, mode=mode)
+    return _run(ctx, tasks, batch_size)
 
 
 def _run(
-    savepoint: Savepoint, tasks: list[ScanTask], batch_size: int
+    ctx: ReadContext, tasks: list[ScanTask], batch_size: int
 ) -> Iterator[pa.RecordBatch]:
     for task in tasks:
-        for _name, batch in execute(task, resolver=savepoint.resolver, batch_size=batch_size):
+        for _name, batch in execute(task, ctx, batch_size=batch_size):
             yield batch
 
 
 def read_table(
-    savepoint: Savepoint,
+    model: SavepointModel,
+    ctx: ReadContext,
     state: StateInfo,
     *,
     keys: Sequence[Any] | None = None,
@@ -651,12 +777,15 @@ def read_table(
     """:func:`read_batches` collected into one Table."""
     _check_readable(state)  # before the schema: a state without rows says why
     schema = state_schema(state.layout, mode)
-    batches = list(read_batches(savepoint, state, keys=keys, key_groups=key_groups, mode=mode))
+    batches = list(
+        read_batches(model, ctx, state, keys=keys, key_groups=key_groups, mode=mode)
+    )
     return pa.Table.from_batches(batches, schema=schema)
 
 
 def read_operator(
-    savepoint: Savepoint,
+    model: SavepointModel,
+    ctx: ReadContext,
     states: Sequence[StateInfo],
     *,
     keys: Sequence[Any] | None = None,
@@ -671,22 +800,22 @@ def read_operator(
     if batch_size <= 0:
         raise InvalidOptionError(f"batch_size must be positive, got {batch_size}")
     keyed = [s for s in states if s.layout.keyed]
-    tasks = plan_states(savepoint, keyed, keys=keys, key_groups=key_groups, mode=mode)
+    tasks = plan_states(model, ctx, keyed, keys=keys, key_groups=key_groups, mode=mode)
     for s in states:
         if not s.layout.keyed:
-            tasks.extend(plan(savepoint, s, keys=keys, key_groups=key_groups, mode=mode))
-    return _run_pairs(savepoint, tasks, batch_size)
+            tasks.extend(plan(model, ctx, s, keys=keys, key_groups=key_groups, mode=mode))
+    return _run_pairs(ctx, tasks, batch_size)
 
 
 def _run_pairs(
-    savepoint: Savepoint, tasks: list[ScanTask], batch_size: int
+    ctx: ReadContext, tasks: list[ScanTask], batch_size: int
 ) -> Iterator[tuple[str, pa.RecordBatch]]:
     for task in tasks:
-        yield from execute(task, resolver=savepoint.resolver, batch_size=batch_size)
+        yield from execute(task, ctx, batch_size=batch_size)
 
 
 def lookup(
-    savepoint: Savepoint, key: Any, operator: str | None = None
+    model: SavepointModel, ctx: ReadContext, key: Any, operator: str | None = None
 ) -> dict[tuple[str, str], pa.Table]:
     """Everything every keyed state holds for ``key``: ``{(operator, state): Table}``.
 
@@ -695,7 +824,7 @@ def lookup(
     pass. With ``operator`` None every operator with keyed state is searched (operators whose key
     type does not accept the key are skipped). States without rows for the key are left out.
     """
-    ops = [savepoint.operator(operator)] if operator is not None else savepoint.keyed_operators()
+    ops = [model.operator(operator)] if operator is not None else model.keyed_operators()
     out: dict[tuple[str, str], pa.Table] = {}
     refused: list[str] = []  # operators whose key type cannot hold the key, and why
     tried = 0
@@ -705,7 +834,7 @@ def lookup(
             continue
         tried += 1
         try:
-            tasks = plan_states(savepoint, refs, keys=[key])
+            tasks = plan_states(model, ctx, refs, keys=[key])
         except (InvalidOptionError, UnsupportedFormatError, TypeError, ValueError, OverflowError) \
                 as e:
             if operator is not None:
@@ -718,7 +847,7 @@ def lookup(
         tables: dict[str, list[pa.RecordBatch]] = {}
         for task in tasks:
             try:
-                for name, batch in execute(task, resolver=savepoint.resolver, batch_size=1 << 62):
+                for name, batch in execute(task, ctx, batch_size=1 << 62):
                     tables.setdefault(name, []).append(batch)
             except UnsupportedFormatError:
                 if operator is not None:

@@ -34,9 +34,10 @@ import pyarrow as pa
 
 from statequery.decoder import Decoder
 from statequery.exceptions import CorruptStateError, InvalidOptionError, NoSuchStateError
+from statequery.scan import read_table
 
 if TYPE_CHECKING:
-    from statequery.savepoint import Savepoint
+    from statequery.scan import StateSource
 
 __all__ = [
     "SOURCE_KINDS",
@@ -183,7 +184,7 @@ def _recognise(values: list[bytes], where: str) -> str:
     return fits[0]
 
 
-def source_splits(sp: Savepoint, operator: str, source: str | None = None) -> pa.Table:
+def source_splits(sp: StateSource, operator: str, source: str | None = None) -> pa.Table:
     """The splits of the FLIP-27 source ``operator`` (uid, name or id) as typed rows:
     ``subtask``, ``index``, ``source``, ``serializer_version``, then the source's fields (see the
     module table). ``source`` names the kind (``number_sequence``, ``file``, ``kafka``); by
@@ -192,16 +193,16 @@ def source_splits(sp: Savepoint, operator: str, source: str | None = None) -> pa
         raise InvalidOptionError(
             f"unknown source kind {source!r}; known: {', '.join(SOURCE_KINDS)}"
         )
-    op = sp.operator(operator)
+    op = sp.model.operator(operator)
     if op.state(SPLIT_STATE) is None:
         raise NoSuchStateError(
             f"operator {op.display_name!r} has no {SPLIT_STATE} state: not a FLIP-27 source"
         )
-    raw = sp.read(op.operator_id, SPLIT_STATE)
+    raw = read_table(sp.model, sp.context, sp.model.state(op.operator_id, SPLIT_STATE))
     subtasks = raw.column("subtask").to_pylist()
     indexes = raw.column("index").to_pylist()
     values = [bytes(v) for v in raw.column("value").to_pylist()]
-    where = f"{sp.location}: {op.display_name}/{SPLIT_STATE}"
+    where = f"{sp.model.location}: {op.display_name}/{SPLIT_STATE}"
     kind = source or (_recognise(values, where) if values else "number_sequence")
     sk = SOURCE_KINDS[kind]
     cols: dict[str, list[Any]] = {"subtask": [], "index": [], "source": [],
@@ -245,14 +246,14 @@ def decode_enumerator(data: bytes, source: str = "coordinator state") -> list[di
     return splits
 
 
-def source_enumerator(sp: Savepoint, operator: str) -> pa.Table:
+def source_enumerator(sp: StateSource, operator: str) -> pa.Table:
     """The splits a number sequence / data generator source's enumerator has not assigned yet
     (from the operator coordinator state in ``_metadata``): ``split_id``, ``from``, ``to``."""
-    op = sp.operator(operator)
+    op = sp.model.operator(operator)
     handle = op.coordinator_state
     schema = pa.schema([("split_id", pa.string()), ("from", pa.int64()), ("to", pa.int64())])
     if handle is None:
         raise NoSuchStateError(f"operator {op.display_name!r} has no coordinator state")
-    data = bytes(sp.resolver.read(handle, 0, None))
-    splits = decode_enumerator(data, f"{sp.location}: {op.display_name} coordinator state")
+    data = bytes(sp.context.resolver.read(handle, 0, None))
+    splits = decode_enumerator(data, f"{sp.model.location}: {op.display_name} coordinator state")
     return pa.Table.from_pylist(splits, schema=schema)

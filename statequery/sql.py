@@ -386,10 +386,9 @@ def _read(cat: Catalog, src: _Source) -> pa.Table:
         return sp.state_meta()
     if src.table.lower() == "state_stats":
         return sp.stats().table
-    op_tables = {k.lower(): v for k, v in sp.operator_tables().items()}
-    if src.table.lower() in op_tables:  # every keyed state of an operator, in one pass
+    operator = sp.operator_table_id(src.table)
+    if operator is not None:  # every keyed state of an operator, in one pass
         table = sp.operator_table(src.table)
-        operator = op_tables[src.table.lower()]
         _push_down(src, sp.operator(operator).key_spec)
         names = [s.name for s in table.states]
         batches = [

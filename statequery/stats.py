@@ -30,10 +30,14 @@ import pyarrow as pa
 
 from statequery.arrow.batches import BatchBuilder
 from statequery.arrow.jsonify import canonical_json, freeze, jsonify_column
+from statequery.hashing import split_key_groups
+from statequery.metadata.model import _partition_bytes
 from statequery.metadata.statemeta import OperatorInfo, StateInfo
+from statequery.ranges import scan_states
+from statequery.scan import read_table
 
 if TYPE_CHECKING:
-    from statequery.savepoint import Savepoint
+    from statequery.scan import StateSource
 
 __all__ = [
     "HEAVIEST_KEYS_SCHEMA",
@@ -139,35 +143,26 @@ class _Acc:
             heapq.heapreplace(self.keys, item)
 
 
-def _label(op: OperatorInfo) -> str:
-    return op.uid or op.name or op.operator_id
-
-
 def _ranges(
     op: OperatorInfo, range_size: int, only: set[int] | None = None
 ) -> list[tuple[int, list[int]]]:
-    out = []
+    out: list[tuple[int, list[int]]] = []
     for sub in op.subtasks:
         kgr = sub.key_groups
         if kgr is None:
             continue
-        for start in range(kgr.start, kgr.end + 1, range_size):
-            groups = [
-                g for g in range(start, min(kgr.end + 1, start + range_size))
-                if only is None or g in only
-            ]
-            if groups:
-                out.append((sub.index, groups))
+        wanted = [g for g in range(kgr.start, kgr.end + 1) if only is None or g in only]
+        out.extend((sub.index, groups) for groups in split_key_groups(wanted, range_size))
     return out
 
 
 def key_group_tasks(
-    sp: Savepoint, operator: str | None = None, state: str | None = None,
+    sp: StateSource, operator: str | None = None, state: str | None = None,
     range_size: int = DEFAULT_RANGE_SIZE,
 ) -> list[tuple[str, list[int]]]:
     """``(operator id, key groups)`` of every range :func:`state_stats` walks: the tasks of a
     distributed computation."""
-    ops = [sp.operator(operator)] if operator is not None else list(sp.operators)
+    ops = [sp.model.operator(operator)] if operator is not None else list(sp.model.operators)
     tasks: list[tuple[str, list[int]]] = []
     for op in ops:
         if any(s.keyed and s.decodable and (state is None or state in (s.name, s.table_name))
@@ -177,9 +172,8 @@ def key_group_tasks(
 
 
 def _scan_range(
-    sp: Savepoint, infos: list[StateInfo], key_groups: list[int]
+    sp: StateSource, infos: list[StateInfo], key_groups: list[int]
 ) -> dict[str, tuple[pa.Table, list[tuple[int, int]] | None]]:
-    from statequery.ranges import scan_states
 
     builders = scan_states(sp, infos, key_groups, _SizedBuilder)
     out: dict[str, tuple[pa.Table, list[tuple[int, int]] | None]] = {}
@@ -195,7 +189,7 @@ def _scan_range(
 
 
 def _keyed_stats(
-    sp: Savepoint,
+    sp: StateSource,
     op: OperatorInfo,
     infos: list[StateInfo],
     accs: dict[str, _Acc],
@@ -203,7 +197,7 @@ def _keyed_stats(
     progress: Progress | None,
     only: set[int] | None = None,
 ) -> None:
-    label = _label(op)
+    label = op.display_name
     for subtask, kgs in _ranges(op, range_size, only):
         results = _scan_range(sp, infos, kgs)
         for info in infos:
@@ -258,10 +252,8 @@ def _keyed_stats(
             progress(len(kgs))
 
 
-def _operator_stats(sp: Savepoint, op: OperatorInfo, info: StateInfo, acc: _Acc) -> None:
-    from statequery.savepoint import _partition_bytes
-
-    table = sp.read(info)
+def _operator_stats(sp: StateSource, op: OperatorInfo, info: StateInfo, acc: _Acc) -> None:
+    table = read_table(sp.model, sp.context, info)
     subtasks = table.column("subtask").to_pylist() if "subtask" in table.column_names else []
     counts: dict[int, int] = {}
     for s in subtasks:
@@ -274,14 +266,14 @@ def _operator_stats(sp: Savepoint, op: OperatorInfo, info: StateInfo, acc: _Acc)
             continue
         nbytes = _partition_bytes(h, info.name)
         acc.row(
-            operator_id=op.operator_id, operator=_label(op), state=info.name, kind=info.kind,
+            operator_id=op.operator_id, operator=op.display_name, state=info.name, kind=info.kind,
             subtask=sub.index, key_group=None, entries=counts[sub.index], distinct_keys=None,
             key_bytes=None, value_bytes=None, bytes=nbytes, largest_entry_bytes=None,
         )
 
 
 def state_stats(
-    sp: Savepoint,
+    sp: StateSource,
     operator: str | None = None,
     state: str | None = None,
     range_size: int = DEFAULT_RANGE_SIZE,
@@ -296,7 +288,7 @@ def state_stats(
     state to those key groups, ``operator_state=False`` leaves operator state out (how Spark
     splits the work)."""
     only = None if key_groups is None else {int(k) for k in key_groups}
-    ops = [sp.operator(operator)] if operator is not None else list(sp.operators)
+    ops = [sp.model.operator(operator)] if operator is not None else list(sp.model.operators)
     accs: dict[tuple[str, str], _Acc] = {}
     maxp: dict[tuple[str, str], int] = {}
     par: dict[tuple[str, str], int] = {}
@@ -333,9 +325,9 @@ def state_stats(
     )
 
 
-def stats_work(sp: Savepoint, operator: str | None = None, state: str | None = None) -> int:
+def stats_work(sp: StateSource, operator: str | None = None, state: str | None = None) -> int:
     """Units of work :func:`state_stats` reports to ``progress``."""
-    ops = [sp.operator(operator)] if operator is not None else list(sp.operators)
+    ops = [sp.model.operator(operator)] if operator is not None else list(sp.model.operators)
     total = 0
     for op in ops:
         infos = [s for s in op.states if s.decodable and (state is None or state in

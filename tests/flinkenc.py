@@ -20,6 +20,7 @@ from typing import Any
 
 from statequery.serializers.readers import primitive_name, sql_fixed_size
 from statequery.serializers.spec import (
+    ROW_KINDS,
     ArrayDataSpec,
     EnumSpec,
     ListSpec,
@@ -144,7 +145,8 @@ def encode(spec: SerializerSpec, v: Any) -> bytes:
             spec.namespace, v["namespace"]
         )
     if isinstance(spec, RowDataSpec):
-        row = binary_row(spec.type, v, spec.field_specs)
+        kind = ROW_KINDS.index(v["row_kind"]) if spec.row_kind else 0
+        row = binary_row(spec.type, v, spec.field_specs, kind)
         return struct.pack(">i", len(row)) + row
     if isinstance(spec, ArrayDataSpec):
         arr = binary_array(spec.element, v)

@@ -69,3 +69,148 @@ def test_reading_never_writes_into_the_savepoint(tmp_path: Path) -> None:
         after = sorted((p.relative_to(copy), p.stat().st_size, p.stat().st_mtime_ns)
                        for p in copy.rglob("*"))
         assert after == before, name
+
+
+# -- the import graph: no cycle, no upward arrow -------------------------------------------------
+
+REPO = PACKAGE.parent
+#: cycles allowed to remain (none: keep it so)
+KNOWN_CYCLES: tuple[set[str], ...] = ()
+
+
+def _modules() -> dict[str, Path]:
+    mods: dict[str, Path] = {}
+    for p in sorted(PACKAGE.rglob("*.py")) + sorted(PACKAGE.rglob("*.pyx")):
+        parts = list(p.relative_to(REPO).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        mods.setdefault(".".join(parts), p)
+    return mods
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """module -> the modules of the package it imports: every import statement, at the top, in a
+    function or under ``TYPE_CHECKING`` (``from package import module`` names the module)."""
+    mods = _modules()
+
+    def target(name: str) -> str | None:
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for mod, path in mods.items():
+        if path.suffix != ".py":
+            continue
+        package = mod.split(".") if path.name == "__init__.py" else mod.split(".")[:-1]
+        out: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                out.update(t for a in node.names if (t := target(a.name)))
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package[: len(package) - (node.level - 1)]
+                    module = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    module = node.module or ""
+                for a in node.names:
+                    full = f"{module}.{a.name}"
+                    t = full if full in mods else target(module)
+                    if t:
+                        out.add(t)
+        out.discard(mod)
+        graph[mod] = out
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[set[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = set()
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.add(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(comp)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_import_graph_has_no_cycle() -> None:
+    cycles = _cycles(_import_graph())
+    new = [sorted(c) for c in cycles if not any(c <= known for known in KNOWN_CYCLES)]
+    assert new == [], new
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [{"a", "b", "c"}]
+
+
+def _layers() -> list[tuple[str, list[str]]]:
+    """The layer stack of docs/architecture.md (bottom first): ``N name unit unit ...`` lines of
+    the block under ``## Layers``; a unit is a module (``scan``) or a subpackage (``metadata/``)."""
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    block = text.split("## Layers", 1)[1].split("```", 2)[1]
+    layers = []
+    for line in block.splitlines():
+        fields = line.split()
+        if fields and fields[0].isdigit():
+            layers.append((fields[1], fields[2:]))
+    return layers
+
+
+def _unit(mod: str) -> str:
+    parts = mod.split(".")
+    if len(parts) == 1:
+        return "__init__"
+    if (PACKAGE / parts[1]).is_dir():
+        return parts[1] + "/"
+    return parts[1]
+
+
+def test_every_import_follows_the_layers_of_the_architecture_doc() -> None:
+    layers = _layers()
+    level = {unit: i for i, (_, units) in enumerate(layers) for unit in units}
+    graph = _import_graph()
+    unplaced = sorted({_unit(m) for m in graph} - set(level))
+    assert unplaced == [], f"modules in no layer of docs/architecture.md: {unplaced}"
+    upward = sorted(
+        f"{m} ({layers[level[_unit(m)]][0]}) -> {t} ({layers[level[_unit(t)]][0]})"
+        for m, targets in graph.items()
+        for t in targets
+        if level[_unit(t)] > level[_unit(m)]
+    )
+    assert upward == [], upward
+    assert len(layers) >= 8 and len(level) == sum(len(u) for _, u in layers)
+
+
+def test_the_planner_and_the_model_import_no_front_end() -> None:
+    graph = _import_graph()
+    fronts = {"statequery.savepoint", "statequery.reader", "statequery", "statequery.sql"}
+    for mod in ("statequery.scan", "statequery.metadata.model", "statequery.diff",
+                "statequery.stats", "statequery.sources", "statequery.display",
+                "statequery.ranges"):
+        assert not graph[mod] & fronts, (mod, sorted(graph[mod] & fronts))

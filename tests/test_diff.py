@@ -138,7 +138,7 @@ def test_schema_change_is_reported_not_compared() -> None:
             replace(s, value_spec=op.key_spec) if s.name == "count" else s for s in op.states
         )
         ops.append(replace(op, states=states))
-    new._meta = replace(meta, operators=tuple(ops))
+    new.model._meta = replace(meta, operators=tuple(ops))
     table = old.diff(new, state="count")
     assert table.to_pylist() == [
         {**{k: None for k in DIFF_SCHEMA.names},

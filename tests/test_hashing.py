@@ -242,8 +242,9 @@ def test_key_groups_of_every_dumped_key_match_flink(name: str) -> None:
             index = H.operator_index_for_key_group(state.max_parallelism, state.parallelism, kg)
             assert kg in owners[index]
             checked += 1
-    # every keyed entry of the dump (the small SQL mini-batch fixture holds a few dozen)
-    assert checked == sum(len(v) for v in by_state.values()) >= 20
+    # every keyed entry of the dump (the smallest, async-sql-forst-native, holds 17: one
+    # accumulator per word)
+    assert checked == sum(len(v) for v in by_state.values()) >= 17
 
 
 @pytest.mark.parametrize("record", fixture_records(), ids=lambda r: r["name"])

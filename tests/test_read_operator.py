@@ -127,4 +127,4 @@ def test_states_by_table_name_key_groups_and_errors() -> None:
     # plan_states refuses states of two operators
     infos = [sp.state("user-state", "count"), sp.state("window-agg", "window-contents")]
     with pytest.raises(InvalidOptionError, match="one operator"):
-        plan_states(sp, infos)
+        plan_states(sp.model, sp.context, infos)

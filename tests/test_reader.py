@@ -20,6 +20,7 @@ from entries import canonical, entry_lines, jsonify_column, mask_any, same_table
 
 import statequery
 from statequery.arrow.schemas import state_schema
+from statequery.backends import is_heap_layout
 from statequery.exceptions import (
     InvalidOptionError,
     NoSuchOperatorError,
@@ -178,7 +179,11 @@ def _allowed_bytes(sp: Any, kg: int) -> dict[str, int]:
                     later = [o for o in positive if o > start]
                     end = later[0] if later else sp.resolver.stream_size(h.delegate)
                     extent = end - start
-            allowed[loc] = allowed.get(loc, 0) + header + extent
+            # a type-12 handle with an offset for every key group is hashmap, or a Flink 1.15
+            # full RocksDB checkpoint: listing reads 4 bytes of a key group to tell which
+            # (statequery.backends.heap_layout_of)
+            probe = 4 if is_heap_layout(h) else 0
+            allowed[loc] = allowed.get(loc, 0) + header + extent + probe
             # listing an operator's states reads its operator-state header too (SQL window
             # operators keep their watermark there); that file holds no keyed state
             op_handle = getattr(st, "managed_operator", None)

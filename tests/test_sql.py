@@ -55,7 +55,7 @@ def _spy_reads(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     calls: list[dict[str, Any]] = []
     real = statequery.scan.plan
 
-    def spy(sp: Any, info: Any, **kw: Any) -> list[Any]:
+    def spy(model: Any, ctx: Any, info: Any, **kw: Any) -> list[Any]:
         keys = kw.get("keys")
         calls.append(
             {
@@ -65,7 +65,7 @@ def _spy_reads(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
                 "mode": kw.get("mode"),
             }
         )
-        return real(sp, info, **kw)
+        return real(model, ctx, info, **kw)
 
     monkeypatch.setattr(statequery.scan, "plan", spy)
     return calls

@@ -125,3 +125,46 @@ def test_top_n_keeps_the_sorted_rows(name: str) -> None:
     amounts = sorted(((i * 37) % 101 for i in [*range(10), *range(30, 40)]), reverse=True)
     assert [k for k, _ in books][:3] == amounts[:3]  # sort key -> its rows, highest first
     assert all(row["f1"] == k and row["f2"] == "books" for k, v in books for row in v)
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_rows_keep_their_row_kind(name: str, decode_path: str) -> None:
+    """Deduplication, joins, the temporal join, Top-N and the upsert materializer keep rows
+    with their RowKind (byte 0 of the BinaryRowData header): a leading ``row_kind`` field."""
+    sp = _open(name)
+    kinds = _by_kind(sp)
+    # the materializer keeps each (category, user) row as the aggregation last sent it: an update
+    values = _rows(sp, kinds["SinkMaterializer"][0], "values")
+    assert {row["row_kind"] for r in values for row in r["value"]} == {"+U"}
+    assert list(values[0]["value"][0])[0] == "row_kind"
+    # the versioned side of the temporal join: the first version of a category +I, later ones +U
+    right = _rows(sp, kinds["TemporalJoin"][0], "right")
+    first = {}
+    for r in sorted(right, key=lambda r: r["user_key"]):
+        first.setdefault(r["key"]["f0"], r["value"]["row_kind"])
+    assert set(first.values()) == {"+I"}
+    assert sum(r["value"]["row_kind"] == "+U" for r in right) == len(right) - 3
+    # Top-N keeps its input rows (+I); keep-last deduplication the last row: RocksDB serialized
+    # it as it came (+I), the heap backend keeps the row object Flink then emits as +U
+    rank = _rows(sp, kinds["Rank"][0], "data-state-with-append")
+    assert {row["row_kind"] for r in rank for row in r["value"]} == {"+I"}
+    last = _rows(sp, next(o for o in kinds["Deduplicate"]
+                          if "deduplicate-state" in {s.name for s in o.states}
+                          and _rows(sp, o, "deduplicate-state")[0]["value"] is not True
+                          and "f3" in _rows(sp, o, "deduplicate-state")[0]["value"]),
+                 "deduplicate-state")
+    assert {r["value"]["row_kind"] for r in last} == ({"+U"} if "hashmap" in name else {"+I"})
+
+
+def test_row_kind_in_sql() -> None:
+    """The kind is a column for SQL too: which rows of the materializer are updates."""
+    from statequery.catalog import Catalog, sql_identifier
+
+    cat = Catalog(str(fixture_dir(OPS[0]).parent))
+    db = fixture_dir(OPS[0]).name
+    table = next(r["table_name"] for r in cat.savepoint(db).state_meta().to_pylist()
+                 if r["state_name"] == "right" and r["operator_name"].startswith("TemporalJoin"))
+    db = sql_identifier(db)
+    t = statequery.sql(f"SELECT value.row_kind AS kind, count(*) AS n FROM {db}.{table} "
+                       "GROUP BY 1 ORDER BY 1", cat)
+    assert t.to_pylist() == [{"kind": "+I", "n": 3}, {"kind": "+U", "n": 57}]

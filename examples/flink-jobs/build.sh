@@ -10,4 +10,6 @@ cp="$flink_lib/*:$here/build"
 mkdir -p "$here/build"
 mapfile -t sources < <(find "$here/src" -name '*.java' | sort)
 javac -nowarn -encoding UTF-8 -d "$here/build" -cp "$flink_lib/*" "${sources[@]}" >&2
+# service registrations (the s3:// file system of the S3 test server)
+cp -r "$here/src/META-INF" "$here/build/"
 echo "$cp"

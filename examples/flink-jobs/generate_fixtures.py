@@ -46,7 +46,7 @@ MAX_FIXTURE_BYTES = 2 * 1024 * 1024
 
 def _fx(name, job, backend, snapshot, fmt, *, incremental=False, max_parallelism=128,
         compression=False, inline=False, timers="rocksdb", changelog="off", unread=None,
-        large=False):
+        large=False, s3=False):
     fx = {"name": name, "job": job, "backend": backend, "snapshot": snapshot, "format": fmt,
           "incremental": incremental, "max_parallelism": max_parallelism,
           "compression": compression, "inline": inline}
@@ -58,6 +58,8 @@ def _fx(name, job, backend, snapshot, fmt, *, incremental=False, max_parallelism
         fx["unread"] = unread
     if large:  # edge jobs: also the >64 KiB string and the 66000-byte array
         fx["large"] = True
+    if s3:  # checkpoint and ForSt primary directory on the S3 test server (moto)
+        fx["s3"] = True
     return fx
 
 
@@ -101,10 +103,38 @@ MATRIX = [
     _fx("datastream-forst-native", "datastream", "forst", "savepoint", "native"),
     _fx("datastream-forst-checkpoint", "datastream", "forst", "checkpoint", "native",
         incremental=True),
+    # ForSt with the asynchronous state API (State V2, KEY_VALUE_V2 states): the primary
+    # directory is then the checkpoint directory (disaggregated), the checkpoint's SSTs are the
+    # database's own files under <job-id>/shared/op_<operator>_<id>__<subtask>_<par>__attempt_0/db/
+    _fx("async-datastream-forst-checkpoint", "async-datastream", "forst", "checkpoint", "native",
+        incremental=True),
+    _fx("async-datastream-forst-native", "async-datastream", "forst", "savepoint", "native"),
+    _fx("async-sql-forst-native", "async-sql", "forst", "savepoint", "native"),
+    # the same with checkpoints and ForSt's primary directory on the S3 test server (moto,
+    # s3://statequery-test/<name>/checkpoints and .../primary): ForSt copies its tables into the
+    # checkpoint's shared/ (s3:// handles); the fixture mirrors the bucket under <name>/
+    _fx("async-datastream-forst-s3-checkpoint", "async-datastream", "forst", "checkpoint",
+        "native", incremental=True, s3=True),
     # the changelog state backend before its first materialization: keyed state only in the log
     _fx("changelog-hashmap-unmaterialized-checkpoint", "datastream", "hashmap", "checkpoint",
-        "native", changelog="1h",
-        unread="the keyed state is only in the change log: listed with the reason, not read"),
+        "native", changelog="1h"),
+    # ... and after a materialization, with a non-empty change log on top of the base
+    _fx("changelog-hashmap-checkpoint", "datastream", "hashmap", "checkpoint", "native",
+        changelog="2s+log"),
+    _fx("changelog-rocksdb-checkpoint", "datastream", "rocksdb", "checkpoint", "native",
+        incremental=True, changelog="2s+log"),
+    # ... clears, removals, deleted timers and merging session windows in the change log
+    # (ChangelogOps.java), the log alone and on top of a RocksDB base
+    _fx("changelog-ops-hashmap-checkpoint", "changelog-ops", "hashmap", "checkpoint", "native",
+        changelog="1h"),
+    _fx("changelog-ops-rocksdb-checkpoint", "changelog-ops", "rocksdb", "checkpoint", "native",
+        incremental=True, changelog="2s+log"),
+    # ... the file-system change log snappy-compressed
+    _fx("changelog-hashmap-snappy-checkpoint", "datastream", "hashmap", "checkpoint", "native",
+        changelog="1h@snappy"),
+    # ... with the in-memory changelog storage: the change log inline in _metadata
+    _fx("changelog-hashmap-memory-checkpoint", "datastream", "hashmap", "checkpoint", "native",
+        changelog="1h@memory"),
     _fx("ttl-kryo-hashmap-canonical", "ttl-kryo", "hashmap", "savepoint", "canonical"),
     _fx("ttl-kryo-rocksdb-native", "ttl-kryo", "rocksdb", "savepoint", "native"),
     # an operator's own raw keyed and raw operator state (listed with a reason, never hidden)
@@ -117,6 +147,12 @@ MATRIX = [
         max_parallelism=8),
     _fx("sql-minibatch-rocksdb-native", "sql-minibatch", "rocksdb", "savepoint", "native",
         max_parallelism=8),
+    # every built-in aggregate function and window aggregate shape (sql_operators_job.py --job
+    # aggs), and the same with mini-batch, two-phase and split distinct aggregation
+    _fx("sql-aggs-hashmap-canonical", "sql-aggs", "hashmap", "savepoint", "canonical",
+        max_parallelism=8),
+    _fx("sql-aggs-minibatch-rocksdb-native", "sql-aggs-minibatch", "rocksdb", "savepoint",
+        "native", max_parallelism=8),
     # MATCH_RECOGNIZE with partial matches, SQL state TTL, the window join and the upsert
     # materializer of Flink 2.x (sql_operators_job.py --job cep) on every backend and format
     _fx("sql-cep-hashmap-canonical", "sql-cep", "hashmap", "savepoint", "canonical",
@@ -151,12 +187,13 @@ MATRIX = [
     _edge("sql", "rocksdb", "checkpoint", "native", max_parallelism=300),
     _edge("sql", "rocksdb", "checkpoint", "native", incremental=True, max_parallelism=300),
 ]
-SQL_OPERATOR_JOBS = {"sql-ops": "ops", "sql-minibatch": "minibatch", "sql-cep": "cep",
+SQL_OPERATOR_JOBS = {"sql-ops": "ops", "sql-minibatch": "minibatch", "sql-aggs": "aggs",
+                     "sql-aggs-minibatch": "aggs-minibatch", "sql-cep": "cep",
                      "sql-cep-map": "cep"}
 # SQL jobs run from a compiled plan: operator ids from the plan
 PLAN_JOBS = {*SQL_OPERATOR_JOBS, "edge-sql"}
 # jobs whose manifest states come from the dump and whose expected file is a subset of it
-SUBSET_JOBS = {*PLAN_JOBS, "sql-keys"}
+SUBSET_JOBS = {*PLAN_JOBS, "sql-keys", "changelog-ops"}
 BY_NAME = {f["name"]: f for f in MATRIX}
 
 # Series: one job run, several snapshots (consecutive retained checkpoints chk-1..3 and a
@@ -317,6 +354,54 @@ DS_STATES = {
 }
 
 
+def changelog_ops_expected() -> list[dict]:
+    """The ``ops`` operator of the changelog operations pipeline (ChangelogOps.java), replayed
+    per user; the session windows (merged namespaces) are left to the oracle (subset)."""
+    entries: list[dict] = []
+    ids = {uid: operator_id_for_uid(uid) for uid in ("fixture-source", "ops")}
+
+    def add(uid, state, kind, **fields):
+        entries.append({"operator_uid": uid, "operator_id": ids[uid], "state": state,
+                        "kind": kind, **fields})
+
+    source_expected(add)
+    for u in range(N_USERS):
+        last = None
+        slots: dict[str, int] = {}
+        history: list[int] = []
+        timers: set[int] = set()
+        for n in range(N_EVENTS // N_USERS):
+            i = 20 * n + u
+            last = None if (n + u) % 3 == 2 else i
+            slots[f"s{n % 4}"] = i
+            if (n + u) % 5 == 4:
+                slots.pop(f"s{(n + 1) % 4}", None)
+            if (n + u) % 6 == 5:
+                slots[f"p{n % 2}"] = -i
+            if (n + u) % 8 == 7:
+                slots = {}
+            history.append(i)
+            if (n + u) % 4 == 3:
+                history = [i]
+            if (n + u) % 6 == 1:
+                history += [-i, i + 1000]
+            if (n + u) % 7 == 6:
+                history = []
+            timers.add(TIMER_BASE + i)
+            if n > 0 and (n + u) % 2 == 0:
+                timers.discard(TIMER_BASE + i - 20)
+        ks = {"key": f"user-{u}", "namespace": None}
+        if last is not None:
+            add("ops", "last-id", "value", value=last, **ks)
+        for k, v in slots.items():
+            add("ops", "slots", "map", user_key=k, value=v, **ks)
+        if history:
+            add("ops", "history", "list", value=history, **ks)
+        for t in sorted(timers):
+            add("ops", "_timer_state/event_user-timers", "event_timer", timestamp=t, **ks)
+    return entries
+
+
 def source_expected(add) -> None:
     """fixture-source: the reader got split-0 then split-1 and read both to the end. Each list
     element is SimpleVersionedSerialization: int version, int length, then the split bytes
@@ -390,6 +475,15 @@ def datastream_expected() -> list[dict]:
             add("window-agg", "_timer_state/event_window-timers", "event_timer", key=user,
                 namespace=ns, timestamp=start + HOUR_MS - 1)
     return entries
+
+
+# AsyncStateJob.java: the DataStream job's source and user-state (on State V2), no operator-state
+# and window-agg; keyed directly after the source, so per-key order is input order as before.
+ASYNC_DS_UIDS = ("fixture-source", "user-state")
+
+
+def async_datastream_expected() -> list[dict]:
+    return [e for e in datastream_expected() if e["operator_uid"] in ASYNC_DS_UIDS]
 
 
 # --------------------------------------------------------------------------------------------
@@ -575,6 +669,27 @@ SQL_STATES = [
 ]
 
 
+# sql_job.py --async-state: COUNT(MOD(id, 5)) instead of the distinct count, so no MapView and
+# no distinct map state; the asynchronous GroupAggregate keeps accState as a State V2 value.
+SQL_ASYNC_ACC_TYPE = ("ROW<f0 BIGINT (COUNT(*) count1), f1 BIGINT (SUM sum), f2 BIGINT (COUNT "
+                      "count), f3 DECIMAL(12, 2) (MAX), f4 DECIMAL(30, 6) (MAX), f5 TIMESTAMP(6) "
+                      "(MAX), f6 STRING (MAX)>")
+
+SQL_ASYNC_STATES = [_st("accState", "value", SQL_ASYNC_ACC_TYPE, "ROW<f0 STRING>", "VOID")]
+
+
+def sql_async_expected(agg_operator_id: str) -> list[dict]:
+    """The SQL job's accumulators without the distinct count (its ``f2`` counts every row)."""
+    entries = []
+    for e in sql_expected(agg_operator_id):
+        if e["state"] == "accState":
+            acc = dict(e["value"])
+            del acc["f7"]
+            acc["f2"] = acc["f0"]
+            entries.append({**e, "value": acc})
+    return entries
+
+
 def _decimal_str(numerator: int, denominator: int, scale: int) -> str:
     """numerator/denominator as a plain decimal with `scale` digits (exact in our data)."""
     scaled = numerator * 10**scale
@@ -686,7 +801,7 @@ def ops_event(i: int) -> dict:
             "category": OPS_CATEGORIES[(i // 10) % 3]}
 
 
-def sql_ops_expected(ids: dict[str, str]) -> list[dict]:
+def sql_ops_expected(ids: dict[str, str], backend: str = "hashmap") -> list[dict]:
     """``ids``: uid -> operator id of the savepoint (uids are ``<plan node id>_<kind>``)."""
     entries: list[dict] = []
     events = [ops_event(i) for i in range(OPS_EVENTS)]
@@ -723,18 +838,22 @@ def sql_ops_expected(ids: dict[str, str]) -> list[dict]:
     # join_unique: both sides are keyed by user (unique): ValueState<row>
     for u in range(OPS_USERS):
         mine = [e for e in events if e["user"] == f"user-{u}"]
+        # a join erases the kind of the rows it stores (+I)
         add(unique, "left-records", "value", {"f0": f"user-{u}"},
-            value={"f0": f"user-{u}", "f1": len(mine)})
+            value={"row_kind": "+I", "f0": f"user-{u}", "f1": len(mine)})
         add(unique, "right-records", "value", {"f0": f"user-{u}"},
-            value={"f0": f"user-{u}", "f1": sum(e["amount"] for e in mine)})
+            value={"row_kind": "+I", "f0": f"user-{u}", "f1": sum(e["amount"] for e in mine)})
     # deduplication: keep first row (processing time) keeps a flag, keep last row the row
     first, last = uid("deduplicate", 0), uid("deduplicate", 1)
     for u in range(OPS_USERS):
         mine = [e for e in events if e["user"] == f"user-{u}"]
         add(first, "deduplicate-state", "value", {"f0": f"user-{u}"}, value=True)
         add(last, "deduplicate-state", "value", {"f0": f"user-{u}"},
-            value={"f0": mine[-1]["id"], "f1": mine[-1]["user"], "f2": mine[-1]["amount"],
-                   "f3": None})
+            # the kind the row was stored with: RocksDB serializes the input row (+I); the heap
+            # backend keeps the row object, which the operator then emits as +U
+            value={"row_kind": "+U" if len(mine) > 1 and backend == "hashmap" else "+I",
+                   "f0": mine[-1]["id"],
+                   "f1": mine[-1]["user"], "f2": mine[-1]["amount"], "f3": None})
     # Top-3 per category (append-only input): sort key -> rows with that key, the top 3 kept
     for cat in OPS_CATEGORIES:
         mine = [e for e in events if e["category"] == cat]
@@ -744,7 +863,7 @@ def sql_ops_expected(ids: dict[str, str]) -> list[dict]:
             kept.sort(key=lambda x: -x["amount"])
             kept = kept[:3]
         for amount in sorted({e["amount"] for e in kept}):
-            rows = [{"f0": e["id"], "f1": e["amount"], "f2": cat} for e in mine
+            rows = [{"row_kind": "+I", "f0": e["id"], "f1": e["amount"], "f2": cat} for e in mine
                     if e in kept and e["amount"] == amount]
             add(uid("rank"), "data-state-with-append", "map", {"f0": cat},
                 user_key={"f0": amount}, value=rows)
@@ -752,14 +871,34 @@ def sql_ops_expected(ids: dict[str, str]) -> list[dict]:
     for cat in OPS_CATEGORIES:
         order: list[str] = []
         totals: dict[str, int] = {}
+        seen: dict[str, int] = {}
         for e in events:
             if e["category"] == cat:
                 if e["user"] in order:
                     order.remove(e["user"])  # an update replaces the row and moves it last
                 order.append(e["user"])
                 totals[e["user"]] = totals.get(e["user"], 0) + e["amount"]
+                seen[e["user"]] = seen.get(e["user"], 0) + 1
         add(uid("upsert-materialize"), "values", "value", {"f0": cat},
-            value=[{"f0": cat, "f1": u, "f2": totals[u]} for u in order])
+            # the row as the aggregation last sent it: +I first, +U after an update
+            value=[{"row_kind": "+U" if seen[u] > 1 else "+I", "f0": cat, "f1": u,
+                    "f2": totals[u]} for u in order])
+    return entries
+
+
+def sql_aggs_expected(ids: dict[str, str]) -> list[dict]:
+    """The distinct users of each category of COUNT(DISTINCT `user`) ... GROUP BY category
+    (agg_plain, the first aggregation of the job): its ``distinctAcc_0`` MapState, user -> 1."""
+    aggs = sorted((u for u in ids if u.endswith("_group-aggregate")),
+                  key=lambda u: int(u.split("_")[0]))
+    entries = []
+    for cat in OPS_CATEGORIES:
+        users = sorted({e["user"] for e in map(ops_event, range(OPS_EVENTS))
+                        if e["category"] == cat})
+        for user in users:
+            entries.append({"operator_uid": aggs[0], "operator_id": ids[aggs[0]],
+                            "state": "distinctAcc_0", "kind": "map", "key": {"f0": cat},
+                            "namespace": None, "user_key": user, "value": 1})
     return entries
 
 
@@ -908,13 +1047,16 @@ def build() -> str:
     BUILD.mkdir(exist_ok=True)
     subprocess.run(["javac", "-nowarn", "-encoding", "UTF-8", "-d", str(BUILD), "-cp",
                     f"{lib}/*", *sources], check=True)
+    shutil.copytree(HERE / "src" / "META-INF", BUILD / "META-INF", dirs_exist_ok=True)
     _classpath = f"{lib}/*:{BUILD}"
     return _classpath
 
 
-def _run(cmd: list[str], log: Path, timeout: int = 300) -> dict[str, str]:
+def _run(cmd: list[str], log: Path, timeout: int = 300,
+         env: dict[str, str] | None = None) -> dict[str, str]:
     with open(log, "w") as out:
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=out, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=out, text=True, timeout=timeout,
+                              env={**os.environ, **env} if env else None)
     if proc.returncode != 0:
         raise RuntimeError(
             f"{cmd[:4]}... failed ({proc.returncode}), see {log}:\n{proc.stdout[-2000:]}")
@@ -928,14 +1070,32 @@ def _run(cmd: list[str], log: Path, timeout: int = 300) -> dict[str, str]:
     return result
 
 
-def run_job(fx: dict, scratch: Path) -> dict[str, str]:
+S3_BUCKET = "statequery-test"  # tests/s3server.py's bucket: the fixture's s3:// paths are its
+
+
+def run_job(fx: dict, scratch: Path, s3_endpoint: str | None = None) -> dict[str, str]:
     out = scratch / "out"
-    if fx["job"] == "datastream":
+    if fx.get("s3"):
+        # checkpoints and ForSt's primary directory on the S3 test server, through the fixture
+        # programs' s3:// file system (src/statequery/fixtures/s3: the wheel ships no S3 plugin)
+        base = f"s3://{S3_BUCKET}/{fx['name']}"
+        cmd = ["java", "-cp", build(), "statequery.fixtures.AsyncStateJob", "checkpoint",
+               f"{base}/checkpoints", f"{base}/primary"]
+        return _run(cmd, scratch / "job.log", env={"AWS_ENDPOINT_URL": s3_endpoint or ""})
+    if fx["job"] in ("datastream", "changelog-ops"):
         kind = "checkpoint" if fx["snapshot"] == "checkpoint" else f"savepoint-{fx['format']}"
         cmd = ["java", "-cp", build(), "statequery.fixtures.DataStreamStateJob", fx["backend"],
                str(fx["incremental"]).lower(), str(fx["max_parallelism"]),
                str(fx["compression"]).lower(), str(fx["inline"]).lower(), kind, str(out),
-               fx.get("timers", "rocksdb"), fx.get("changelog", "off")]
+               fx.get("timers", "rocksdb"), fx.get("changelog", "off"),
+               "ops" if fx["job"] == "changelog-ops" else "fixture"]
+    elif fx["job"] == "async-datastream":
+        kind = "checkpoint" if fx["snapshot"] == "checkpoint" else f"savepoint-{fx['format']}"
+        cmd = ["java", "-cp", build(), "statequery.fixtures.AsyncStateJob", kind, str(out)]
+    elif fx["job"] == "async-sql":
+        cmd = [sys.executable, str(HERE / "sql_job.py"), "--backend", fx["backend"], "--kind",
+               f"savepoint-{fx['format']}", "--out", str(out), "--max-parallelism",
+               str(fx["max_parallelism"]), "--async-state"]
     elif fx["job"] == "edge-sql":
         kind = "checkpoint" if fx["snapshot"] == "checkpoint" else f"savepoint-{fx['format']}"
         cmd = [sys.executable, str(HERE / "sql_edge_job.py"), "--backend", fx["backend"],
@@ -973,6 +1133,27 @@ def run_job(fx: dict, scratch: Path) -> dict[str, str]:
         cmd += ["--compression"] if fx["compression"] else []
         cmd += ["--inline"] if fx["inline"] else []
     return _run(cmd, scratch / "job.log")
+
+
+def _run_on_s3(fx: dict, scratch: Path, dest: Path) -> dict[str, str]:
+    """Run the job against moto's S3 (the test server of tests/s3server.py), then mirror every
+    object under ``<name>/`` into ``tests/fixtures/<name>/`` (the same keys: a test uploads them
+    back to the paths the checkpoint's ``_metadata`` names)."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from s3server import moto_s3_server
+
+    with moto_s3_server(S3_BUCKET) as s3:
+        res = run_job(fx, scratch, s3.endpoint_url)
+        shutil.rmtree(dest, ignore_errors=True)
+        client = s3.client()
+        pages = client.get_paginator("list_objects_v2").paginate(
+            Bucket=S3_BUCKET, Prefix=f"{fx['name']}/")
+        for page in pages:
+            for obj in page.get("Contents", []):
+                target = FIXTURES / obj["Key"]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                client.download_file(S3_BUCKET, obj["Key"], str(target))
+    return res
 
 
 def snapshot_info(snapshot_dir: Path) -> list[dict]:
@@ -1060,42 +1241,55 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
         shutil.rmtree(scratch, ignore_errors=True)
         scratch.mkdir(parents=True)
         t0 = time.time()
-        res = run_job(fx, scratch)
-        snap = Path(res["SNAPSHOT_PATH"])
+        if fx.get("s3"):
+            res = _run_on_s3(fx, scratch, dest)
+            snap = FIXTURES / res["SNAPSHOT_PATH"][len(f"s3://{S3_BUCKET}/"):]
+        else:
+            res = run_job(fx, scratch)
+            snap = Path(res["SNAPSHOT_PATH"])
         print(f"  {name}: job {res.get('JOB_ID')} took {time.time() - t0:.1f}s -> {snap}")
 
         # copy the snapshot
-        shutil.rmtree(dest, ignore_errors=True)
-        if fx["snapshot"] == "savepoint":
+        if fx.get("s3"):
+            rel = str(snap.relative_to(FIXTURES))  # the bucket's objects, already mirrored
+        elif fx["snapshot"] == "savepoint":
+            shutil.rmtree(dest, ignore_errors=True)
             shutil.copytree(snap, dest / snap.name)
             rel = f"{name}/{snap.name}"
         else:
+            shutil.rmtree(dest, ignore_errors=True)
             job_dir = snap.parent
             shutil.copytree(job_dir, dest / job_dir.name)
             rel = f"{name}/{job_dir.name}/{snap.name}"
         fixture_dir = FIXTURES / rel
 
         infos = snapshot_info(fixture_dir)
-        if fx["job"] in ("datastream", "ttl-kryo", "raw-state", "edge-datastream"):
+        if fx["job"] in ("datastream", "ttl-kryo", "raw-state", "edge-datastream",
+                         "changelog-ops", "async-datastream"):
             for info in infos:
                 if info["uid"] and info["operator_id"] != operator_id_for_uid(info["uid"]):
                     raise RuntimeError(f"operator id mismatch for uid {info['uid']}: {info}")
             entries = {"datastream": datastream_expected, "ttl-kryo": ttl_kryo_expected,
                        "raw-state": raw_state_expected,
+                       "changelog-ops": changelog_ops_expected,
+                       "async-datastream": async_datastream_expected,
                        "edge-datastream": lambda: edge_datastream_expected(fx)}[fx["job"]]()
         elif fx["job"] == "sql-keys":
             entries = sql_keys_expected(infos)
         elif fx["job"] in PLAN_JOBS:
             save_plan(fx["job"], scratch / "plan.json", scratch / "out")
             ids = {i["uid"]: i["operator_id"] for i in infos if i["uid"]}
-            entries = {"sql-ops": sql_ops_expected, "sql-minibatch": sql_minibatch_expected,
+            entries = {"sql-ops": lambda i: sql_ops_expected(i, fx["backend"]),
+                       "sql-minibatch": sql_minibatch_expected,
+                       "sql-aggs": sql_aggs_expected, "sql-aggs-minibatch": sql_aggs_expected,
                        "edge-sql": sql_edge_expected, "sql-cep": sql_cep_expected,
                        "sql-cep-map": sql_cep_expected}[fx["job"]](ids)
         else:
             aggs = [i for i in infos if i["name"].startswith("GroupAggregate")]
             if len(aggs) != 1:
                 raise RuntimeError(f"expected one GroupAggregate operator, got {infos}")
-            entries = sql_expected(aggs[0]["operator_id"])
+            entries = (sql_async_expected if fx["job"] == "async-sql" else sql_expected)(
+                aggs[0]["operator_id"])
         write_jsonl(exp_path, entries)
 
         problems: list[str] = []
@@ -1222,6 +1416,10 @@ def manifest_record(fx: dict, rel: str, infos: list[dict]) -> dict:
     for info in sorted(infos, key=lambda i: (i["uid"] or "~", i["name"])):
         if fx["job"] == "datastream":
             states = DS_STATES.get(info["uid"], [])
+        elif fx["job"] == "async-datastream":
+            states = DS_STATES.get(info["uid"], []) if info["uid"] in ASYNC_DS_UIDS else []
+        elif fx["job"] == "async-sql":
+            states = SQL_ASYNC_STATES if info["name"].startswith("GroupAggregate") else []
         elif fx["job"] == "ttl-kryo":
             states = TK_STATES.get(info["uid"], [])
         elif fx["job"] == "raw-state":
@@ -1246,10 +1444,15 @@ def manifest_record(fx: dict, rel: str, infos: list[dict]) -> dict:
     if fx["backend"] == "forst":
         # ForSt writes RocksDB's files and handles: the layout statequery reads is "rocksdb"
         rec["backend"], rec["state_backend"] = "rocksdb", "forst"
+        if fx["job"].startswith("async-"):
+            # State V2 headers (KEY_VALUE_V2) and ForSt's working-directory file paths say ForSt;
+            # a ForSt job on State V1 with its primary directory local says nothing more than
+            # RocksDB does (docs/format-notes.md)
+            rec["state_meta_backend"] = "forst"
     rec["flink_version"] = fx.get("flink_version", FLINK_VERSION)
     rec["path"] = rel
     rec.update({k: fx[k] for k in ("incremental", "max_parallelism", "compression", "inline")})
-    for extra in ("timers", "changelog", "large"):
+    for extra in ("timers", "changelog", "large", "s3"):
         if extra in fx:
             rec[extra] = fx[extra]
     rec["operators"] = operators
@@ -1264,26 +1467,33 @@ def write_manifest(records: dict[str, dict]) -> None:
     """``fixtures``: one snapshot per fixture (the matrix); ``series``: the snapshots of the series
     runs (several snapshots of one job, in order); ``unread``: snapshots whose keyed state
     statequery lists with a reason but does not read yet (not in the fixture suites, each has
-    its own tests)."""
+    its own tests); ``changelog``: the changelog state backend's checkpoints (model and oracle
+    dump as for every fixture; read by their own tests, not by the other fixture suites)."""
     path = FIXTURES / "manifest.json"
     old = {}
     data: dict = {}
     if path.exists():
         data = json.loads(path.read_text())
         old = {r["name"]: r for r in data.get("fixtures", []) + data.get("series", [])
-               + data.get("unread", [])}
+               + data.get("unread", []) + data.get("changelog", [])}
     old.update(records)
     for r in old.values():
         if BY_NAME.get(r["name"], {}).get("unread"):
             r["unread"] = BY_NAME[r["name"]]["unread"]
-    ordered = [old[f["name"]] for f in MATRIX if f["name"] in old and "unread" not in f]
+    ordered = [old[f["name"]] for f in MATRIX if f["name"] in old and "unread" not in f
+               and "changelog" not in f]
     # fixtures of other generators (generate_version_fixtures.py: other Flink versions) stay
     ordered += [r for r in data.get("fixtures", []) if r["name"] not in BY_NAME]
     unread = [old[f["name"]] for f in MATRIX if f["name"] in old and "unread" in f]
+    # the changelog state backend's checkpoints: their own list (tests/backends/test_changelog.py
+    # and the oracle test read them; the other fixture suites do not)
+    changelog = [old[f["name"]] for f in MATRIX if f["name"] in old and "changelog" in f
+                 and "unread" not in f]
     series = sorted((r for r in old.values() if "series" in r),
                     key=lambda r: (r["series"], r["series_index"]))
     path.write_text(json.dumps({"fixtures": ordered,
-                                "series": series, "unread": unread}, indent=1) + "\n")
+                                "series": series, "unread": unread,
+                                "changelog": changelog}, indent=1) + "\n")
 
 
 def main() -> None:

@@ -2,12 +2,13 @@
 
 One job holds one instance of every stateful Flink SQL operator (``--job ops``), or the
 mini-batch, two-phase (local/global) and distinct-split aggregations (``--job minibatch``, whose
-settings apply to a whole job). Input is deterministic: ``events`` (N_EVENTS JSON rows, ids in
-order) and a Debezium changelog of ``prices`` (for ChangelogNormalize), both read by the
-filesystem connector in continuous mode (``source.monitor-interval``), so the sources never finish
-and no operator is FINISHED when the savepoint is taken. The watermark trails event time by one
-day: no window, OVER frame, interval join, temporal join or MATCH_RECOGNIZE ever fires, all their
-input stays in state.
+settings apply to a whole job), or every built-in aggregate function and window aggregate shape
+(``--job aggs``; ``--job aggs-minibatch`` the same with the mini-batch settings). Input is
+deterministic: ``events`` (N_EVENTS JSON rows, ids in order) and a Debezium changelog of ``prices``
+(for ChangelogNormalize), both read by the filesystem connector in continuous mode
+(``source.monitor-interval``), so the sources never finish and no operator is FINISHED when the
+savepoint is taken. The watermark trails event time by one day: no window, OVER frame, interval
+join, temporal join or MATCH_RECOGNIZE ever fires, all their input stays in state.
 
 The job is compiled to a plan first (``StatementSet.compilePlan``; written to ``--plan``) and the
 compiled plan is executed, so the savepoint's operators carry the plan's node ids (operator names
@@ -242,6 +243,66 @@ MINIBATCH = [
         FROM events GROUP BY category"""),
 ]
 
+# Every built-in aggregate function's accumulator (``--job aggs``, and with mini-batch, two-phase
+# aggregation and split distinct aggregates: ``--job aggs-minibatch``), for the column names
+# statequery takes from the compiled plan (statequery.metadata.plan).
+_WINDOW_AGGS = """AVG(amount) AS avg_amount, COUNT(*) AS cnt, SUM(amount) AS total,
+        MAX(amount) AS max_amount, COUNT(DISTINCT `user`) AS users"""
+_WINDOW_AGG_COLS = "category STRING, window_start TIMESTAMP(3), window_end TIMESTAMP(3), " \
+                   "avg_amount INT, cnt BIGINT, total INT, max_amount INT, users BIGINT"
+
+
+def _window_agg(name: str, tvf: str) -> tuple[str, str]:
+    return (sink(name, _WINDOW_AGG_COLS),
+            f"""INSERT INTO {name} SELECT category, window_start, window_end, {_WINDOW_AGGS}
+            FROM TABLE({tvf}) GROUP BY category, window_start, window_end""")
+
+
+AGGS = [
+    # an append-only input: the plain accumulators
+    (sink("agg_plain", "category STRING, avg_amount INT, cnt BIGINT, total INT, users BIGINT, "
+                       "user_list STRING, first_amount INT, last_amount INT, min_amount INT, "
+                       "max_amount INT, user_bag MULTISET<STRING>, by_id STRING, "
+                       "amounts STRING"),
+     """INSERT INTO agg_plain SELECT category, AVG(amount) AS avg_amount, COUNT(*) AS cnt,
+        SUM(amount) AS total, COUNT(DISTINCT `user`) AS users, LISTAGG(`user`) AS user_list,
+        FIRST_VALUE(amount) AS first_amount, LAST_VALUE(amount) AS last_amount,
+        MIN(amount) AS min_amount, MAX(amount) AS max_amount, COLLECT(`user`) AS user_bag,
+        JSON_OBJECTAGG(KEY CAST(id AS STRING) VALUE amount) AS by_id,
+        JSON_ARRAYAGG(amount) AS amounts
+        FROM events GROUP BY category"""),
+    # an updating input (per-user totals): the accumulators with retraction
+    (sink("agg_retract", "category STRING, avg_total INT, sum_total INT, cnt BIGINT, "
+                         "min_total INT, max_total INT, first_user STRING, last_user STRING, "
+                         "user_list STRING, user_bag MULTISET<STRING>, by_user STRING"),
+     """INSERT INTO agg_retract SELECT category, AVG(total) AS avg_total, SUM(total) AS sum_total,
+        COUNT(total) AS cnt, MIN(total) AS min_total, MAX(total) AS max_total,
+        FIRST_VALUE(`user`) AS first_user, LAST_VALUE(`user`) AS last_user,
+        LISTAGG(`user`) AS user_list, COLLECT(`user`) AS user_bag,
+        JSON_OBJECTAGG(KEY `user` VALUE total) AS by_user
+        FROM (SELECT category, `user`, SUM(amount) AS total FROM events
+              GROUP BY category, `user`)
+        GROUP BY category"""),
+    # a distinct aggregate beside plain ones (split into two levels by the distinct-split option)
+    (sink("agg_distinct", "tier INT, custs BIGINT, tiers BIGINT, sum_price INT"),
+     """INSERT INTO agg_distinct SELECT MOD(amount, 2) AS tier, COUNT(DISTINCT `user`) AS custs,
+        COUNT(DISTINCT category) AS tiers, SUM(amount) AS sum_price
+        FROM events GROUP BY MOD(amount, 2)"""),
+    _window_agg("agg_tumble", "TUMBLE(TABLE events, DESCRIPTOR(rowtime), INTERVAL '15' MINUTE)"),
+    _window_agg("agg_hop", "HOP(TABLE events, DESCRIPTOR(rowtime), INTERVAL '10' MINUTE, "
+                           "INTERVAL '20' MINUTE)"),
+    _window_agg("agg_cumulate", "CUMULATE(TABLE events, DESCRIPTOR(rowtime), INTERVAL '10' MINUTE, "
+                                "INTERVAL '30' MINUTE)"),
+    _window_agg("agg_session", "SESSION(TABLE events PARTITION BY category, DESCRIPTOR(rowtime), "
+                               "INTERVAL '5' MINUTE)"),
+    # SUM alone over an updating input: SumWithRetractAggFunction keeps (sum, count)
+    (sink("agg_sum_retract", "category STRING, sum_total INT"),
+     """INSERT INTO agg_sum_retract SELECT category, SUM(total) AS sum_total
+        FROM (SELECT category, `user`, SUM(amount) AS total FROM events
+              GROUP BY category, `user`)
+        GROUP BY category"""),
+]
+
 
 # --job cep (fixtures sql-cep-*): MATCH_RECOGNIZE with partial matches pending, state TTL
 # (table.exec.state.ttl and a STATE_TTL hint), the window join and the newer upsert
@@ -297,7 +358,8 @@ CEP = [
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--job", choices=["ops", "minibatch", "cep"], required=True)
+    ap.add_argument("--job", choices=["ops", "minibatch", "aggs", "aggs-minibatch", "cep"],
+                    required=True)
     ap.add_argument("--backend", choices=["hashmap", "rocksdb"], required=True)
     ap.add_argument("--kind", choices=["savepoint-canonical", "savepoint-native", "checkpoint"],
                     required=True)
@@ -345,7 +407,7 @@ def main() -> None:
             "table.exec.sink.upsert-materialize": "FORCE",
             "table.exec.sink.upsert-materialize-strategy.type": args.upsert_strategy,
         })
-    elif args.job == "minibatch":
+    elif args.job in ("minibatch", "aggs-minibatch"):
         settings.update({
             "table.exec.mini-batch.enabled": "true",
             "table.exec.mini-batch.allow-latency": "1s",
@@ -361,7 +423,8 @@ def main() -> None:
         t_env.execute_sql(stmt)
     if args.job == "cep":
         t_env.execute_sql(CEP_SOURCE.format(events_dir=events_dir))
-    statements = {"ops": OPS, "minibatch": MINIBATCH, "cep": CEP}[args.job]
+    statements = {"ops": OPS, "minibatch": MINIBATCH, "aggs": AGGS,
+                  "aggs-minibatch": AGGS, "cep": CEP}[args.job]
     j_set = t_env._j_tenv.createStatementSet()
     for ddl, insert in statements:
         t_env.execute_sql(ddl)

@@ -153,7 +153,12 @@ def arrow_type(spec: SerializerSpec) -> pa.DataType:
             ]
         )
     if isinstance(spec, RowDataSpec):
-        return sql_arrow_type(spec.type, spec)
+        row = sql_arrow_type(spec.type, spec)
+        if spec.derived:  # values computed from the fields, after them (RowDataSpec.derived)
+            row = pa.struct([*row, *(pa.field(d[0], DERIVED_TYPES[d[4]]) for d in spec.derived)])
+        if spec.row_kind:  # the RowKind, before the fields (RowDataSpec.row_kind)
+            return pa.struct([pa.field("row_kind", pa.string()), *row])
+        return row
     if isinstance(spec, ArrayDataSpec):
         return pa.list_(sql_arrow_type(spec.element))
     if isinstance(spec, MapDataSpec):
@@ -169,6 +174,11 @@ def arrow_type(spec: SerializerSpec) -> pa.DataType:
     if isinstance(spec, OpaqueSpec):
         return pa.binary()
     raise UnsupportedFormatError(f"no Arrow type for serializer kind {spec.kind!r}")
+
+
+#: the Arrow types of :attr:`RowDataSpec.derived` values, by their SQL type root
+DERIVED_TYPES = {"TINYINT": pa.int8(), "SMALLINT": pa.int16(), "INTEGER": pa.int32(),
+                 "BIGINT": pa.int64(), "FLOAT": pa.float32(), "DOUBLE": pa.float64()}
 
 
 def _decimal_type(precision: int | None, scale: int | None) -> pa.DataType:

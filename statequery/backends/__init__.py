@@ -18,15 +18,22 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Protocol
 
 from statequery.arrow.batches import BatchBuilder
 from statequery.arrow.schemas import StateLayout
 from statequery.decoder import Decoder
 from statequery.exceptions import UnsupportedFormatError
-from statequery.metadata.kinds import layout_or_unknown
+from statequery.metadata.handles import (
+    is_heap_layout,
+    is_heap_stream,
+    layout_by_first_bytes,
+)
 from statequery.serializers.spec import SerializerSpec
+
+if TYPE_CHECKING:
+    from statequery.backends.pool import OpenDatabases
 
 __all__ = [
     "CanonicalKeyedBackend",
@@ -34,6 +41,9 @@ __all__ = [
     "HeapKeyedBackend",
     "KeyedBackend",
     "KeyedContext",
+    "heap_layout_of",
+    "is_heap_layout",
+    "is_heap_stream",
     "keyed_backend_for",
     "keyed_backend_from_model",
     "register_keyed_backend",
@@ -80,6 +90,12 @@ class KeyedContext:
     resolver: Any
     max_parallelism: int
     operator: str = ""
+    #: the reader's pool of restored RocksDB databases (kept open until it closes); None: a
+    #: database is opened for one scan and closed after it
+    open_databases: OpenDatabases | None = None
+    #: the layouts of the handle's header states in state-id order, from the model (None: the
+    #: backend reads them from the header)
+    order: tuple[StateLayout, ...] | None = None
 
 
 class KeyedBackend(Protocol):
@@ -144,7 +160,7 @@ def register_keyed_backend(factory: KeyedBackendFactory, first: bool = False) ->
 
 #: Backends in their own modules (heavy optional dependencies), imported on first need; each
 #: registers its factory on import.
-PLUGIN_MODULES = ("statequery.backends.rocksdb",)
+PLUGIN_MODULES = ("statequery.backends.rocksdb", "statequery.backends.changelog")
 _PLUGINS_LOADED = False
 
 
@@ -206,7 +222,7 @@ def _read_proxy(stream: Any, header_end: int) -> Any:
 @dataclass
 class _KeyedBase:
     """One subtask's key-group stream. ``order`` holds the layouts of the header's states in
-    state-id order (from the StateMeta model, or parsed from the header by :meth:`from_proxy`)."""
+    state-id order (from the StateMeta model: no header byte is read)."""
 
     name: str
     stream: Any
@@ -223,36 +239,6 @@ class _KeyedBase:
     def __post_init__(self) -> None:
         self.layouts = {layout.name: layout for layout in self.order}
         self.ids = {layout.name: i for i, layout in enumerate(self.order)}
-
-    @classmethod
-    def from_proxy(
-        cls,
-        name: str,
-        stream: Any,
-        proxy: Any,
-        start_key_group: int,
-        offsets: tuple[int, ...],
-        max_parallelism: int,
-    ) -> _KeyedBase:
-        """From a parsed ``KeyedBackendProxy`` (when no model of the savepoint is at hand)."""
-        key = getattr(proxy, "key_serializer", None)
-        order, errors = [], {}
-        for meta in proxy.states:
-            layout, error = layout_or_unknown(meta, key)
-            if error is not None:
-                errors[meta.name] = error
-            order.append(layout)
-        return cls(
-            name,
-            stream,
-            start_key_group,
-            offsets,
-            max_parallelism,
-            bool(getattr(proxy, "compressed", False)),
-            key,
-            order,
-            errors,
-        )
 
     @property
     def key_groups(self) -> Sequence[int]:
@@ -354,30 +340,64 @@ class HeapKeyedBackend(_KeyedBase):
         yield from stream.scan(blocks, wanted)
 
 
-def _key_groups_factory(handle: Any, context: KeyedContext) -> KeyedBackend | None:
-    from statequery.metadata.handles import KeyGroupsHandle
+#: (stream, start key group, offsets) -> heap layout?, decided once per stream by its bytes
+_LAYOUT_OF: dict[tuple[str, int, tuple[int, ...]], bool] = {}
+_LAYOUT_LOCK = threading.Lock()
 
-    if not isinstance(handle, KeyGroupsHandle):
-        return None
-    stream = HandleStream(context.resolver, handle.delegate)
-    offsets = tuple(handle.offsets)
-    positive = [o for o in offsets if o > 0]
-    header_end = min(positive) if positive else 0
-    if is_heap_layout(handle):
-        cls: type[_KeyedBase] = HeapKeyedBackend
-    else:
-        cls = CanonicalKeyedBackend
-    proxy = _read_proxy(stream, header_end)
-    return cls.from_proxy(
-        stream.name, stream, proxy, handle.start_key_group, offsets, context.max_parallelism
+
+def heap_layout_of(handle: Any, stream: Any, compressed: bool, n_states: int,
+                   max_parallelism: int) -> bool:
+    """Whether a key-groups handle's stream holds the hashmap layout (else the canonical one).
+
+    Decided by the handle when it can (:func:`is_heap_layout`: a key group without offset is
+    canonical); else by 4 bytes of a key group other than 0
+    (:func:`~statequery.metadata.handles.layout_by_first_bytes`); a handle holding key group 0
+    alone is walked as canonical (lengths only) and is canonical exactly when that walk ends on
+    the end-of-key-group mark. The model keeps the answer (``HeaderInfo.layout``), so reading
+    passes it and probes nothing."""
+    if not is_heap_layout(handle):
+        return False
+    key = (str(stream.name), int(handle.start_key_group), tuple(handle.offsets))
+    with _LAYOUT_LOCK:
+        known = _LAYOUT_OF.get(key)
+    if known is not None:
+        return known
+    heap = _probe_heap_layout(handle, stream, compressed, n_states, max_parallelism)
+    with _LAYOUT_LOCK:
+        if len(_LAYOUT_OF) > 4096:
+            _LAYOUT_OF.clear()
+        _LAYOUT_OF[key] = heap
+    return heap
+
+
+def _probe_heap_layout(handle: Any, stream: Any, compressed: bool, n_states: int,
+                       max_parallelism: int) -> bool:
+    from statequery.backends.keygroups import (
+        iter_key_group_extents,
+        key_group_prefix_bytes,
+        read_key_group_spans,
+        scan_key_group,
     )
+    from statequery.backends.snappy import decompress_framed
+    from statequery.exceptions import CorruptStateError
+    from statequery.serializers.readers import DecodeError
 
-
-def is_heap_layout(handle: Any) -> bool:
-    """A type-12 key-groups handle whose every key group has an offset: the hashmap backend's
-    checkpoint / native savepoint layout (else canonical key-group streams)."""
-    offsets = tuple(handle.offsets)
-    return handle.handle_type == 12 and bool(offsets) and all(o > 0 for o in offsets)
+    hint = layout_by_first_bytes(handle, stream.read_range)
+    if hint is not None:
+        return hint == "heap"
+    starts = [(handle.start_key_group + i, o) for i, o in enumerate(handle.offsets)]
+    # key group 0 alone: a hashmap key group starts with int32 0 ...
+    ((_kg, start, end),) = list(iter_key_group_extents(stream, starts))
+    ((_kg, start, _end, data),) = list(read_key_group_spans(stream, [(0, start, end)]))
+    if len(data) < 4 or int.from_bytes(data[:4], "big", signed=True) != 0:
+        return False
+    # ... as does a canonical one of state 0 with a key shorter than 64 KiB: walk it
+    try:
+        buf = decompress_framed(data, stream.name, start) if compressed else data
+        scan_key_group(buf, 0, key_group_prefix_bytes(max_parallelism), [None] * max(n_states, 1))
+    except (DecodeError, CorruptStateError, ValueError, IndexError):
+        return True
+    return False
 
 
 def keyed_backend_from_model(
@@ -386,16 +406,22 @@ def keyed_backend_from_model(
     compressed: bool,
     key_serializer: SerializerSpec | None,
     order: Sequence[StateLayout],
+    layout: str | None = None,
 ) -> KeyedBackend:
     """The backend of one subtask's keyed handle from what the StateMeta model knows of its
-    header (compression, states in id order): no header byte is read."""
-    from statequery.metadata.handles import IncrementalHandle, KeyGroupsHandle
+    header (compression, states in id order, the layout its bytes showed): no header byte is
+    read (without ``layout``, a handle that cannot tell is probed)."""
+    from statequery.metadata.handles import KeyGroupsHandle
 
     if isinstance(handle, KeyGroupsHandle):
         stream = HandleStream(context.resolver, handle.delegate)
-        cls: type[_KeyedBase] = HeapKeyedBackend if is_heap_layout(handle) else (
-            CanonicalKeyedBackend
-        )
+        if layout is not None or not is_heap_layout(handle):
+            heap = is_heap_stream(handle, layout)
+        else:
+            heap = heap_layout_of(
+                handle, stream, compressed, len(order), context.max_parallelism
+            )
+        cls: type[_KeyedBase] = HeapKeyedBackend if heap else CanonicalKeyedBackend
         return cls(
             stream.name,
             stream,
@@ -406,11 +432,6 @@ def keyed_backend_from_model(
             key_serializer,
             list(order),
         )
-    if isinstance(handle, IncrementalHandle):
-        from statequery.backends.rocksdb import RocksDBKeyedBackend
+    # other layouts (RocksDB: IncrementalHandle) plug in through the registry
+    return keyed_backend_for(handle, replace(context, order=tuple(order)))
 
-        return RocksDBKeyedBackend(handle, context, order=list(order))  # type: ignore[return-value]
-    return keyed_backend_for(handle, context)
-
-
-register_keyed_backend(_key_groups_factory)

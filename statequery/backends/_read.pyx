@@ -628,6 +628,9 @@ _NAMES = {_T_LONG: "long", _T_INT: "int", _T_SHORT: "short", _T_BYTE: "byte", _T
           _T_STRING_DATA: "string", _T_ENUM: "enum"}
 
 
+cdef const char* _ROW_KIND_TEXT = b"+I-U+U-D"  # RowKind short strings by byte value
+
+
 cdef class StructCol(Col):
     """A struct column: Tuple and TimeWindow (fields concatenated), POJO (flags byte, a null
     flag per field; nested POJOs are struct children), Row (null mask, RowKind bits) and
@@ -639,16 +642,26 @@ cdef class StructCol(Col):
     cdef Py_ssize_t mask_bytes
     cdef Py_ssize_t null_bytes
     cdef Py_ssize_t fixed_end
+    cdef bint row_kind  # BinaryRowData: children[0] is a string column of the RowKind
+    cdef object derive  # None, or children arrays -> the arrays of values computed from them
 
-    def __cinit__(self, int skind, list children, str what="value", int mask_offset=0):
+    def __cinit__(self, int skind, list children, str what="value", int mask_offset=0,
+                  bint row_kind=False, object derive=None):
+        cdef Py_ssize_t fields
         self.skind = skind
         self.children = children
         self.arity = len(children)
         self.what = what
         self.mask_offset = mask_offset
+        self.row_kind = row_kind
+        self.derive = derive
+        if row_kind and (skind != _S_ROWDATA or not children
+                         or not isinstance(children[0], Column)):
+            raise ValueError("a row kind column needs a BinaryRowData struct")
+        fields = self.arity - (1 if row_kind else 0)
         self.mask_bytes = (mask_offset + self.arity + 7) // 8
-        self.null_bytes = ((self.arity + 63 + 8) // 64) * 8
-        self.fixed_end = self.null_bytes + 8 * self.arity
+        self.null_bytes = ((fields + 63 + 8) // 64) * 8
+        self.fixed_end = self.null_bytes + 8 * fields
         self.valid = _Buf()
         self.n = 0
         self.nulls = 0
@@ -757,11 +770,20 @@ cdef class StructCol(Col):
     cdef int _row_data(self, const uint8_t* buf, Py_ssize_t base, Py_ssize_t size) except -1:
         cdef Col c
         cdef Py_ssize_t i = 0
+        cdef uint8_t kind
+        cdef bint first = self.row_kind
         if size < self.fixed_end:
             raise DecodeError(
                 f"binary row of {size} bytes is shorter than its {self.fixed_end}-byte fixed part "
-                f"({self.arity} fields)", base)
+                f"({self.arity - (1 if self.row_kind else 0)} fields)", base)
         for c in self.children:
+            if first:  # the RowKind: byte 0 of the header
+                first = False
+                kind = buf[base]
+                if kind > 3:
+                    raise DecodeError(f"binary row with an invalid row kind byte {kind}", base)
+                (<Column>c)._put(<const uint8_t*>_ROW_KIND_TEXT + 2 * kind, 2)
+                continue
             if buf[base + ((i + 8) >> 3)] & (1 << ((i + 8) & 7)):
                 c.null()
             else:
@@ -792,6 +814,8 @@ cdef class StructCol(Col):
         cdef Col c
         cdef Py_ssize_t i
         children = [(<Col>self.children[i]).array(type.field(i).type) for i in range(self.arity)]
+        if self.derive is not None:
+            children.extend(self.derive(children))
         out = pa.Array.from_buffers(
             type, self.n, [_bitmap(self.valid, self.n, self.nulls)], self.nulls, 0, children)
         self.n = 0

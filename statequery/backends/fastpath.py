@@ -26,6 +26,7 @@ from statequery.serializers.spec import (
     ListSpec,
     MapSpec,
     NamespaceSpec,
+    NullableSpec,
     PojoSpec,
     PrimitiveArraySpec,
     PrimitiveSpec,
@@ -43,34 +44,54 @@ __all__ = [
     "PURE_ENV",
     "bulk_feeder",
     "compiled",
+    "pure_forced",
     "entry_sink",
+    "flink_length",
     "heap_sink",
-    "key_group_scanner",
 ]
 
 PURE_ENV = "STATEQUERY_PURE_PYTHON"
 
+_compiled: ModuleType | None
 try:
-    from statequery.backends import _read as _compiled  # type: ignore[attr-defined]
+    from statequery.backends import _read as _compiled
 except ImportError:  # not built (no compiler at install time): the pure-Python path
     _compiled = None
 
 
+def pure_forced() -> bool:
+    """``STATEQUERY_PURE_PYTHON`` is set: every compiled twin (``_read``, ``_sst``) is off. The
+    one compiled-or-pure switch, read at every scan so tests can switch per test."""
+    return os.environ.get(PURE_ENV, "") not in ("", "0")
+
+
 def compiled() -> ModuleType | None:
     """The compiled decode module, or None (not built, or ``STATEQUERY_PURE_PYTHON`` set)."""
-    if _compiled is None or os.environ.get(PURE_ENV, "") not in ("", "0"):
+    if _compiled is None or pure_forced():
         return None
-    return _compiled  # type: ignore[no-any-return]
+    return _compiled
 
 
-def key_group_scanner() -> Callable[..., int]:
-    """``scan_key_group(buf, kg, prefix_len, handlers, finishers)`` of the chosen path."""
-    mod = compiled()
-    if mod is not None:
-        return mod.scan_key_group  # type: ignore[no-any-return]
-    from statequery.backends.keygroups import scan_key_group
-
-    return scan_key_group
+def flink_length(spec: SerializerSpec | None) -> int:
+    """``TypeSerializer.getLength()`` (-1 when variable), as the ambiguity rule needs it."""
+    if spec is None:
+        return -1
+    if isinstance(spec, NamespaceSpec):
+        n = spec.fixed_length
+        return -1 if n is None else n
+    if isinstance(spec, TupleSpec):
+        total = 0
+        for f in spec.fields:
+            n = flink_length(f)
+            if n < 0:
+                return -1
+            total += n
+        return total
+    if isinstance(spec, NullableSpec):
+        n = flink_length(spec.inner)
+        return -1 if n < 0 or spec.padding != n else n + 1
+    n = spec.fixed_length
+    return -1 if n is None else n
 
 
 # primitive name -> (compiled type code name, Arrow type of its column)
@@ -161,7 +182,16 @@ def _column(
     if not pa.types.is_struct(arrow):
         return None
     if isinstance(spec, RowDataSpec):
-        return _sql_row(mod, spec.type, spec.field_specs, arrow, lists)
+        # a leading string field: the RowKind (RowDataSpec.row_kind); trailing fields: values
+        # computed from the others (RowDataSpec.derived)
+        first = 1 if spec.row_kind else 0
+        last = arrow.num_fields - len(spec.derived)
+        if last < first or (spec.row_kind and not pa.types.is_string(arrow.field(0).type)):
+            return None
+        fields = pa.struct([arrow.field(i) for i in range(first, last)])
+        derive = _deriver(spec.derived, first) if spec.derived else None
+        return _sql_row(mod, spec.type, spec.field_specs, fields, lists,
+                        kind=mod.Column(mod.T_STRING) if spec.row_kind else None, derive=derive)
     if isinstance(spec, TupleSpec):
         specs: list[SerializerSpec | None] = list(spec.fields)
         kind, mask = mod.S_TUPLE, 0
@@ -188,6 +218,8 @@ def _sql_row(
     field_specs: tuple[SerializerSpec, ...],
     arrow: pa.DataType,
     lists: bool,
+    kind: Any = None,
+    derive: Any = None,
 ) -> Any:
     """A ``BinaryRowData`` of fields that are numbers, booleans, strings, bytes, dates, times,
     timestamps, DECIMAL(p <= 38), nested ROWs, or RAW fields whose serializer is compiled (the
@@ -205,7 +237,46 @@ def _sql_row(
         if child is None:
             return None
         children.append(child)
-    return mod.StructCol(mod.S_ROWDATA, children, str(t))
+    if kind is not None:  # the RowKind column before the fields
+        return mod.StructCol(mod.S_ROWDATA, [kind, *children], str(t), 0, True, derive)
+    return mod.StructCol(mod.S_ROWDATA, children, str(t), 0, False, derive)
+
+
+def _deriver(derived: tuple[tuple[str, str, int, int, str], ...], offset: int
+             ) -> Callable[[list[pa.Array]], list[pa.Array]]:
+    """The arrays of :attr:`RowDataSpec.derived` values from a row's field arrays (``offset``:
+    the row kind column before them), as :func:`statequery.serializers.readers.derived_value`
+    computes one value."""
+    import pyarrow.compute as pc
+
+    from statequery.arrow.types import DERIVED_TYPES
+    from statequery.serializers.readers import DERIVED_RANGES
+
+    def derive(children: list[pa.Array]) -> list[pa.Array]:
+        out = []
+        for _, function, total_i, count_i, root in derived:
+            total, count = children[offset + total_i], children[offset + count_i]
+            typ = DERIVED_TYPES[root]
+            valid = pc.fill_null(pc.greater(count, 0), False)
+            safe = pc.if_else(valid, count, pa.scalar(1, count.type))
+            if function == "sum":
+                value = total
+            elif root in ("FLOAT", "DOUBLE"):
+                # as Python divides a float by an int: the int rounded to the nearest double
+                value = pc.divide(pc.cast(total, pa.float64(), safe=False),
+                                  pc.cast(safe, pa.float64(), safe=False))
+            else:
+                value = pc.divide(pc.cast(total, pa.int64()), pc.cast(safe, pa.int64()))
+            if pa.types.is_integer(typ) and DERIVED_RANGES[root] < 63:
+                bits = DERIVED_RANGES[root]
+                value = pc.cast(value, pa.int64())
+                valid = pc.and_(valid, pc.fill_null(pc.and_(
+                    pc.greater_equal(value, -(1 << bits)), pc.less(value, 1 << bits)), False))
+            value = pc.if_else(valid, value, pa.nulls(len(value), value.type))
+            out.append(pc.cast(value, typ, safe=False))
+        return out
+
+    return derive
 
 
 def _sql_field(
@@ -290,8 +361,6 @@ def entry_sink(layout: StateLayout, mode: str, schema: pa.Schema) -> Any | None:
     mod = compiled()
     if mod is None:
         return None
-    from statequery.backends.keygroups import flink_length
-
     if (
         not layout.is_timer
         and flink_length(layout.key) < 0

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from statequery.arrow.batches import BatchBuilder
 from statequery.arrow.schemas import StateLayout, resolve_mode
+from statequery.backends.fastpath import compiled, flink_length
 from statequery.exceptions import (
     CorruptStateError,
     RunIndexMismatchWarning,
@@ -44,12 +45,10 @@ from statequery.serializers.readers import (
 )
 from statequery.serializers.spec import (
     NamespaceSpec,
-    NullableSpec,
     PrimitiveSpec,
     SerializerSpec,
     TimerSpec,
     TtlSpec,
-    TupleSpec,
 )
 
 __all__ = [
@@ -58,6 +57,7 @@ __all__ = [
     "CompositeEntryDecoder",
     "KeyGroupStream",
     "flink_length",
+    "key_group_scanner",
     "iter_key_group_extents",
     "key_group_prefix_bytes",
     "read_key_group_bytes",
@@ -87,28 +87,6 @@ class ByteStream(Protocol):
 def key_group_prefix_bytes(max_parallelism: int) -> int:
     """``CompositeKeySerializationUtils.computeRequiredBytesInKeyGroupPrefix``."""
     return 1 if max_parallelism <= 128 else 2
-
-
-def flink_length(spec: SerializerSpec | None) -> int:
-    """``TypeSerializer.getLength()`` (-1 when variable), as the ambiguity rule needs it."""
-    if spec is None:
-        return -1
-    if isinstance(spec, NamespaceSpec):
-        n = spec.fixed_length
-        return -1 if n is None else n
-    if isinstance(spec, TupleSpec):
-        total = 0
-        for f in spec.fields:
-            n = flink_length(f)
-            if n < 0:
-                return -1
-            total += n
-        return total
-    if isinstance(spec, NullableSpec):
-        n = flink_length(spec.inner)
-        return -1 if n < 0 or spec.padding != n else n + 1
-    n = spec.fixed_length
-    return -1 if n is None else n
 
 
 # -- composite key/value entries ------------------------------------------------------------------
@@ -719,6 +697,13 @@ def scan_key_group(
         run_start = pos
 
 
+def key_group_scanner() -> Callable[..., int]:
+    """``scan_key_group(buf, kg, prefix_len, handlers, finishers, runs)`` of the chosen path: the
+    compiled twin (:func:`statequery.backends.fastpath.compiled`) or :func:`scan_key_group`."""
+    mod = compiled()
+    return mod.scan_key_group if mod is not None else scan_key_group
+
+
 def iter_key_group_extents(
     stream: ByteStream,
     starts: Iterable[tuple[int, int]],
@@ -892,8 +877,6 @@ class KeyGroupStream:
         walks that key group whole. ``record(kg, runs)`` gets the runs of every key group walked
         whole.
         """
-        from statequery.backends.fastpath import key_group_scanner
-
         scan = key_group_scanner()
         if runs is None:
             for kg, start, _end, data in read_key_group_spans(

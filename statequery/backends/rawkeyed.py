@@ -28,6 +28,8 @@ from statequery.serializers.spec import SerializerSpec
 
 __all__ = ["RawTimersBackend"]
 
+SPAN_BYTES = 8 << 20  # the most bytes of adjacent key groups read at once
+
 
 class RawTimersBackend:
     """Reads the timers of one subtask's raw keyed stream, key group by key group.
@@ -81,20 +83,46 @@ class RawTimersBackend:
         builders = {layout.name: builder for layout, builder in requests}
         if not builders:
             return
+        for span in self._spans(wanted):
+            first = self._extent(span[0])[0]
+            last = self._extent(span[-1])[1]
+            # adjacent wanted key groups in one read (one request on remote storage, not one
+            # per key group), at most SPAN_BYTES at a time
+            data = self.stream.read_range(first, last - first)
+            for i in span:
+                kg = self.start_key_group + i
+                start, end = self._extent(i)
+                if len(data) < end - first:
+                    raise CorruptStateError(
+                        f"raw keyed key group {kg}: {end - start} bytes expected, "
+                        f"{max(len(data) - (start - first), 0)} read (truncated?)",
+                        self.name,
+                        start,
+                    )
+                part = data[start - first : end - first]
+                self._key_group(Decoder(part, source=self.name, base_offset=start), kg, builders)
+                yield kg
+
+    def _spans(self, wanted: set[int] | None) -> Iterator[list[int]]:
+        """Runs of adjacent wanted key-group indexes, each spanning at most ``SPAN_BYTES`` (a
+        single key group larger than that is a run of its own)."""
+        run: list[int] = []
+        run_start = 0
         for i, kg in enumerate(self.key_groups):
             if wanted is not None and kg not in wanted:
+                if run:
+                    yield run
+                    run = []
                 continue
             start, end = self._extent(i)
-            data = self.stream.read_range(start, end - start)
-            if len(data) != end - start:
-                raise CorruptStateError(
-                    f"raw keyed key group {kg}: {end - start} bytes expected, "
-                    f"{len(data)} read (truncated?)",
-                    self.name,
-                    start,
-                )
-            self._key_group(Decoder(data, source=self.name, base_offset=start), kg, builders)
-            yield kg
+            if run and end - run_start > SPAN_BYTES:
+                yield run
+                run = []
+            if not run:
+                run_start = start
+            run.append(i)
+        if run:
+            yield run
 
     def _key_group(self, d: Decoder, kg: int, builders: dict[str, BatchBuilder]) -> None:
         if d.remaining < 12 or d.read_bytes(4) != MARKER:

@@ -48,6 +48,7 @@ import os
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import IO, Any
 
 from statequery.backends.checksums import CRC32C, NAMES, checksum_function, context_modifier
@@ -109,8 +110,9 @@ _INT_PROPERTIES = {
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
+_compiled: ModuleType | None
 try:  # the compiled block walk (statequery/backends/_sst.pyx), built by setup.py when possible
-    from statequery.backends import _sst as _compiled  # type: ignore[attr-defined]
+    from statequery.backends import _sst as _compiled
 except ImportError:  # pragma: no cover - not built: the pure-Python walk below
     _compiled = None
 
@@ -122,7 +124,9 @@ def has_compiled_walk() -> bool:
 
 def compiled_module() -> Any:
     """The compiled module ``_sst`` unless not built or ``STATEQUERY_PURE_PYTHON`` is set."""
-    if _compiled is None or os.environ.get("STATEQUERY_PURE_PYTHON", "") not in ("", "0"):
+    from statequery.backends.fastpath import pure_forced
+
+    if _compiled is None or pure_forced():
         return None
     return _compiled
 

@@ -86,7 +86,7 @@ class Catalog:
         try:
             info = sp.table(table)
         except NoSuchTableError as e:
-            detail = getattr(e, "detail", str(e))
+            detail = e.detail
             raise NoSuchTableError(
                 f"no table {table!r} in database {database!r} ({detail})"
             ) from None

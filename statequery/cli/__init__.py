@@ -22,8 +22,8 @@
     statequery shell [-e SQL | -f FILE] [-- SPARK-SQL ARGS]
                                             spark-sql with the catalog attached (or beeline
                                             on the server)
-    statequery serve [--stop | --status]    one warm local Spark (JDBC on loopback) for
-                                            shell and sql --spark
+    statequery serve [--stop | --status]    one warm local Spark (Spark Connect and JDBC on
+                                            loopback) for shell, sql --spark and notebooks
     statequery diff OLD NEW [--operator OP] [--state NAME] [--key K] [--json]
                                             what changed between two snapshots
     statequery stats PATH [--parallelism N] [--json]   state sizes per key group, skew
@@ -38,14 +38,21 @@ Errors print ``statequery: <message>`` on stderr and exit with status 1.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from statequery.exceptions import InvalidOptionError, OutputError, StatequeryError
+from statequery.cli.output import (
+    _console,
+    _json_default,
+    _print_rows,
+    _storage_options,
+    _write_out,
+    python_rows,
+)
+from statequery.exceptions import InvalidOptionError, StatequeryError
 
 __all__ = ["main"]
 
@@ -151,149 +158,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _storage_options(args: argparse.Namespace) -> dict[str, Any] | None:
-    """``--storage-option KEY=VALUE`` flags as fsspec storage options (None: the default)."""
-    pairs = getattr(args, "storage_option", None) or []
-    if not pairs:
-        return None
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise InvalidOptionError(f"--storage-option {pair!r}: expected KEY=VALUE")
-        try:
-            out[key] = json.loads(value)
-        except ValueError:
-            out[key] = value
-    return out
-
-
-def python_rows(table: Any) -> list[dict[str, Any]]:
-    """Rows of a pyarrow Table; instants outside Python's datetime range as integers."""
-    from statequery.arrow.batches import python_rows as rows
-
-    return rows(table)
-
-
-def _json_default(value: Any) -> Any:
-    import base64
-    import datetime
-    import decimal
-
-    if isinstance(value, (bytes, bytearray)):
-        return base64.b64encode(bytes(value)).decode("ascii")
-    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    return str(value)
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, (dict, list, tuple)):
-        return json.dumps(value, default=_json_default, ensure_ascii=False)
-    return str(value) if not isinstance(value, bytes) else _json_default(value)
-
-
-def _print_rows(table: Any, title: str, total: int | None = None) -> None:
-    from rich.table import Table
-
-    console = _console()
-    view = Table(title=title)
-    for name in table.column_names:
-        view.add_column(name, overflow="fold")
-    for row in python_rows(table):
-        view.add_row(*(_cell(row[c]) for c in table.column_names))
-    console.print(view)
-    if total is not None and total > table.num_rows:
-        console.print(f"{table.num_rows} of {total} rows shown (--limit, --out or --json for more)")
-
-
-def _csv_ready(table: Any) -> Any:
-    """``table`` with only columns a CSV file can hold.
-
-    Struct columns are flattened into ``parent.child`` columns (recursively); list, map and other
-    nested columns become JSON text; binary columns become base64 text (as in ``--json``).
-    """
-    import base64
-
-    import pyarrow as pa
-    import pyarrow.types as pt
-
-    while any(pt.is_struct(f.type) for f in table.schema):
-        table = table.flatten()
-    columns, names = [], []
-    for name, col in zip(table.column_names, table.columns, strict=True):
-        t = col.type
-        if pt.is_binary(t) or pt.is_large_binary(t) or pt.is_fixed_size_binary(t):
-            col = pa.array(
-                [None if v is None else base64.b64encode(v).decode("ascii")
-                 for v in col.to_pylist()],
-                pa.string(),
-            )
-        elif pt.is_nested(t) or pt.is_dictionary(t) or pt.is_duration(t) or pt.is_interval(t):
-            values = [r[name] for r in python_rows(pa.table({name: col}))]
-            col = pa.array(
-                [None if v is None else json.dumps(v, default=_json_default, ensure_ascii=False)
-                 for v in values],
-                pa.string(),
-            )
-        columns.append(col)
-        names.append(name)
-    return pa.table(columns, names=names)
-
-
-def _write_out(table: Any, out: str) -> None:
-    """Write ``table`` to ``out`` through a temporary file in the same directory, renamed into
-    place when complete: a failed write never leaves an empty or partial file behind."""
-    import os
-    import tempfile
-
-    import pyarrow as pa
-
-    lower = out.lower()
-    if lower.endswith(".parquet"):
-        import pyarrow.parquet as pq
-
-        def write(path: str) -> None:
-            pq.write_table(table, path)
-    elif lower.endswith(".csv"):
-        import pyarrow.csv as pacsv
-
-        csv_table = _csv_ready(table)
-
-        def write(path: str) -> None:
-            pacsv.write_csv(csv_table, path)
-    elif lower.endswith((".arrow", ".feather", ".ipc")):
-        import pyarrow.feather as feather
-
-        def write(path: str) -> None:
-            feather.write_feather(table, path)
-    else:
-        raise InvalidOptionError(f"--out {out}: use a .parquet, .csv or .arrow file name")
-    directory = os.path.dirname(os.path.abspath(out))
-    if not os.path.isdir(directory):
-        raise OutputError(f"--out {out}: the directory {directory} does not exist")
-    if os.path.isdir(out):
-        raise OutputError(f"--out {out}: is a directory")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".statequery-", suffix=".tmp", dir=directory)
-    except OSError as e:
-        raise OutputError(f"--out {out}: cannot write in {directory}: {e.strerror or e}") from e
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, out)
-    except BaseException as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(e, (OSError, pa.ArrowException)):
-            raise OutputError(f"--out {out}: cannot write it: {e}") from e
-        raise
-
-
 def _read(args: argparse.Namespace) -> int:
     from statequery.keys import parse_key_text
     from statequery.savepoint import Savepoint
@@ -391,18 +255,6 @@ def _inspect_doc(sp: Any) -> dict[str, Any]:
     }
 
 
-def _console() -> Any:
-    """A rich Console: the terminal's width (or ``$COLUMNS``); a pipe or file gets 240 columns
-    instead of 80 columns of wrapped cells."""
-    import os
-
-    from rich.console import Console
-
-    if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit():
-        return Console()
-    return Console(width=240)
-
-
 #: below this width ``inspect`` prints one block per operator and state instead of tables, so
 #: table names and operator ids are never broken mid-word
 _WIDE_LAYOUT = 160
@@ -436,6 +288,14 @@ def _print_table(doc: dict[str, Any]) -> None:
             f"captured from job {job['job_name']!r} ({job['job_id']}) at {job['captured_at']}"
             f" ({job['trigger']}, Flink {job['flink_version'] or '?'}, "
             f"{len(job['vertices'])} vertices)", highlight=False,
+        )
+    changes = [r["changelog_changes"] for r in doc["states"]
+               if r.get("changelog_changes") is not None]
+    if changes:
+        console.print(
+            f"changelog state backend: {sum(changes)} logged change(s) applied to "
+            f"{len(changes)} keyed state(s) on top of the materialized base "
+            "(per state: state_meta's changelog_changes)", highlight=False,
         )
     if console.width < _WIDE_LAYOUT:
         _print_blocks(console, doc)

@@ -65,7 +65,7 @@ def _print(result: Any, removed: list[str]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from statequery.capture import capture, follow
-    from statequery.cli import _storage_options
+    from statequery.cli.output import _storage_options
     from statequery.exceptions import InvalidOptionError
 
     options = _storage_options(args)

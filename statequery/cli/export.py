@@ -51,13 +51,13 @@ class _Writer:
         else:
             import pyarrow.csv as pacsv
 
-            from statequery.cli import _csv_ready
+            from statequery.cli.output import _csv_ready
 
             self._w = pacsv.CSVWriter(self.tmp, _csv_ready(schema.empty_table()).schema)
 
     def write(self, batch: pa.RecordBatch) -> None:
         if self.fmt == "csv":
-            from statequery.cli import _csv_ready
+            from statequery.cli.output import _csv_ready
 
             self._w.write_table(_csv_ready(pa.Table.from_batches([batch])))
         else:

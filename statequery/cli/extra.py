@@ -71,7 +71,7 @@ def add_parsers(sub: Any) -> None:
 def _diff(args: argparse.Namespace) -> int:
     import pyarrow as pa
 
-    from statequery.cli import _print_rows, _write_out
+    from statequery.cli.output import _print_rows, _write_out
     from statequery.cli.progress import progress_bar
     from statequery.diff import DIFF_SCHEMA, diff_batches, diff_work, state_pairs
     from statequery.exceptions import InvalidOptionError
@@ -117,7 +117,7 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def _stats(args: argparse.Namespace) -> int:
-    from statequery.cli import _print_rows
+    from statequery.cli.output import _print_rows
     from statequery.cli.progress import progress_bar
     from statequery.exceptions import InvalidOptionError
     from statequery.savepoint import Savepoint
@@ -152,7 +152,7 @@ def _stats(args: argparse.Namespace) -> int:
 
 
 def _splits(args: argparse.Namespace) -> int:
-    from statequery.cli import _print_rows
+    from statequery.cli.output import _print_rows
     from statequery.savepoint import Savepoint
     from statequery.sources import source_splits
 

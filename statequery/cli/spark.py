@@ -58,8 +58,9 @@ def add_parsers(sub: Any) -> None:
 
 
     sv = sub.add_parser(
-        "serve", help="one long-lived local Spark with the catalog attached (JDBC, loopback)",
-        description="Start a local Spark with Spark's Thrift JDBC server, the catalog attached, "
+        "serve", help="one long-lived local Spark with the catalog attached (Connect, JDBC)",
+        description="Start a local Spark with Spark Connect and Spark's Thrift JDBC server, "
+                    "the catalog attached, "
                     "in the background: statequery shell and statequery sql --spark then "
                     "connect to it instead of starting a Spark each. It listens on loopback "
                     "(--host) and writes its address to server.json in the metastore folder.",
@@ -67,7 +68,10 @@ def add_parsers(sub: Any) -> None:
     sv.add_argument("--catalog", help="the catalog folder (default: the shipped catalog/)")
     sv.add_argument("--host", default="127.0.0.1",
                     help="the address to listen on (default: 127.0.0.1, this machine only)")
-    sv.add_argument("--port", type=int, default=0, help="the port (default: a free one)")
+    sv.add_argument("--port", type=int, default=0,
+                    help="the Thrift JDBC server's port (default: a free one)")
+    sv.add_argument("--connect-port", type=int, default=0,
+                    help="the Spark Connect server's port (default: a free one)")
     sv.add_argument("--stop", action="store_true", help="stop the running server")
     sv.add_argument("--status", action="store_true", help="say whether a server runs, and where")
     _spark_args(sv)
@@ -196,7 +200,8 @@ def _serve(args: argparse.Namespace) -> int:
         return 0
     info = running_server(folder)
     if info is not None:
-        _say(f"a server already runs: {info['url']} (pid {info['pid']}, catalog "
+        _say(f"a server already runs: {info['url']} and {info.get('connect', '-')} "
+             f"(pid {info['pid']}, catalog "
              f"{info['catalog']}); statequery serve --stop stops it")
         return 0
     if args.status:
@@ -206,6 +211,9 @@ def _serve(args: argparse.Namespace) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     catalog = os.path.abspath(args.catalog or DEFAULT_CATALOG)
     port = args.port or free_port(args.host)
+    connect_port = args.connect_port or free_port(args.host)
+    if connect_port == port:
+        connect_port = free_port(args.host)
     log = folder / "server.log"
     _say(f"starting the server ({args.master}, metastore in {folder}, log {log}) ...")
     started = time.monotonic()
@@ -214,7 +222,7 @@ def _serve(args: argparse.Namespace) -> int:
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "statequery.spark.server", str(folder), args.master, catalog,
-             args.host, str(port)],
+             args.host, str(port), str(connect_port)],
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
             cwd=folder, start_new_session=True,
         )
@@ -232,14 +240,14 @@ def _serve(args: argparse.Namespace) -> int:
             proc.terminate()
             raise SparkCommandError(f"the server did not start in 15 minutes (log: {log})")
         time.sleep(0.5)
-    _say(f"serving {info['url']} (pid {proc.pid}), ready in {time.monotonic() - started:.1f} s; "
-         "statequery shell and statequery sql --spark use it; statequery serve --stop stops it")
+    _say(f"serving {info['url']} and {info['connect']} (pid {proc.pid}), ready in "
+         f"{time.monotonic() - started:.1f} s; statequery shell and statequery sql --spark use "
+         "it; statequery serve --stop stops it")
     return 0
 
 
 def _server(args: argparse.Namespace) -> dict[str, Any] | None:
-    from statequery.spark.server import running_server
-    from statequery.spark.session import spark_dir
+    from statequery.cli.serverinfo import running_server, spark_dir
 
     return running_server(spark_dir(args.spark_dir))
 
@@ -317,6 +325,25 @@ def _sql_on_server(args: argparse.Namespace, info: dict[str, Any]) -> Any:
     rows = [ln.split("\t") for ln in lines[1:]]
     return pa.table({h: [r[i] if i < len(r) else None for r in rows]
                      for i, h in enumerate(header)})
+
+
+def _sql_on_connect(args: argparse.Namespace, info: dict[str, Any]) -> Any:
+    """Run ``args.query`` on the server's Spark Connect endpoint; its rows as an Arrow table."""
+    from statequery.cli.connect import ConnectError, run_sql
+
+    try:
+        return run_sql(str(info["host"]), int(info["connect_port"]), args.query)
+    except ConnectError as e:
+        raise SparkCommandError(_connect_error(str(e))) from None
+
+
+def _connect_error(text: str) -> str:
+    """One line for a Connect server's error: statequery's own message when the data source
+    raised it, else Spark's first line."""
+    found = re.findall(r"statequery\.exceptions\.\w+: (.*)", text)
+    if found:
+        return str(found[-1]).strip()
+    return text.strip().splitlines()[0] if text.strip() else "the Spark Connect server failed"
 
 
 def _beeline_error(stderr: str) -> str:
@@ -423,13 +450,18 @@ def _sql(args: argparse.Namespace) -> int:
                 f"{args.catalog}: stop it (statequery serve --stop) or use another --spark-dir"
             )
         started = time.monotonic()
-        table = _sql_on_server(args, info)
-        _say(f"ran on the server at {info['url']} in {time.monotonic() - started:.1f} s")
+        if info.get("connect"):
+            table = _sql_on_connect(args, info)
+            where = info["connect"]
+        else:  # a server of an older statequery: Thrift only
+            table = _sql_on_server(args, info)
+            where = info["url"]
+        _say(f"ran on the server at {where} in {time.monotonic() - started:.1f} s")
     else:
         with _spark_session(args) as spark:
             _attach_catalog(spark, args.catalog or DEFAULT_CATALOG)
             table = spark.sql(args.query).toArrow()
-    from statequery.cli import _json_default, _print_rows
+    from statequery.cli.output import _json_default, _print_rows
 
     if args.json:
         for row in table.to_pylist():

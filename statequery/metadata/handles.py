@@ -27,6 +27,7 @@ from __future__ import annotations
 import io
 import posixpath
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any, ClassVar, Union
 
@@ -219,6 +220,40 @@ class KeyGroupsHandle(KeyedHandle, StreamHandle):
         return self.delegate.describe()
 
 
+def is_heap_layout(handle: Any) -> bool:
+    """A type-12 key-groups handle whose every key group has an offset: the hashmap backend's
+    checkpoint / native savepoint layout, as far as the handle alone can tell.
+
+    A full (non-incremental) RocksDB checkpoint of Flink 1.15 is a type-12 handle too, in the
+    canonical layout, and when every key group holds data every offset is set as well: readers
+    decide with ``statequery.backends.heap_layout_of``, which looks at the bytes, and the model
+    keeps its answer (``HeaderInfo.layout``)."""
+    offsets = tuple(handle.offsets)
+    return handle.handle_type == 12 and bool(offsets) and all(o > 0 for o in offsets)
+
+
+def is_heap_stream(handle: Any, layout: str | None) -> bool:
+    """The hashmap layout, as the handle and the header read (``HeaderInfo.layout``) say."""
+    return is_heap_layout(handle) and layout != "canonical"
+
+
+def layout_by_first_bytes(handle: Any, read: Callable[[int, int], bytes]) -> str | None:
+    """"heap" or "canonical" for a key-groups stream whose handle cannot tell, from 4 bytes.
+
+    A hashmap key group starts with its own id (int32, written before any compression); a
+    canonical one with a u16 state id and the high half of an int32 key length, or a snappy
+    frame (0xFF...). The first key group other than 0 in file order decides; None when the
+    handle holds key group 0 alone (both layouts may start with int32 0 there:
+    ``statequery.backends.heap_layout_of`` walks it)."""
+    starts = sorted((o, handle.start_key_group + i) for i, o in enumerate(handle.offsets))
+    for offset, kg in starts:
+        if kg != 0:
+            head = read(offset, 4)
+            same = len(head) == 4 and int.from_bytes(head, "big", signed=True) == kg
+            return "heap" if same else "canonical"
+    return None
+
+
 @dataclass(frozen=True)
 class IncrementalHandle(KeyedHandle):
     """``IncrementalRemoteKeyedStateHandle`` (11; 5 without size and id): RocksDB files.
@@ -372,7 +407,7 @@ class _SliceStream(io.RawIOBase):
         super().close()
 
 
-_TREE_DIRS = ("shared", "taskowned")
+_TREE_DIRS = ("shared", "taskowned", "dstl")  # dstl: the changelog's file-system log
 
 
 def _store_name(host: str, port: int | None) -> str:

@@ -81,6 +81,11 @@ class CompiledPlan:
     flink_version: str = ""
     text: str = field(default="", repr=False)
 
+    def consumers(self, node: PlanNode) -> list[tuple[PlanNode, int]]:
+        """The nodes reading ``node``'s output, with the input index they read it at."""
+        return [(n, i) for n in self.nodes.values() for i, src in enumerate(n.inputs)
+                if src == node.id]
+
     def input_columns(self, node: PlanNode, index: int = 0) -> tuple[str, ...] | None:
         if index >= len(node.inputs):
             return None
@@ -247,13 +252,14 @@ def key_columns(plan: CompiledPlan, node: PlanNode) -> tuple[str, ...] | None:
     k = node.kind
     if k in ("group-aggregate", "global-group-aggregate", "local-window-aggregate",
              "global-window-aggregate", "window-aggregate"):
-        if k == "global-group-aggregate":
-            # grouping indices refer to the local aggregation's input row
+        if k in ("global-group-aggregate", "global-window-aggregate"):
+            # the key is the first columns of the local aggregation's output (its grouping
+            # indices refer to the local aggregation's input row)
+            grouping = raw.get("grouping")
+            if inp is not None and isinstance(grouping, list) and len(grouping) <= len(inp):
+                return inp[:len(grouping)]
             local_in = row_field_names(raw.get("localAggInputRowType"))
-            return _pick(local_in or inp, raw.get("grouping"))
-        if k == "global-window-aggregate":
-            local_in = row_field_names(raw.get("localAggInputRowType"))
-            return _pick(local_in or inp, raw.get("grouping"))
+            return _pick(local_in, grouping)
         return _pick(inp, raw.get("grouping"))
     if k == "incremental-group-aggregate":
         # keyed by the partial grouping (group key + distinct hash bucket) over its input
@@ -295,29 +301,230 @@ def _sink_columns(node: PlanNode) -> tuple[str, ...] | None:
     return tuple(str(c.get("name", "")) for c in cols if isinstance(c, dict))
 
 
-def accumulator_layouts(node: PlanNode) -> list[tuple[str, ...]]:
-    """Accumulator field names of an aggregation, as Flink's generated aggregate handler lays
-    them out: one field per aggregate call (named after its output column), then ``count1`` (the
-    input row count Flink adds when the node handles retractions), then one placeholder per
-    distinct view (``<call>_distinct_view``). Used only when the accumulator has that arity."""
-    calls = node.raw.get("aggCalls")
-    if not isinstance(calls, list):
-        return []
-    # an aggregate's name, else its output column (aggregates follow the grouping columns)
+#: the accumulator fields of Flink's built-in aggregate functions that keep more than one field
+#: in the aggregation's accumulator row (the declarative functions' ``aggBufferAttributes``), by
+#: the call's function name (``internalName`` ``$AVG$1`` -> ``AVG``) and whether the call
+#: retracts. Every other built-in keeps one field: COUNT, SUM without retraction, $SUM0, MIN/MAX
+#: (a value, or with retraction a structured accumulator whose map is a MapView), FIRST_VALUE and
+#: LAST_VALUE (a structured accumulator), LISTAGG with retraction, COLLECT, JSON_OBJECTAGG,
+#: JSON_ARRAYAGG, SINGLE_VALUE.
+_MULTI_FIELD: dict[tuple[str, bool], tuple[str, ...]] = {
+    ("AVG", False): ("sum", "count"),
+    ("AVG", True): ("sum", "count"),
+    ("SUM", True): ("sum", "count"),  # SumWithRetractAggFunction
+    ("LISTAGG", False): ("delimiter", "concat"),  # ListAggFunction (declarative)
+}
+_ONE_FIELD_BUILTINS = {
+    "COUNT", "SUM", "$SUM0", "SUM0", "MIN", "MAX", "FIRST_VALUE", "LAST_VALUE", "LISTAGG",
+    "COLLECT", "JSON_OBJECTAGG_NULL_ON_NULL", "JSON_OBJECTAGG_ABSENT_ON_NULL",
+    "JSON_ARRAYAGG_NULL_ON_NULL", "JSON_ARRAYAGG_ABSENT_ON_NULL", "SINGLE_VALUE",
+    "BIT_AND", "BIT_OR", "BIT_XOR", "ARRAY_AGG",
+}
+
+
+def _function(call: Any) -> str:
+    """``AVG`` of a call's ``internalName`` ``$AVG$1`` (``$SUM0`` of ``$$SUM0$1``)."""
+    name = str(call.get("internalName") or call.get("name") or "") if isinstance(call, dict) \
+        else ""
+    m = re.match(r"^\$(.+)\$\d+$", name)
+    return (m.group(1) if m else name).upper()
+
+
+def _passes(expr: Any, index: int) -> str | None:
+    """How a Calc projection ``expr`` uses input column ``index``: ``"value"`` when it is that
+    column (under CAST, or as the non-null branch of a CASE/IF whose other branch is NULL: the
+    planner's ``SUM`` from ``$SUM0`` and ``COUNT``), ``"sum"``/``"count"`` when it is the
+    numerator/denominator of a division (the planner's ``AVG`` from ``SUM``/``COUNT``), else
+    None."""
+    if not isinstance(expr, dict):
+        return None
+    kind = expr.get("kind")
+    if kind == "INPUT_REF":
+        return "value" if expr.get("inputIndex") == index else None
+    if kind != "CALL":
+        return None
+    op = _function({"internalName": expr.get("internalName") or expr.get("syntax") or ""})
+    ops = expr.get("operands") or []
+    if op == "CAST" and len(ops) == 1:
+        return _passes(ops[0], index)
+    if op in ("CASE", "IF") and len(ops) == 3:
+        branches = [_passes(o, index) for o in ops[1:]]
+        nulls = [isinstance(o, dict) and o.get("kind") == "LITERAL" and o.get("value") is None
+                 for o in ops[1:]]
+        for b, other_null in zip(branches, reversed(nulls), strict=True):
+            if b is not None and other_null:
+                return b
+        return None
+    if op == "/" and len(ops) == 2:
+        top, bottom = _passes(ops[0], index), _passes(ops[1], index)
+        if top == "value" and bottom is None:
+            return "sum"
+        if bottom == "value" and top is None:
+            return "count"
+    return None
+
+
+#: plan nodes passing their input's rows on unchanged (column for column)
+_PASS_THROUGH = ("exchange", "mini-batch-assigner", "watermark-assigner", "drop-update-before")
+
+
+def query_name(plan: CompiledPlan, node: PlanNode, index: int, depth: int = 0) -> str | None:
+    """The query's name of ``node``'s output column ``index`` when the planner named it
+    ``$f<n>``: followed through Calc projections (a column passed on, a ``SUM``/``AVG`` the
+    planner rebuilt from ``$SUM0``/``COUNT``) to the first name that is not the planner's, or to
+    the sink's column. None when it is used several ways or not at all."""
+    out = node.output
+    if index < len(out) and not out[index].startswith("$"):
+        return out[index]
+    if depth > 8:
+        return None
+    consumers = plan.consumers(node)
+    if len(consumers) != 1:
+        return None
+    nxt, _ = consumers[0]
+    if nxt.kind == "sink":
+        cols = _sink_columns(nxt)
+        return cols[index] if cols and index < len(cols) else None
+    if nxt.kind in _PASS_THROUGH:
+        return query_name(plan, nxt, index, depth + 1)
+    if nxt.kind in ("local-window-aggregate", "local-group-aggregate"):
+        # the partial aggregate of a split (distinct) aggregation, merged again by the local and
+        # global aggregation after it: named after the call that takes it as its argument
+        calls = nxt.raw.get("aggCalls") or []
+        ks = [k for k, c in enumerate(calls) if isinstance(c, dict) and c.get("argList") == [index]]
+        after = plan.consumers(nxt)
+        if len(ks) != 1 or len(after) != 1:
+            return None
+        final = after[0][0]
+        while final.kind in _PASS_THROUGH:
+            after = plan.consumers(final)
+            if len(after) != 1:
+                return None
+            final = after[0][0]
+        grouping = final.raw.get("grouping")
+        first = len(grouping) if isinstance(grouping, list) else 0
+        return query_name(plan, final, first + ks[0], depth + 1)
+    if nxt.kind != "calc" or nxt.raw.get("condition") is not None:
+        return None
+    uses = [(i, _passes(e, index)) for i, e in enumerate(nxt.raw.get("projection") or [])]
+    direct = [i for i, u in uses if u == "value"]
+    if len(direct) == 1:
+        return query_name(plan, nxt, direct[0], depth + 1)
+    parts = [(i, u) for i, u in uses if u in ("sum", "count")]
+    if not direct and len(parts) == 1:
+        name = query_name(plan, nxt, parts[0][0], depth + 1)
+        return None if name is None else f"{name}.{parts[0][1]}"
+    return None
+
+
+def _call_name(node: PlanNode, plan: CompiledPlan | None, i: int, call: Any) -> str:
+    """Aggregate call ``i``'s name, else its output column (aggregates follow the grouping
+    columns) or the query's name of it."""
+    if isinstance(call, dict) and call.get("name"):
+        return str(call["name"])
     grouping = node.raw.get("grouping")
     first = len(grouping) if isinstance(grouping, list) else 0
     out = node.output
+    if plan is not None and first + i < len(out):
+        q = query_name(plan, node, first + i)
+        if q is not None:
+            return q
+    return out[first + i] if first + i < len(out) else f"agg{i}"
+
+
+def accumulator_layouts(node: PlanNode, plan: CompiledPlan | None = None
+                        ) -> list[tuple[str, ...]]:
+    """Accumulator field names of an aggregation, as Flink's generated aggregate handler lays
+    them out: the fields of each aggregate call in order (one named after the call's output
+    column, or ``<column>.<field>`` for a call keeping several: ``avg_price.sum``,
+    ``avg_price.count``), then ``count1`` (the input row count Flink adds when the node handles
+    retractions, or a window needs one, unless the query has a ``COUNT(*)``), then one placeholder
+    per distinct view (``<call>_distinct_view``). Candidates with and without ``count1``; used
+    only when the accumulator has that arity. Planner names (``$f1``) are followed to the
+    query's through ``plan`` (:func:`query_name`). Empty when a call keeps a number of fields
+    statequery does not know (a user-defined function)."""
+    calls = node.raw.get("aggCalls")
+    if not isinstance(calls, list):
+        return []
+    retracts = node.raw.get("aggCallNeedRetractions")
 
     def name(i: int, call: Any) -> str:
-        if isinstance(call, dict) and call.get("name"):
-            return str(call["name"])
-        return out[first + i] if first + i < len(out) else f"agg{i}"
+        return _call_name(node, plan, i, call)
 
-    names = tuple(name(i, c) for i, c in enumerate(calls))
-    views = tuple(f"{n}_distinct_view" for n, c in zip(names, calls, strict=True)
-                  if c.get("distinct"))
-    count1 = ("count1",) if node.raw.get("needRetraction") else ()
-    return [names + count1 + views]
+    names: list[str] = []
+    views: list[str] = []
+    for i, c in enumerate(calls):
+        n = name(i, c)
+        fn = _function(c)
+        retract = bool(retracts[i]) if isinstance(retracts, list) and i < len(retracts) else \
+            bool(node.raw.get("needRetraction"))
+        multi = _MULTI_FIELD.get((fn, retract))
+        if "." in n and n.rsplit(".", 1)[1] in ("sum", "count"):
+            names.append(n)  # a SUM/COUNT the planner split an AVG into
+        elif multi is not None:
+            names.extend(f"{n}.{f}" for f in multi)
+        elif fn in _ONE_FIELD_BUILTINS or "internalName" not in c:
+            names.append(n)
+        else:
+            return []
+        if isinstance(c, dict) and c.get("distinct"):
+            views.append(f"{n}_distinct_view")
+    base = tuple(names)
+    with_count = base + ("count1",) + tuple(views)
+    without = base + tuple(views)
+    # Flink counts the input rows in the query's own COUNT(*) when it has one
+    count_star = any(isinstance(c, dict) and _function(c) == "COUNT" and c.get("argList") == []
+                     and not c.get("distinct") for c in calls)
+    if node.raw.get("needRetraction"):
+        return [without] if count_star else [with_count]
+    if "window" in node.kind:
+        return [without, with_count]
+    return [without]
+
+
+_RESULT_ROOTS = {"TINYINT": "TINYINT", "SMALLINT": "SMALLINT", "INT": "INTEGER",
+                 "INTEGER": "INTEGER", "BIGINT": "BIGINT", "FLOAT": "FLOAT", "DOUBLE": "DOUBLE"}
+
+
+def current_values(node: PlanNode, plan: CompiledPlan | None = None
+                   ) -> list[tuple[str, str, str]]:
+    """The aggregates whose current value can be shown beside their accumulator fields:
+    ``(name, function, result type root)`` of each ``AVG`` (``avg``: ``name.sum`` /
+    ``name.count``) and ``SUM`` with retraction (``sum``: ``name.sum`` while ``name.count`` >
+    0) whose result is a number other than DECIMAL."""
+    calls = node.raw.get("aggCalls")
+    if not isinstance(calls, list):
+        return []
+    retracts = node.raw.get("aggCallNeedRetractions")
+    out = []
+    for i, c in enumerate(calls):
+        if not isinstance(c, dict):
+            continue
+        fn = _function(c)
+        retract = bool(retracts[i]) if isinstance(retracts, list) and i < len(retracts) else \
+            bool(node.raw.get("needRetraction"))
+        root = _RESULT_ROOTS.get(str(c.get("type", "")).replace(" NOT NULL", "").strip())
+        if root is not None and (fn == "AVG" or (fn == "SUM" and retract)):
+            out.append((_call_name(node, plan, i, c), "avg" if fn == "AVG" else "sum", root))
+    return out
+
+
+def _derive(spec: SerializerSpec | None, values: list[tuple[str, str, str]]
+            ) -> SerializerSpec | None:
+    """``spec``'s accumulator row with the current values of ``values`` beside its fields."""
+    if isinstance(spec, TtlSpec):
+        inner = _derive(spec.inner, values)
+        return spec if inner is None else replace(spec, inner=inner)
+    if not isinstance(spec, RowDataSpec) or not values:
+        return spec
+    names = [f.name for f in spec.type.fields]
+    derived = []
+    for name, function, root in values:
+        if name in names or f"{name}.sum" not in names or f"{name}.count" not in names:
+            continue
+        derived.append((name, function, names.index(f"{name}.sum"),
+                        names.index(f"{name}.count"), root))
+    return replace(spec, derived=tuple(derived)) if derived else spec
 
 
 def _rename_rows(spec: SerializerSpec | None,
@@ -380,7 +587,7 @@ def choosers(plan: CompiledPlan, node: PlanNode, state: str) -> tuple[Chooser, C
     value = _by_arity(rows)
     user_key = value
     if state in ("accState", "window-aggs"):
-        layouts = accumulator_layouts(node)
+        layouts = accumulator_layouts(node, plan)
 
         def value(n: int) -> tuple[str, ...] | None:
             return next((c for c in layouts if len(c) == n), None)
@@ -404,10 +611,14 @@ def _rename_value(spec: SerializerSpec | None, kc: Chooser, uc: Chooser,
 def rename_layout(plan: CompiledPlan, node: PlanNode, layout: Any) -> Any:
     """A :class:`~statequery.arrow.schemas.StateLayout` with the query's column names."""
     kc, uc, vc = choosers(plan, node, layout.name)
+    value = _rename_value(layout.value, kc, uc, vc)
+    state_value = _rename_value(layout.state_value, kc, uc, vc)
+    if layout.name in ("accState", "window-aggs"):
+        values = current_values(node, plan)
+        value, state_value = _derive(value, values), _derive(state_value, values)
     return replace(layout, key=_rename_rows(layout.key, kc),
                    user_key=_rename_rows(layout.user_key, uc),
-                   value=_rename_value(layout.value, kc, uc, vc),
-                   state_value=_rename_value(layout.state_value, kc, uc, vc))
+                   value=value, state_value=state_value)
 
 
 def name_operator(plan: CompiledPlan, node: PlanNode, op: Any) -> Any:
@@ -417,18 +628,44 @@ def name_operator(plan: CompiledPlan, node: PlanNode, op: Any) -> Any:
     for s in op.states:
         kc, uc, vc = choosers(plan, node, s.name)
         sers = dict(s.serializers)
+        values = current_values(node, plan) if s.name in ("accState", "window-aggs") else []
         for k, v in sers.items():
             if k == "VALUE_SERIALIZER":
-                sers[k] = _rename_value(v, kc, uc, vc)
+                sers[k] = _derive(_rename_value(v, kc, uc, vc), values)
             elif k in ("KEY_SERIALIZER", "USER_KEY_SERIALIZER") and s.kind in ("map",
                                                                               "broadcast"):
                 sers[k] = _rename_rows(v, uc)
-        states.append(replace(
-            s, key_spec=_rename_rows(s.key_spec, kc),
-            user_key_spec=_rename_rows(s.user_key_spec, uc),
-            value_spec=_rename_value(s.value_spec, kc, uc, vc), serializers=sers))
+        s = replace(s, key_spec=_rename_rows(s.key_spec, kc),
+                    user_key_spec=_rename_rows(s.user_key_spec, uc),
+                    value_spec=_derive(_rename_value(s.value_spec, kc, uc, vc), values),
+                    serializers=sers)
+        if s.name in ("accState", "window-aggs") and s.decodable and s.reason is None:
+            note = _unnamed_accumulator(plan, node, s.value_spec)
+            if note is not None:
+                s = replace(s, reason=note)
+        states.append(s)
     key_spec = _rename_rows(op.key_spec, _by_arity(key_columns(plan, node)))
     return replace(op, key_spec=key_spec, states=tuple(states))
+
+
+def _unnamed_accumulator(plan: CompiledPlan, node: PlanNode, spec: Any) -> str | None:
+    """Why an accumulator row kept ``f0, f1, ...`` although its node is in the plan (None when
+    it was named)."""
+    spec = spec.inner if isinstance(spec, TtlSpec) else spec
+    if not isinstance(spec, RowDataSpec):
+        return None
+    fields = [f.name for f in spec.type.fields]
+    if fields != [f"f{i}" for i in range(len(fields))]:
+        return None
+    if not isinstance(node.raw.get("aggCalls"), list):
+        return None  # an OVER aggregation's accumulators: not named from the plan
+    layouts = accumulator_layouts(node, plan)
+    if not layouts:
+        return ("accumulator column names not taken from the compiled plan: an aggregate call "
+                "keeps a number of fields statequery does not know (a user-defined function?)")
+    shown = " or ".join(f"{len(c)} ({', '.join(c)})" for c in layouts)
+    return (f"accumulator column names not taken from the compiled plan: the accumulator has "
+            f"{len(fields)} fields, the plan's aggregate calls lay out {shown}")
 
 
 def apply_plan(meta: Any, plan: CompiledPlan) -> Any:

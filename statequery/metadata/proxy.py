@@ -36,7 +36,12 @@ from statequery.decoder import Decoder
 from statequery.exceptions import CorruptStateError, UnknownSerializerError, UnsupportedFormatError
 from statequery.metadata.handles import HandleResolver, StreamHandle
 from statequery.serializers.snapshots import read_top_level_snapshot
-from statequery.serializers.spec import OpaqueSpec, SerializerSpec
+from statequery.serializers.spec import (
+    ROW_KIND_STATES,
+    OpaqueSpec,
+    SerializerSpec,
+    with_row_kinds,
+)
 
 __all__ = [
     "BACKEND_STATE_TYPES",
@@ -100,6 +105,9 @@ class KeyedBackendProxy:
     states: tuple[StateMetaInfo, ...]
     header_end: int | None
     error: str | None = None  # the part of the header that could not be read, if any
+    #: of a type-12 key-groups stream whose every key group has an offset: "heap" or
+    #: "canonical" as its bytes say (statequery.backends.heap_layout_of); else None
+    layout: str | None = None
 
     def state(self, name: str) -> StateMetaInfo | None:
         for s in self.states:
@@ -175,6 +183,9 @@ def _read_state_meta(d: Decoder, state_id: int) -> StateMetaInfo:
             )
             raise _Unknown(e, partial, n_ser - i - 1, entry + 4) from e
     del pos
+    if (name in ROW_KIND_STATES and backend_type.startswith("KEY_VALUE")
+            and "VALUE_SERIALIZER" in serializers):
+        serializers["VALUE_SERIALIZER"] = with_row_kinds(serializers["VALUE_SERIALIZER"])
     return StateMetaInfo(name, backend_type, options, serializers, state_id)
 
 

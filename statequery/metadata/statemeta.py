@@ -74,6 +74,7 @@ __all__ = [
     "dumps",
     "fingerprint",
     "loads",
+    "operator_label",
     "read_snapshot",
     "sql_identifier",
     "sql_name",
@@ -84,8 +85,11 @@ __all__ = [
 MAGIC = "statequery-statemeta"
 #: 2: RowData specs keep their stored field serializers; 3: checksummed body; 4: the optional
 #: ``run_index`` section (statequery.metadata.runindex); 5: raw keyed state (heap timers of
-#: RocksDB checkpoints, ``raw_keyed_header``, ``StateInfo.stream``) and raw state listed as such
-FORMAT_VERSION = 5
+#: RocksDB checkpoints, ``raw_keyed_header``, ``StateInfo.stream``) and raw state listed as such;
+#: 6: ``HeaderInfo.layout`` (a type-12 stream's layout, from its bytes); 7: the rows SQL
+#: operators keep show their RowKind (``RowDataSpec.row_kind``) and accumulators named from a
+#: plan their current value (``RowDataSpec.derived``)
+FORMAT_VERSION = 7
 SNAPSHOT_FILE_NAME = "_statequery_meta.msgpack"
 MAX_SNAPSHOT_BYTES = 256 << 20
 
@@ -104,6 +108,9 @@ class HeaderInfo:
     header_end: int | None
     state_ids: dict[str, int] = field(default_factory=dict)
     error: str | None = None
+    #: of a keyed key-groups stream whose handle cannot tell (type 12, every key group with an
+    #: offset): "heap" or "canonical", as its bytes said when the header was read
+    layout: str | None = None
 
 
 @dataclass(frozen=True)
@@ -164,6 +171,9 @@ class StateInfo:
     #: where the state's bytes are: ``managed`` (keyed or operator state), ``raw_keyed`` (heap
     #: timers a RocksDB checkpoint wrote into raw keyed state), ``raw_operator``
     stream: str = "managed"
+    #: keyed state of the changelog state backend: the number of logged changes applied on top
+    #: of the materialized base (0: none); None for every other backend
+    changes: int | None = None
 
     @property
     def keyed(self) -> bool:
@@ -197,6 +207,12 @@ class StateInfo:
         return type_string(self.user_key_spec)
 
 
+def operator_label(op: Any) -> str:
+    """The one label of an operator (``OperatorInfo`` or ``_metadata``'s ``OperatorState``): its
+    uid, else its name, else its OperatorID (hex)."""
+    return str(op.uid or op.name or op.operator_id)
+
+
 @dataclass(frozen=True)
 class OperatorInfo:
     """One operator: identity, parallelism, its subtasks' handles and its states."""
@@ -216,7 +232,7 @@ class OperatorInfo:
 
     @property
     def display_name(self) -> str:
-        return self.uid or self.name or self.operator_id
+        return operator_label(self)
 
     def state(self, name: str) -> StateInfo | None:
         for s in self.states:
@@ -431,7 +447,12 @@ def type_string(spec: SerializerSpec | None) -> str | None:
     if isinstance(spec, NullableSpec):
         return type_string(spec.inner)
     if isinstance(spec, RowDataSpec):
-        return str(spec.type)
+        text = str(spec.type)
+        if spec.derived and text.endswith(">"):
+            text = text[:-1] + "".join(f", {d[0]} {d[4]}" for d in spec.derived) + ">"
+        if spec.row_kind and text.startswith("ROW<"):
+            return "ROW<row_kind STRING, " + text[4:]
+        return text
     if isinstance(spec, StructSpec):
         pairs = zip(spec.names, spec.fields, strict=True)
         return "ROW<" + ", ".join(f"{n} {type_string(f)}" for n, f in pairs) + ">"
@@ -472,7 +493,7 @@ def assign_table_names(
     taken: set[str] = set()
     out = []
     for op in ops:
-        base = sql_name((stems or {}).get(op.operator_id) or op.uid or op.name or op.operator_id)
+        base = sql_name((stems or {}).get(op.operator_id) or operator_label(op))
         states = []
         for s in op.states:
             name = f"{base}__{sql_name(s.name)}"
@@ -509,6 +530,7 @@ def _header_to(h: HeaderInfo | None) -> Any:
         "header_end": h.header_end,
         "state_ids": dict(h.state_ids),
         "error": h.error,
+        "layout": h.layout,
     }
 
 
@@ -516,7 +538,12 @@ def _header_from(d: Any) -> HeaderInfo | None:
     if d is None:
         return None
     return HeaderInfo(
-        d["version"], d["compressed"], d["header_end"], dict(d["state_ids"]), d["error"]
+        d["version"],
+        d["compressed"],
+        d["header_end"],
+        dict(d["state_ids"]),
+        d["error"],
+        d.get("layout"),
     )
 
 
@@ -543,6 +570,7 @@ def _state_to(s: StateInfo) -> dict[str, Any]:
         "format": s.format,
         "table_name": s.table_name,
         "stream": s.stream,
+        **({"changes": s.changes} if s.changes is not None else {}),
     }
 
 
@@ -570,6 +598,7 @@ def _state_from(d: Mapping[str, Any], op: Mapping[str, Any]) -> StateInfo:
         format=d["format"],
         table_name=d["table_name"],
         stream=d["stream"],
+        changes=d.get("changes"),
     )
 
 

@@ -36,6 +36,7 @@ from typing import Any
 from statequery.decoder import DecodeError, Decoder, read_string_value
 from statequery.exceptions import CorruptStateError, UnsupportedFormatError
 from statequery.serializers.spec import (
+    ROW_KINDS,
     ArrayDataSpec,
     EitherSpec,
     EnumSpec,
@@ -325,7 +326,7 @@ def _make_slot(reader: Reader) -> Callable[[bytes, int, int], Any]:
 
             return string_slot
     if isinstance(spec, RowDataSpec):
-        decode_row = row_data_decoder(spec.type, spec.field_specs)
+        decode_row = _spec_row_decoder(spec)
 
         def row_slot(buf: bytes, start: int, end: int) -> Any:
             """SQL keys: int32 size, then exactly that many BinaryRowData bytes."""
@@ -1390,8 +1391,64 @@ def map_data_decoder(key: SqlType, value: SqlType) -> Callable[[bytes, int, int]
     return decode_map
 
 
+#: the ranges of integral results of :func:`derived_value`, by SQL type root
+DERIVED_RANGES = {"TINYINT": 7, "SMALLINT": 15, "INTEGER": 31, "BIGINT": 63}
+
+
+def derived_value(function: str, root: str, total: Any, count: Any) -> Any:
+    """An aggregate's current value from its accumulator's sum and count (RowDataSpec.derived),
+    of result type ``root``: ``avg`` is sum / count (Java's division, toward zero, for integral
+    results), ``sum`` the sum. Null while the count is not positive, when either is null, or
+    when the value does not fit the result type (only corrupt state does that)."""
+    if total is None or count is None or count <= 0:
+        return None
+    if function == "sum":
+        value = total
+    elif root in ("FLOAT", "DOUBLE"):
+        return total / count
+    else:
+        q = abs(total) // count
+        value = q if total >= 0 else -q
+    bits = DERIVED_RANGES.get(root)
+    if bits is not None and not -(1 << bits) <= value < (1 << bits):
+        return None
+    return value
+
+
+def _with_derived(decode: Callable[[bytes, int, int], dict[str, Any]], spec: RowDataSpec
+                  ) -> Callable[[bytes, int, int], dict[str, Any]]:
+    names = [f.name or f"f{i}" for i, f in enumerate(spec.type.fields)]
+    items = [(d[0], d[1], d[4], names[d[2]], names[d[3]]) for d in spec.derived]
+
+    def decode_derived(buf: bytes, start: int, size: int) -> dict[str, Any]:
+        out = decode(buf, start, size)
+        for name, function, root, total, count in items:
+            out[name] = derived_value(function, root, out[total], out[count])
+        return out
+
+    return decode_derived
+
+
 def _row_data_reader(spec: RowDataSpec) -> Reader:
-    return _binary_row_size_reader(spec, row_data_decoder(spec.type, spec.field_specs))
+    return _binary_row_size_reader(spec, _spec_row_decoder(spec))
+
+
+def _spec_row_decoder(spec: RowDataSpec) -> Callable[[bytes, int, int], dict[str, Any]]:
+    """The BinaryRowData decoder of ``spec``: with a leading ``row_kind`` when it shows one."""
+    decode = row_data_decoder(spec.type, spec.field_specs)
+    if spec.derived:
+        decode = _with_derived(decode, spec)
+    if not spec.row_kind:
+        return decode
+
+    def decode_with_kind(buf: bytes, start: int, size: int) -> dict[str, Any]:
+        fields = decode(buf, start, size)  # checks the size: the header byte is there
+        kind = buf[start]
+        if kind >= len(ROW_KINDS):
+            raise DecodeError(f"binary row with an invalid row kind byte {kind}", start)
+        return {"row_kind": ROW_KINDS[kind], **fields}
+
+    return decode_with_kind
 
 
 def _array_data_reader(spec: ArrayDataSpec) -> Reader:

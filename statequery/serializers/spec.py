@@ -13,7 +13,7 @@ nested serializers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
 __all__ = [
@@ -35,7 +35,10 @@ __all__ = [
     "PrimitiveArraySpec",
     "PrimitiveSpec",
     "RawValueSpec",
+    "ROW_KINDS",
+    "ROW_KIND_STATES",
     "RowDataSpec",
+    "with_row_kinds",
     "RowSpec",
     "SerializerSpec",
     "SqlField",
@@ -436,6 +439,15 @@ class RowDataSpec(SerializerSpec):
     #: them). They decide how ``RAW`` fields (and the fields of nested rows) are read; the logical
     #: type stays the schema.
     field_specs: tuple[SerializerSpec, ...] = ()
+    #: The row's ``RowKind`` (byte 0 of the BinaryRowData header) is shown as a leading
+    #: ``row_kind`` field (``+I``, ``-U``, ``+U``, ``-D``): set for the rows SQL operators keep
+    #: with their kind (:data:`ROW_KIND_STATES`).
+    row_kind: bool = False
+    #: Values computed from the row's fields, shown after them (an accumulator named from a
+    #: compiled plan: the aggregate's current value beside its fields): ``(name, function,
+    #: sum field index, count field index, result type root)``, function ``avg`` (sum / count,
+    #: integer division for integral results) or ``sum`` (the sum, null while the count is 0).
+    derived: tuple[tuple[str, str, int, int, str], ...] = ()
 
     @property
     def display(self) -> str:
@@ -650,3 +662,38 @@ def from_dict(data: dict[str, Any]) -> SerializerSpec:
     cls = SPEC_TYPES[data["$kind"]]
     kwargs = {k: _decode(v) for k, v in data.items() if k != "$kind"}
     return cls(**kwargs)
+
+
+#: RowKind's byte values (``RowKind.toByteValue``) and short strings
+ROW_KINDS = ("+I", "-U", "+U", "-D")
+
+#: The keyed states whose RowData values are rows a Flink SQL operator keeps with their RowKind:
+#: deduplication and ChangelogNormalize (``deduplicate-state``), regular joins
+#: (``left-records``/``right-records``), the temporal join (``left``/``right``), Top-N
+#: (``data-state-with-append``/``-retract``) and the sink's upsert materializer (``values``).
+#: Only values are marked (a row kept as a MapState key, as a join without unique key does,
+#: has its kind in the key bytes, which Flink sets to ``+I`` before storing it).
+ROW_KIND_STATES = frozenset({
+    "deduplicate-state", "left-records", "right-records", "left", "right", "values",
+    "data-state-with-append", "data-state-with-retract",
+})
+
+
+def with_row_kinds(spec: SerializerSpec) -> SerializerSpec:
+    """``spec`` (a keyed state's value serializer) with its top-level rows showing their
+    RowKind: a RowData value, the RowData elements of a list, the RowData values (or lists of
+    them) of a map, the RowData fields of a tuple, inside TTL. A row with a field named
+    ``row_kind`` is left as it is."""
+    if isinstance(spec, RowDataSpec):
+        if any(f.name == "row_kind" for f in spec.type.fields):
+            return spec
+        return replace(spec, row_kind=True)
+    if isinstance(spec, ListSpec):
+        return replace(spec, element=with_row_kinds(spec.element))
+    if isinstance(spec, MapSpec) and spec.value is not None:
+        return replace(spec, value=with_row_kinds(spec.value))
+    if isinstance(spec, TtlSpec):
+        return replace(spec, inner=with_row_kinds(spec.inner))
+    if isinstance(spec, TupleSpec):  # an outer join's (row, number of matches)
+        return replace(spec, fields=tuple(with_row_kinds(f) for f in spec.fields))
+    return spec

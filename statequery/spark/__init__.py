@@ -243,9 +243,9 @@ def _check_fingerprint(sp: Savepoint, expected: str | None) -> None:
 
 
 def _resolve_table(sp: Savepoint, table: str) -> dict[str, Any]:
-    op_tables = {k.lower(): v for k, v in sp.operator_tables().items()}
-    if table.lower() in op_tables:
-        return {"operator_id": op_tables[table.lower()], "state_name": None}
+    operator_id = sp.operator_table_id(table)
+    if operator_id is not None:
+        return {"operator_id": operator_id, "state_name": None}
     info = sp.table(table)  # the one table resolution (statequery.savepoint)
     return {"operator_id": info.operator_id, "state_name": info.name}
 
@@ -589,7 +589,8 @@ class StatequeryReader(DataSourceReader):
             from statequery.scan import plan_states
 
             tasks = plan_states(
-                sp, list(self.table.states), keys=self.keys, key_groups=self.key_groups,
+                sp.model, sp.context, list(self.table.states), keys=self.keys,
+                key_groups=self.key_groups,
                 split=self.opts.key_groups_per_partition,
             )
         else:

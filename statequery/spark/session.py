@@ -12,9 +12,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from statequery.cli.serverinfo import spark_dir
+
 __all__ = [
     "local_session",
     "metastore_holder",
+    "folder_conf",
     "spark_dir",
     "spark_sql_argv",
     "spark_sql_conf",
@@ -22,25 +25,40 @@ __all__ = [
 ]
 
 
-def spark_dir(explicit: str | None = None) -> Path:
-    """The folder of the metastore and warehouse: ``--spark-dir``, ``$STATEQUERY_SPARK_DIR``,
-    or ``$XDG_DATA_HOME/statequery/spark`` (``~/.local/share/statequery/spark``)."""
-    if explicit:
-        return Path(explicit).expanduser().resolve()
-    if os.environ.get("STATEQUERY_SPARK_DIR"):
-        return Path(os.environ["STATEQUERY_SPARK_DIR"]).expanduser().resolve()
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(Path.home(), ".local", "share")
-    return Path(base, "statequery", "spark").resolve()
-
-
 def spark_sql_conf(folder: Path) -> dict[str, str]:
-    """The Spark settings of the shared metastore and warehouse in ``folder``."""
+    """The Spark settings of the shared metastore and warehouse in ``folder``: an embedded
+    Derby metastore there, unless ``folder/spark-defaults.conf`` says otherwise
+    (:func:`folder_conf`)."""
     return {
         "spark.sql.catalogImplementation": "hive",
         "spark.sql.warehouse.dir": str(folder / "warehouse"),
         "spark.hadoop.javax.jdo.option.ConnectionURL":
             f"jdbc:derby:;databaseName={folder / 'metastore_db'};create=true",
+        **folder_conf(folder),
     }
+
+
+def folder_conf(folder: Path) -> dict[str, str]:
+    """The settings of ``folder/spark-defaults.conf`` (Spark's format: ``key value`` a line,
+    ``#`` comments), which every Spark command of the folder and its ``spark-sql`` command line
+    use: a metastore on a database server, its JDBC driver, a shared warehouse, ..."""
+    path = folder / "spark-defaults.conf"
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}
+    conf: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split(None, 1)
+        if len(parts) != 2:
+            from statequery.exceptions import InvalidOptionError
+
+            raise InvalidOptionError(f"{path}, line {number}: expected 'key value', got {line!r}")
+        conf[parts[0]] = parts[1].strip()
+    return conf
 
 
 def _driver_java_options(folder: Path) -> str:
@@ -62,8 +80,12 @@ def spark_sql_argv(folder: Path, master: str = "local[*]") -> list[str]:
     return argv
 
 
-def local_session(folder: Path, master: str = "local[*]", app: str = "statequery") -> Any:
-    """A local SparkSession on the shared metastore, with workers on this Python."""
+def local_session(
+    folder: Path, master: str = "local[*]", app: str = "statequery",
+    conf: dict[str, str] | None = None,
+) -> Any:
+    """A local SparkSession on the shared metastore, with workers on this Python (``conf``:
+    more Spark settings)."""
     folder.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -74,7 +96,8 @@ def local_session(folder: Path, master: str = "local[*]", app: str = "statequery
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(master).appName(app)
-    for key, value in {**spark_sql_conf(folder), "spark.ui.showConsoleProgress": "false"}.items():
+    settings = {**spark_sql_conf(folder), "spark.ui.showConsoleProgress": "false", **(conf or {})}
+    for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.enableHiveSupport().getOrCreate()
     session.sparkContext.setLogLevel("ERROR")

@@ -365,7 +365,7 @@ class _Fixture:
                     assert got.equals(want), f"{t.path.name} flip at {at}: rows changed " \
                         f"({got.num_rows} rows, intact {want.num_rows})"
                 finally:
-                    sp.resolver.open_databases.close()
+                    sp.context.open_databases.close()
                 for key in t.keys:  # table-selective lookups: the SST reader only
                     try:
                         got_rows = self.lookup(sp, key, t.operator)
@@ -375,8 +375,8 @@ class _Fixture:
                         assert got_rows == self.lookups[(t.operator, key)], (t.path.name, at)
                     finally:
                         assert not any(isinstance(db, rocks.RocksDBState)
-                                       for db in sp.resolver.open_databases._dbs.values())
-                        sp.resolver.open_databases.close()
+                                       for db in sp.context.open_databases._dbs.values())
+                        sp.context.open_databases.close()
         finally:
             t.path.write_bytes(original)
 

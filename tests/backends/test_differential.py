@@ -31,7 +31,7 @@ import decimal
 import os
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import flinkenc
@@ -48,6 +48,7 @@ from statequery.backends import fastpath
 from statequery.exceptions import CorruptStateError
 from statequery.metadata.kinds import StateLayout
 from statequery.serializers.spec import (
+    ROW_KINDS,
     ArrayDataSpec,
     EnumSpec,
     ListSpec,
@@ -285,9 +286,38 @@ def sql_row(draw: Any, depth: int, lists: bool, raw: bool = True) -> SqlShape:
     return SqlShape(t, spec, values)
 
 
+def accumulator(draw: Any, r: SqlShape) -> SqlShape:
+    """``r`` with an aggregate's sum and count after its fields, and the aggregate's current
+    value computed from them (``RowDataSpec.derived``, as with a compiled plan)."""
+    assert isinstance(r.spec, RowDataSpec)
+    integral = draw(st.booleans())
+    total_root = draw(st.sampled_from(["INTEGER", "BIGINT"])) if integral else "DOUBLE"
+    function = draw(st.sampled_from(["avg", "sum"])) if integral else "avg"
+    root = draw(st.sampled_from(["TINYINT", "INTEGER", "BIGINT"] if integral
+                                else ["FLOAT", "DOUBLE"]))
+    n = len(r.type.fields)
+    t = SqlType("ROW", fields=(*r.type.fields, SqlField("acc.sum", SqlType(total_root)),
+                               SqlField("acc.count", SqlType("BIGINT"))))
+    spec = replace(r.spec, type=t, field_specs=(*r.spec.field_specs, _PLACEHOLDER, _PLACEHOLDER),
+                   derived=(("acc", function, n, n + 1, root),))
+    totals = _ints(32 if total_root == "INTEGER" else 64) if integral else _floats(64)
+    counts = st.one_of(st.integers(-2, 40), _ints(64))
+    values = st.tuples(r.values, st.one_of(st.none(), totals), st.one_of(st.none(), counts)).map(
+        lambda v: {**v[0], "acc.sum": v[1], "acc.count": v[2]})
+    return SqlShape(t, spec, values)
+
+
 def row_data(draw: Any, lists: bool) -> Shape:
     r = sql_row(draw, 0, lists)
     assert isinstance(r.spec, RowDataSpec)
+    if lists and draw(st.integers(0, 3)) == 0:
+        r = accumulator(draw, r)
+        assert isinstance(r.spec, RowDataSpec)
+    if lists and draw(st.booleans()):
+        # a row of a SQL operator's state that shows its RowKind (values and list elements)
+        kind = st.sampled_from(ROW_KINDS)
+        return Shape(replace(r.spec, row_kind=True),
+                     st.tuples(kind, r.values).map(lambda kv: {"row_kind": kv[0], **kv[1]}))
     return Shape(r.spec, r.values)
 
 

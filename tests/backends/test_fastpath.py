@@ -13,7 +13,7 @@ from entries import same_table
 
 import statequery
 from statequery.arrow.schemas import state_schema
-from statequery.backends import fastpath
+from statequery.backends import fastpath, keygroups
 from statequery.io import FileIO
 from statequery.reader import list_states, read_table
 
@@ -46,7 +46,7 @@ def test_compiled_path_is_built() -> None:
     """``pip install`` builds the extension here (gcc and Cython are present); a machine without
     a compiler sets STATEQUERY_NO_EXTENSIONS, as for the build itself."""
     if os.environ.get("STATEQUERY_NO_EXTENSIONS"):
-        assert fastpath.key_group_scanner().__module__ == "statequery.backends.keygroups"
+        assert keygroups.key_group_scanner().__module__ == "statequery.backends.keygroups"
         return
     assert fastpath.compiled() is not None, "statequery.backends._read was not built"
 
@@ -137,7 +137,8 @@ def test_reads_of_several_keys_are_identical(name: str, monkeypatch: pytest.Monk
                 monkeypatch.setenv(fastpath.PURE_ENV, "1")
             else:
                 monkeypatch.delenv(fastpath.PURE_ENV, raising=False)
-            got[pure] = read_keys(sp, info, keys=["user-3", "user-5", "user-11"]).to_pylist()
+            keys = ["user-3", "user-5", "user-11"]
+            got[pure] = read_keys(sp.model, sp.context, info, keys=keys).to_pylist()
         assert got[True] == got[False]
         assert {r["key"] for r in got[False]} == {"user-3", "user-5", "user-11"}
 

@@ -4,6 +4,7 @@ seam touched only for the subtask a lookup needs, damaged inputs, and the shared
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import pickle
@@ -17,7 +18,7 @@ import pytest
 
 import statequery
 import statequery.backends.rocksdb as rocks
-from statequery.backends import KeyedContext, keyed_backend_for
+from statequery.backends import KeyedContext, keyed_backend_for, keyed_backend_from_model
 from statequery.backends.cache import CacheKey, FileCache, default_cache_dir
 from statequery.backends.keygroups import KeyGroupStream
 from statequery.backends.rocksdb import (
@@ -37,6 +38,7 @@ from statequery.exceptions import (
 from statequery.io import FileIO
 from statequery.metadata.handles import IncrementalHandle
 from statequery.savepoint import Savepoint
+from statequery.scan import _header_order
 from tests.conftest import FIXTURES, expected_entries, fixture_dir, read_jsonl
 
 NATIVE = "datastream-rocksdb-native"
@@ -109,7 +111,12 @@ def _raw_canonical(snap: _Snapshot) -> dict[tuple[str, str, bytes], bytes]:
     for op, handles in snap.keyed_operators():
         prefix = 1 if op.max_parallelism <= 128 else 2
         for h in handles:
-            backend: Any = keyed_backend_for(h, KeyedContext(snap.resolver, op.max_parallelism))
+            modelled = snap.model.operator(op.operator_id)
+            header = next(s.keyed_header for s in modelled.subtasks if s.keyed_handle == h)
+            assert header is not None
+            backend: Any = keyed_backend_from_model(
+                h, KeyedContext(snap.resolver, op.max_parallelism), header.compressed,
+                modelled.key_spec, _header_order(modelled, header.state_ids))
             names = [layout.name for layout in backend.order]
 
             def handler(sid: int, op_id: str = op.operator_id, names: list[str] = names,
@@ -621,7 +628,7 @@ def test_restored_databases_stay_open_per_savepoint_until_close() -> None:
     rows equal those of a savepoint that restores per read."""
     path = str(fixture_dir("datastream-rocksdb-native"))
     with statequery.open(path) as sp:
-        pool = sp.resolver.open_databases
+        pool = sp.context.open_databases
         first = sp.lookup("user-3")
         restores = pool.restores
         assert restores == len(pool) == 2  # the two keyed RocksDB operators
@@ -634,7 +641,7 @@ def test_restored_databases_stay_open_per_savepoint_until_close() -> None:
         dbs = list(pool._dbs.values())
     assert len(pool) == 0 and not any(db.is_open for db in dbs)
     fresh = statequery.open(path)
-    fresh.resolver.open_databases = None  # restore per read, as before
+    fresh.context = dataclasses.replace(fresh.context, open_databases=None)  # restore per read
     want = {k: t.to_pylist() for k, t in fresh.lookup("user-3").items()}
     assert want == {k: t.to_pylist() for k, t in first.items()}
     assert sum(t.num_rows for t in first.values()) > 0

@@ -39,6 +39,7 @@ NAMED = [
     # ForSt: RocksDB's files, with partitioned (two-level) indexes and filters by default
     "datastream-forst-native",
     "datastream-forst-checkpoint",
+    "async-datastream-forst-checkpoint",  # State V2: ForSt's database files in place
     # heap timers in raw keyed state: the RocksDB part of a full (non-incremental) checkpoint
     "datastream-rocksdb-checkpoint-heaptimers",
 ]
@@ -151,7 +152,7 @@ def test_lookup_rows_equal_the_full_restore(name: str, tmp_path: Path,
             assert any(want.values())
             looked += 1
     assert looked
-    dbs = list(sel.resolver.open_databases._dbs.values())
+    dbs = list(sel.context.open_databases._dbs.values())
     assert dbs and all(isinstance(db, TableReadState) for db in dbs)
     sel.close()
     full.close()
@@ -262,7 +263,7 @@ def test_a_restored_db_serves_lookups_when_open(tmp_path: Path,
     monkeypatch.setattr(rocks, "_DEFAULT_CACHE", FileCache(tmp_path / "cache"))
     with statequery.open(str(fixture_dir(NATIVE)), use_snapshot=False) as sp:
         sp.read("user-state", "count")
-        pool = sp.resolver.open_databases
+        pool = sp.context.open_databases
         restores = pool.restores
         sp.lookup("user-7", "user-state")
         assert pool.restores == restores
@@ -462,6 +463,6 @@ def test_a_manifest_the_reader_does_not_support_falls_back_to_the_restore(
     monkeypatch.setattr(manifest, "read_manifest", unsupported)
     with statequery.open(path, use_snapshot=False) as sp:
         got = {k: t.to_pylist() for k, t in sp.lookup("user-7", "user-state").items()}
-        dbs = list(sp.resolver.open_databases._dbs.values())
+        dbs = list(sp.context.open_databases._dbs.values())
     assert got == want
     assert dbs and all(isinstance(db, RocksDBState) for db in dbs)

@@ -44,3 +44,28 @@ def test_time_is_its_milliseconds_of_the_day() -> None:
     got = _cast(batch, spark_arrow_schema(schema))
     assert got.schema.field("t").type == pa.struct([("f3", pa.int32())])
     assert got.to_pylist() == [{"t": {"f3": 3_600_000}}, {"t": {"f3": None}}]
+
+
+def test_row_kinds_and_accumulator_names_reach_spark() -> None:
+    """A SQL operator's rows keep their ``row_kind`` field, and accumulators named from the plan
+    (``avg_amount.sum``: a dot in a field name) keep their names, in what Spark is handed."""
+    from conftest import FIXTURES
+
+    sp = statequery.open(str(fixture_dir("sql-ops-hashmap-native")))
+    mat = next(o for o in sp.operators if o.name.startswith("SinkMaterializer"))
+    table = sp.read(mat.operator_id, "values")
+    schema = spark_arrow_schema(table.schema)
+    _to_spark_struct(schema)
+    rows = pa.Table.from_batches([_cast(b, schema) for b in table.to_batches()],
+                                 schema=schema).to_pylist()
+    assert {r["row_kind"] for row in rows for r in row["value"]} == {"+U"}
+    sp = statequery.open(str(fixture_dir("sql-aggs-hashmap-canonical")),
+                         plan=str(FIXTURES / "plans" / "sql-aggs.json"))
+    agg = next(o for o in sp.operators if o.name == "GroupAggregate[6]")
+    table = sp.read(agg.operator_id, "accState", key={"category": "books"})
+    schema = spark_arrow_schema(table.schema)
+    struct = _to_spark_struct(schema)
+    assert "avg_amount.sum" in str(struct)
+    row = pa.Table.from_batches([_cast(b, schema) for b in table.to_batches()],
+                                schema=schema).to_pylist()[0]
+    assert (row["value"]["avg_amount.sum"], row["value"]["avg_amount.count"]) == (997, 20)

@@ -265,7 +265,10 @@ def test_sql_state_with_the_query_names(spark, tmp_path: Path) -> None:  # type:
     )
     assert df.schema["key"].dataType.fieldNames() == ["category"]
     assert df.schema["user_key"].dataType.fieldNames() == ["amount"]
-    assert df.schema["value"].dataType.elementType.fieldNames() == ["id", "amount", "category"]
+    # Top-N keeps each row with its RowKind (docs/decoding.md, "Row kinds")
+    fields = df.schema["value"].dataType.elementType.fieldNames()
+    assert fields == ["row_kind", "id", "amount", "category"]
     rows = df.where("key.category = 'books'").collect()
     assert max(r["user_key"]["amount"] for r in rows) == 100
     assert all(v["category"] == "books" for r in rows for v in r["value"])
+    assert {v["row_kind"] for r in rows for v in r["value"]} <= {"+I", "+U", "-U", "-D"}

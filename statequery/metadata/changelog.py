@@ -1,0 +1,255 @@
+"""The changelog state backend's change log, parsed (the model's view of it).
+
+A ``ChangelogStateBackendHandle`` (:class:`~statequery.metadata.handles.ChangelogHandle`) holds
+the underlying backend's own snapshot (the *materialized* base, empty before the first
+materialization) and the state changes logged since: ``ChangelogStateHandleStreamImpl`` (file
+handles and offsets into the file-system change log) or ``InMemoryChangelogStateHandle``
+(inline in ``_metadata``). This module reads the log: its metadata records (a state's
+``StateMetaInfoSnapshot``, TTL flag, default value, short id) and its data changes in order, so
+the model can list the states a log registers and count the changes applied to each
+(:func:`summarize`). :mod:`statequery.backends.changelog` applies them.
+
+The byte formats are described in docs/format-notes.md ("Changelog state backend").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from statequery.decoder import Decoder
+from statequery.exceptions import CorruptStateError, StatequeryError, UnsupportedFormatError
+from statequery.metadata.handles import (
+    ChangelogHandle,
+    ChangelogStreamHandle,
+    IncrementalHandle,
+    InMemoryChangelogHandle,
+    KeyGroupsHandle,
+)
+from statequery.metadata.proxy import StateMetaInfo, _read_state_meta
+from statequery.serializers.readers import reader_for
+from statequery.serializers.spec import SerializerSpec, TimerSpec
+
+__all__ = [
+    "ChangeLog",
+    "ChangelogSummary",
+    "read_change_log",
+    "skipper",
+    "summarize",
+]
+
+
+#: StateChangeOperation codes as Flink 2.3 writes them (metadata records are 8 in its logs;
+#: some Flink sources list a REMOVE_FIRST_ELEMENT 8 and METADATA 9, which its logs do not use)
+CLEAR, SET, SET_INTERNAL, ADD, MERGE_NS = 0, 1, 2, 3, 4
+ADD_ELEMENT, ADD_OR_UPDATE_ELEMENT, REMOVE_ELEMENT, METADATA = 5, 6, 7, 8
+OPERATIONS = (
+    "CLEAR", "SET", "SET_INTERNAL", "ADD", "MERGE_NS", "ADD_ELEMENT", "ADD_OR_UPDATE_ELEMENT",
+    "REMOVE_ELEMENT", "METADATA",
+)
+#: the key group of metadata records (AbstractStateChangeLogger.COMMON_KEY_GROUP)
+META_KEY_GROUP = -1
+
+
+@dataclass
+class ChangeLog:
+    """The parsed change log of one subtask: the states its metadata records register (in
+    registration order, last registration wins), and the data changes in log order as
+    ``(key group, operation, state name, payload)`` (payload: the bytes after the state id)."""
+
+    states: dict[str, StateMetaInfo] = field(default_factory=dict)
+    changes: list[tuple[int, int, str, bytes]] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    source: str = ""
+
+    @property
+    def key_spec(self) -> SerializerSpec | None:
+        """The key serializer as a timer state's ``TimerSerializer`` records it (the change log
+        itself does not record the operator's key serializer)."""
+        for meta in self.states.values():
+            spec = meta.serializers.get("VALUE_SERIALIZER")
+            if isinstance(spec, TimerSpec):
+                return spec.key
+        return None
+
+
+def _stream_bytes(resolver: Any, handle: Any, cache: dict[int, bytes]) -> bytes:
+    """A change-log file's bytes after its compression flag, decompressed."""
+    got = cache.get(id(handle))
+    if got is not None:
+        return got
+    name = resolver.source_name(handle)
+    # the whole file: the handle's size counts the (uncompressed) bytes after the one-byte
+    # compression flag, not the file's
+    raw = bytes(resolver.read(handle, 0, None))
+    if not raw:
+        raise CorruptStateError("empty change-log file", name, 0)
+    if raw[0] == 0:
+        data = raw[1:]
+    elif raw[0] == 1:
+        data = _snappy(raw[1:], name)
+    else:
+        raise CorruptStateError(f"change-log compression flag {raw[0]} (want 0 or 1)", name, 0)
+    cache[id(handle)] = data
+    return data
+
+
+def _change_set(data: bytes, offset: int, name: str) -> Iterator[tuple[int, bytes]]:
+    """The changes of one change set (``StateChangeFormat``): int groups, then per group int
+    count, int key group, count × (int length, bytes)."""
+    d = Decoder(data, source=name)
+    d.pos = offset
+    groups = d.read_int()
+    if not 0 <= groups <= len(data):
+        raise d.error(f"impossible key-group count {groups} in a change set", offset)
+    for _ in range(groups):
+        n = d.read_int()
+        kg = d.read_int()
+        if not 0 <= n <= len(data):
+            raise d.error(f"impossible change count {n}", d.pos - 8)
+        for _ in range(n):
+            size = d.read_int()
+            if not 0 <= size <= len(data) - d.pos:
+                raise d.error(f"impossible change length {size}", d.pos - 4)
+            yield kg, d.read_bytes(size)
+
+
+def raw_changes(resolver: Any, handle: ChangelogHandle) -> Iterator[tuple[int, bytes, str]]:
+    """Every logged change of ``handle``'s non-materialized part, in order:
+    ``(key group, change bytes, source name)``."""
+    cache: dict[int, bytes] = {}
+    for part in handle.non_materialized:
+        if isinstance(part, ChangelogStreamHandle):
+            for stream, offset in part.streams:
+                name = resolver.source_name(stream)
+                data = _stream_bytes(resolver, stream, cache)
+                if not 0 <= offset <= len(data):
+                    raise CorruptStateError(
+                        f"change set offset {offset} past the end ({len(data)} bytes)", name, 0
+                    )
+                for kg, change in _change_set(data, offset, name):
+                    yield kg, change, name
+        elif isinstance(part, InMemoryChangelogHandle):
+            for kg, change in part.changes:
+                yield kg, change, "_metadata (inline change log)"
+        else:
+            raise UnsupportedFormatError(
+                f"change-log handle {type(part).__name__} "
+                f"(type {getattr(part, 'handle_type', '?')}) is not supported"
+            )
+
+
+def read_change_log(resolver: Any, handle: ChangelogHandle) -> ChangeLog:
+    """Parse ``handle``'s change log (metadata records and data changes, in order)."""
+    log = ChangeLog()
+    ids: dict[int, str] = {}
+    lo, hi = handle.start_key_group, handle.start_key_group + handle.num_key_groups - 1
+    for kg, change, name in raw_changes(resolver, handle):
+        log.source = log.source or name
+        if not change:
+            raise CorruptStateError(f"empty state change in key group {kg}", name, 0)
+        op = change[0]
+        d = Decoder(change, source=name)
+        d.pos = 1
+        if op == METADATA:
+            meta, sid = _metadata_record(d)
+            ids[sid] = meta.name
+            log.states[meta.name] = meta
+            log.counts.setdefault(meta.name, 0)
+            continue
+        if op >= len(OPERATIONS):
+            raise CorruptStateError(f"unknown state change operation {op}", name, 0)
+        sid = d.read_short()
+        state = ids.get(sid)
+        if state is None:
+            raise CorruptStateError(
+                f"state change for state id {sid}, which no metadata record registered", name, 0
+            )
+        if not lo <= kg <= hi:
+            continue  # Flink applies only the changes of the handle's key groups
+        log.changes.append((kg, op, state, change[3:]))
+        log.counts[state] = log.counts.get(state, 0) + 1
+    return log
+
+
+def _metadata_record(d: Decoder) -> tuple[StateMetaInfo, int]:
+    """A METADATA record after its operation byte: int version, the ``StateMetaInfoSnapshot``,
+    for key-value states the TTL flag (+ Java-serialized ``StateTtlConfig``) and the default
+    value flag (+ value), then the short state id and the byte backend state type."""
+    version = d.read_int()
+    if version < 6:
+        raise UnsupportedFormatError(
+            f"{d.source}: change-log metadata record of state meta-info version {version}"
+        )
+    meta = _read_state_meta(d, 0)
+    if meta.error:
+        raise UnsupportedFormatError(f"{d.source}: state {meta.name!r}: {meta.error}")
+    if meta.backend_type in ("KEY_VALUE", "KEY_VALUE_V2"):
+        if d.read_bool():
+            raise UnsupportedFormatError(
+                f"{d.source}: state {meta.name!r} has a TTL config in the change log (a "
+                "Java-serialized StateTtlConfig), which statequery does not read"
+            )
+        if d.read_bool():
+            value = meta.serializers.get("VALUE_SERIALIZER")
+            d.pos = skipper(value, meta.name, "default value")(d.buf, d.pos, len(d.buf))
+    sid = d.read_short()
+    d.read_byte()  # the backend state type again
+    return meta, sid
+
+
+def skipper(spec: SerializerSpec | None, state: str, what: str) -> Any:
+    """``skip_at(buf, pos, end) -> pos`` of ``spec``'s values (the log has no lengths)."""
+    if spec is None:
+        raise UnsupportedFormatError(f"state {state!r} has no {what} serializer")
+    r = reader_for(spec)
+    if r.greedy or not spec.decodable:
+        raise UnsupportedFormatError(
+            f"state {state!r}: its {what} serializer ({spec.display}) cannot be delimited in the "
+            "change log (no length prefixes); the state cannot be read")
+    return r.skip_at
+
+
+def _snappy(data: bytes, name: str) -> bytes:
+    """A snappy-compressed log (``SnappyStreamCompressionDecorator``: the framing format)."""
+    import cramjam
+
+    if not data.startswith(b"\xff\x06\x00\x00sNaPpY"):
+        raise CorruptStateError("snappy stream identifier expected after the flag", name, 1)
+    try:
+        return bytes(cramjam.snappy.decompress(data))
+    except cramjam.DecompressionError as e:
+        raise CorruptStateError(f"corrupt snappy data: {e}", name, 1) from e
+
+
+@dataclass(frozen=True)
+class ChangelogSummary:
+    """What one subtask's change log says, for the StateMeta model: the states it registers
+    (base states first), the changes logged per state, the key serializer when it can tell,
+    or the error that stops reading it."""
+
+    states: tuple[StateMetaInfo, ...] = ()
+    counts: dict[str, int] = field(default_factory=dict)
+    key: SerializerSpec | None = None
+    error: str | None = None
+
+
+def summarize(resolver: Any, handle: ChangelogHandle) -> ChangelogSummary:
+    for base in handle.materialized:
+        if not (isinstance(base, IncrementalHandle)
+                or (isinstance(base, KeyGroupsHandle) and _heap_layout(base))):
+            return ChangelogSummary(error=(
+                f"changelog state backend: materialized handle {type(base).__name__} (type "
+                f"{getattr(base, 'handle_type', '?')}) is not read under a change log"))
+    try:
+        log = read_change_log(resolver, handle)
+    except (StatequeryError, ValueError) as e:
+        return ChangelogSummary(error=f"changelog state backend: {e}")
+    return ChangelogSummary(tuple(log.states.values()), dict(log.counts), log.key_spec)
+
+
+def _heap_layout(handle: KeyGroupsHandle) -> bool:
+    """A type-12 handle with an offset for every key group: the hashmap layout."""
+    offsets = tuple(handle.offsets)
+    return handle.handle_type == 12 and bool(offsets) and all(o > 0 for o in offsets)

@@ -1,0 +1,243 @@
+"""The changelog state backend's retained checkpoints read exactly (issue 26).
+
+Flink 2.3 with ``state.changelog.enabled`` (file-system change log under the job's checkpoint
+directory, ``<job-id>/dstl/``), the DataStream fixture job (docs/fixtures.md):
+
+* ``changelog-hashmap-unmaterialized-checkpoint``: taken before the first materialization, the
+  keyed state is only in the change log (metadata records and every change);
+* ``changelog-hashmap-checkpoint``: 150 events, a materialization (the hashmap base), then 50
+  more events: a non-empty change log on top of the base;
+* ``changelog-rocksdb-checkpoint``: the same with RocksDB underneath (incremental): the base
+  is RocksDB's native snapshot (SST files), read from its tables;
+* ``changelog-hashmap-memory-checkpoint``: the in-memory changelog storage (``memory``): the
+  change log is inline in ``_metadata`` (``InMemoryChangelogStateHandle``), no base;
+* ``changelog-hashmap-snappy-checkpoint``: the file-system log snappy-compressed
+  (``state.changelog.dstl.dfs.compression.enabled``), no base;
+* ``changelog-ops-{hashmap,rocksdb}-checkpoint``: the changes the fixture job never makes
+  (``ChangelogOps.java``): clears, map-key and timer removals, list replacement, merging session
+  windows.
+
+Every keyed entry must equal the fixture model (``expected/<name>.jsonl``, computed from the
+job's input) on both decode paths; ``state_meta`` lists every state with the changes applied.
+... and Flink's own restore (``dump/<name>.jsonl``: SavepointDump through Flink's
+``ChangelogStateBackend`` around the base's backend). The manifest lists these fixtures under
+``changelog`` (the oracle test reads them; the other fixture suites do not).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import FIXTURES, load_manifest
+from entries import canonical, state_entries
+
+import statequery
+from statequery.cli import main
+from statequery.exceptions import StatequeryError
+
+KEYED = ("user-state", "window-agg")
+STATES = {
+    "user-state": {"count", "recent-categories", "amount-by-category", "sum-amount",
+                   "avg-amount", "profile", "_timer_state/event_user-timers",
+                   "_timer_state/processing_user-timers"},
+    "window-agg": {"window-contents", "_timer_state/event_window-timers"},
+}
+
+
+def _record(name: str) -> dict[str, Any]:
+    return next(r for r in load_manifest()["changelog"] if r["name"] == name)
+
+
+def _open(name: str) -> Any:
+    return statequery.open(str(FIXTURES / _record(name)["path"]), use_snapshot=False)
+
+
+def _expected(
+    name: str, where: str = "expected", operators: tuple[str, ...] = KEYED
+) -> list[str]:
+    lines = (FIXTURES / where / f"{name}.jsonl").read_text().splitlines()
+    return sorted(
+        canonical({k: v for k, v in e.items() if k != "key_group"})
+        for e in map(json.loads, lines)
+        if e["operator_uid"] in operators
+    )
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "changelog-hashmap-unmaterialized-checkpoint",
+        "changelog-hashmap-checkpoint",
+        "changelog-rocksdb-checkpoint",
+        "changelog-hashmap-memory-checkpoint",
+        "changelog-hashmap-snappy-checkpoint",
+    ],
+)
+def test_keyed_state_equals_the_model(name: str, decode_path: str) -> None:
+    sp = _open(name)
+    got = []
+    for op in sp.operators:
+        if op.uid not in KEYED:
+            continue
+        for s in op.states:
+            table = sp.read(s)
+            got += [canonical(e) for e in state_entries(
+                table, s.kind, s.name, op.uid, op.operator_id, key_group=False)]
+    want = _expected(name)
+    assert len(want) > 300
+    assert sorted(got) == want
+    # ... and Flink's own restore of the checkpoint (SavepointDump through the
+    # ChangelogStateBackend around the base's backend), entry by entry
+    assert sorted(got) == _expected(name, "dump")
+
+
+@pytest.mark.parametrize(
+    "name", ["changelog-ops-hashmap-checkpoint", "changelog-ops-rocksdb-checkpoint"]
+)
+def test_clears_removals_and_merges_equal_flinks_restore(name: str, decode_path: str) -> None:
+    # ChangelogOps.java: CLEAR (value, list), REMOVE_ELEMENT (map keys, timers), list SET,
+    # MERGE_NS of session-window contents, the merging-window-set; the log alone (hashmap) and
+    # on top of a RocksDB base. The model covers the ops operator; the oracle covers all.
+    sp = _open(name)
+    got = []
+    for op in sp.operators:
+        if op.uid not in ("ops", "sessions"):
+            continue
+        for s in op.states:
+            got += [canonical(e) for e in state_entries(
+                sp.read(s), s.kind, s.name, op.uid, op.operator_id, key_group=False)]
+    dump = _expected(name, "dump", ("ops", "sessions"))
+    assert len(dump) > 250
+    assert sorted(got) == dump
+    model = set(_expected(name, "expected", ("ops",)))
+    assert model and model <= set(got)
+    rows = {r["state_name"]: r for r in sp.state_meta().to_pylist()
+            if r["operator_uid"] in ("ops", "sessions")}
+    assert {"last-id", "slots", "history", "window-contents", "merging-window-set"} <= set(rows)
+
+
+@pytest.mark.parametrize("name", sorted([
+    "changelog-ops-hashmap-checkpoint",
+    "changelog-ops-rocksdb-checkpoint",
+    "changelog-hashmap-unmaterialized-checkpoint",
+    "changelog-hashmap-checkpoint",
+    "changelog-rocksdb-checkpoint",
+    "changelog-hashmap-memory-checkpoint",
+    "changelog-hashmap-snappy-checkpoint",
+]))
+def test_every_state_flink_restores_is_listed(name: str) -> None:
+    dumped = {
+        (e["operator_uid"], e["state"])
+        for e in map(json.loads, (FIXTURES / "dump" / f"{name}.jsonl").read_text().splitlines())
+    }
+    listed = {(r["operator_uid"], r["state_name"]) for r in _open(name).state_meta().to_pylist()}
+    assert dumped and dumped <= listed
+
+
+def test_state_meta_says_changelog_and_the_changes_applied() -> None:
+    only_log = {r["state_name"]: r for r in _open(
+        "changelog-hashmap-unmaterialized-checkpoint").state_meta().to_pylist()}
+    on_base = {r["state_name"]: r for r in _open(
+        "changelog-hashmap-checkpoint").state_meta().to_pylist()}
+    for rows in (only_log, on_base):
+        for uid, names in STATES.items():
+            assert names <= set(rows), uid
+        for name in set().union(*STATES.values()):
+            assert rows[name]["backend"] == "changelog" and rows[name]["decodable"], name
+    # 200 events logged before any materialization; 50 after it (the base holds 150)
+    assert only_log["count"]["changelog_changes"] == 200
+    assert on_base["count"]["changelog_changes"] == 50
+    assert on_base["window-contents"]["changelog_changes"] == 50
+    # operator state is outside the change log
+    assert only_log["buffered-ids"]["changelog_changes"] is None
+
+
+def test_a_change_log_that_cannot_be_read_is_listed_with_its_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the same checkpoint with its change-log file cut short: every keyed state is still
+    # listed (from the base's header), not decodable, with the reason; inspect says it
+    import shutil
+
+    src = FIXTURES / _record("changelog-hashmap-checkpoint")["path"].split("/")[0]
+    dst = tmp_path / "cut"
+    shutil.copytree(src, dst)
+    logs = [p for p in dst.rglob("*") if p.parent.name == "dstl"]
+    assert logs
+    for log in logs:
+        log.write_bytes(log.read_bytes()[: log.stat().st_size // 2])
+    path = next(dst.glob("*/chk-*"))
+    sp = statequery.open(str(path), use_snapshot=False)
+    rows = [r for r in sp.state_meta().to_pylist() if r["operator_uid"] in KEYED]
+    assert set().union(*STATES.values()) <= {r["state_name"] for r in rows}
+    for r in rows:
+        assert not r["decodable"] and r["reason"].startswith("changelog state backend"), r
+        assert r["size_bytes"] > 0
+    with pytest.raises(StatequeryError):
+        sp.read("user-state", "count")
+    assert main(["inspect", str(path), "--json"]) == 0
+    assert "changelog state backend" in capsys.readouterr().out
+
+
+def test_inspect_lists_the_changes(capsys: pytest.CaptureFixture[str]) -> None:
+    path = FIXTURES / _record("changelog-rocksdb-checkpoint")["path"]
+    assert main(["inspect", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["backend"] == "changelog"
+    assert {r["state_name"]: r["changelog_changes"] for r in doc["states"]}["count"] == 50
+    assert main(["inspect", str(path)]) == 0
+    # the 8 user states (timers included) 50 changes each, the window contents 50, its event
+    # timers 100, its processing-time timers none (registered, never changed)
+    assert "changelog state backend: 550 logged change(s) applied to 11 keyed state(s)" in (
+        capsys.readouterr().out)
+
+
+def test_a_key_lookup_reads_the_merged_state(decode_path: str) -> None:
+    sp = _open("changelog-hashmap-checkpoint")
+    for state in ("count", "amount-by-category", "recent-categories"):
+        whole = [r for r in sp.read("user-state", state).to_pylist() if r["key"] == "user-7"]
+        assert whole
+        assert sp.read("user-state", state, key="user-7").to_pylist() == whole
+
+
+def test_the_snapshot_keeps_the_changes(tmp_path: Path) -> None:
+    import shutil
+
+    src = FIXTURES / _record("changelog-rocksdb-checkpoint")["path"].split("/")[0]
+    shutil.copytree(src, tmp_path / "c")
+    path = str(next((tmp_path / "c").glob("*/chk-*")))
+    statequery.open(path, use_snapshot=False).write_snapshot()
+    sp = statequery.open(path)  # from the StateMeta snapshot
+    rows = {r["state_name"]: r for r in sp.state_meta().to_pylist()}
+    assert rows["count"]["changelog_changes"] == 50
+    assert rows["rules"]["changelog_changes"] is None
+    assert sp.read("user-state", "count").num_rows == 20
+
+
+def test_the_fixtures_are_small() -> None:
+    for r in load_manifest()["changelog"]:
+        root = FIXTURES / r["path"].split("/")[0]
+        size = sum(p.stat().st_size for p in Path(root).rglob("*") if p.is_file())
+        assert size < 400_000, (r["name"], size)
+
+
+def test_operator_state_beside_the_change_log_reads_as_the_job_wrote_it() -> None:
+    name = "changelog-hashmap-unmaterialized-checkpoint"
+    sp = _open(name)
+    want = sorted(
+        canonical({k: v for k, v in e.items() if k != "operator_id"})
+        for e in map(json.loads, (FIXTURES / "expected" / f"{name}.jsonl").read_text()
+                     .splitlines())
+        if e["operator_uid"] in ("fixture-source", "operator-state")
+    )
+    got = []
+    for op in sp.operators:
+        for s in op.states:
+            if s.kind in ("operator_list", "operator_union", "broadcast"):
+                got += [canonical({k: v for k, v in e.items() if k != "operator_id"})
+                        for e in state_entries(sp.read(s), s.kind, s.name, op.uid,
+                                               op.operator_id, False)]
+    assert want and sorted(got) == want
