@@ -387,8 +387,9 @@ def _probe_heap_layout(handle: Any, stream: Any, compressed: bool, n_states: int
         return hint == "heap"
     starts = [(handle.start_key_group + i, o) for i, o in enumerate(handle.offsets)]
     # key group 0 alone: a hashmap key group starts with int32 0 ...
-    ((_kg, start, end),) = list(iter_key_group_extents(stream, starts))
-    ((_kg, start, _end, data),) = list(read_key_group_spans(stream, [(0, start, end)]))
+    ((_kg, start, _end, data),) = list(
+        read_key_group_spans(stream, iter_key_group_extents(stream, starts))
+    )
     if len(data) < 4 or int.from_bytes(data[:4], "big", signed=True) != 0:
         return False
     # ... as does a canonical one of state 0 with a key shorter than 64 KiB: walk it
