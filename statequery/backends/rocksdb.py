@@ -104,7 +104,7 @@ class DbFile:
 
     def __post_init__(self) -> None:
         name = self.local_path
-        if not name or "/" in name or "\\" in name or name in (".", ".."):
+        if not name or "/" in name or "\\" in name or "\x00" in name or name in (".", ".."):
             raise CorruptStateError(f"invalid RocksDB file name {name!r} in a state handle",
                                     self.location)
         if self.data is None and self.location is None:

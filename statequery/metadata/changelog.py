@@ -27,7 +27,7 @@ from statequery.metadata.handles import (
     InMemoryChangelogHandle,
     KeyGroupsHandle,
 )
-from statequery.metadata.proxy import StateMetaInfo, _read_state_meta
+from statequery.metadata.proxy import StateMetaInfo, _read_state_meta, _Unknown
 from statequery.serializers.readers import reader_for
 from statequery.serializers.spec import SerializerSpec, TimerSpec
 
@@ -182,7 +182,10 @@ def _metadata_record(d: Decoder) -> tuple[StateMetaInfo, int]:
         raise UnsupportedFormatError(
             f"{d.source}: change-log metadata record of state meta-info version {version}"
         )
-    meta = _read_state_meta(d, 0)
+    try:
+        meta = _read_state_meta(d, 0)
+    except _Unknown as u:  # an unknown serializer snapshot: the record's end is unknowable
+        meta = u.partial
     if meta.error:
         raise UnsupportedFormatError(f"{d.source}: state {meta.name!r}: {meta.error}")
     if meta.backend_type in ("KEY_VALUE", "KEY_VALUE_V2"):
