@@ -102,7 +102,8 @@ def block_tuples(bytes data, Py_ssize_t pos, Py_ssize_t limit, start, stop, glob
                 if grown == NULL:
                     raise MemoryError()
                 key = grown
-            memcpy(key + shared, p + pos, non_shared)
+            if non_shared:  # never memcpy to NULL (no key bytes yet), not even 0 bytes: UB
+                memcpy(key + shared, p + pos, non_shared)
             keylen = <Py_ssize_t>(shared + non_shared)
             pos = end
             ulen = keylen - 8

@@ -33,6 +33,7 @@ tests/test_sanitized.py, with ``--asan`` to preload its runtime).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -78,6 +79,13 @@ OPS = ["bitflip", "bitflips", "byteset", "truncate", "inflate", "dup", "delete"]
 #: a RocksDB table: the same mutations inside one block (data, index, meta-index, properties),
 #: then its checksum recomputed, so the mutated bytes reach the block parsers
 SST_OPS = ["block-bitflip", "block-byteset", "block-inflate", "block-varint"]
+#: a RocksDB table whose blocks are compressed: the mutation is applied to one block's bytes
+#: after its checksum is verified and it is decompressed (``SstFile._decode_block``), where the
+#: block walks (compiled ``_sst.block_tuples`` and the pure ``_Block``) start; ``header`` aims
+#: at an entry's shared / non-shared / value-length varint
+DECODED_OPS = ["decoded-bitflip", "decoded-byteset", "decoded-varint", "decoded-header"]
+BIG_VARINTS = ["ffffffffffffffffff01", "ffffffff0f", "80808080808080808001", "ffffffffffffffffff7f",
+               "00", "7f", "8001"]
 INFLATE = [b"\x7f\xff\xff\xff", b"\xff\xff\xff\xff", b"\x80\x00\x00\x00", b"\xff\xff\xff\xff\x0f",
            b"\x00\x00\x00\x00"]
 BUGS = {"rows-vs-error", "rows-differ", "untyped", "crash", "hang"}
@@ -85,8 +93,13 @@ BUGS = {"rows-vs-error", "rows-differ", "untyped", "crash", "hang"}
 
 # -- fixtures and mutations (deterministic from the seed) ------------------------------------------
 
+@functools.lru_cache(maxsize=1)
+def _manifest() -> dict[str, Any]:
+    return json.loads((FIXTURES / "manifest.json").read_text())  # type: ignore[no-any-return]
+
+
 def fixture_record(name: str) -> dict[str, Any]:
-    manifest = json.loads((FIXTURES / "manifest.json").read_text())
+    manifest = _manifest()
     for section in ("fixtures", "changelog"):
         for rec in manifest.get(section, []):
             if rec["name"] == name:
@@ -94,6 +107,7 @@ def fixture_record(name: str) -> dict[str, Any]:
     raise LookupError(f"no fixture {name!r} in the manifest")
 
 
+@functools.cache
 def fixture_files(name: str) -> tuple[Path, str, list[str]]:
     """(top directory to copy, savepoint path inside it, files to mutate relative to the top)."""
     rel = fixture_record(name)["path"]
@@ -123,6 +137,19 @@ def mutate(data: bytes, op: str, rng: random.Random) -> tuple[bytes, dict[str, A
     else:
         raise ValueError(op)
     return apply(data, m), m
+
+
+_TABLE_MAGIC = (0x88E241B785F4CFF7, 0xDB4775248B80FB57)  # block-based table, legacy
+
+
+def is_table(path: Path) -> bool:
+    """A RocksDB block-based table (Flink names them by UUID in savepoints: by its magic)."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        if f.tell() < 48:
+            return False
+        f.seek(-8, os.SEEK_END)
+        return int.from_bytes(f.read(8), "little") in _TABLE_MAGIC
 
 
 def sst_blocks(path: Path) -> list[tuple[int, int]]:
@@ -156,6 +183,100 @@ def mutate_block(path: Path, data: bytes, op: str,
     return apply(data, m), m
 
 
+def mutate_decoded(path: Path, op: str, rng: random.Random) -> dict[str, Any]:
+    offset, _ = rng.choice(sst_blocks(path))
+    m: dict[str, Any] = {"op": op, "block": offset, "frac": rng.random()}
+    if op == "decoded-bitflip":
+        m["bit"] = rng.randrange(8)
+    elif op == "decoded-byteset":
+        m["value"] = rng.choice([0, 0xFF, 0x7F, 0x80, rng.randrange(256)])
+    else:
+        m["bytes"] = rng.choice(BIG_VARINTS)
+        m["field"] = rng.randrange(3)
+    return m
+
+
+def _entry_headers(data: bytes) -> list[list[int]]:
+    """Positions of each entry's three header varints in a decoded block (as far as they parse)."""
+    from statequery.backends.sst import _Block, _varint
+
+    try:
+        limit = _Block(data, "", 0).limit
+    except Exception:  # noqa: BLE001 - a block the mutation will not aim into
+        return []
+    out, pos = [], 0
+    try:
+        while pos < limit:
+            fields = [pos]
+            _, pos = _varint(data, pos)
+            fields.append(pos)
+            non_shared, pos = _varint(data, pos)
+            fields.append(pos)
+            value_len, pos = _varint(data, pos)
+            out.append(fields)
+            pos += non_shared + value_len
+    except Exception:  # noqa: BLE001
+        pass
+    return out
+
+
+def apply_decoded(data: bytes, m: dict[str, Any]) -> bytes:
+    """The decoded block ``data`` changed as ``m`` (from :func:`mutate_decoded`) says."""
+    b = bytearray(data)
+    if not b:
+        return data
+    pos = min(int(m["frac"] * len(b)), len(b) - 1)
+    op = m["op"]
+    if op == "decoded-bitflip":
+        b[pos] ^= 1 << m["bit"]
+    elif op == "decoded-byteset":
+        b[pos] = m["value"]
+    elif op == "decoded-header":  # the varint replaced by another: the rest of the block moves
+        from statequery.backends.sst import _varint
+
+        headers = _entry_headers(data)
+        if headers:
+            pos = headers[min(int(m["frac"] * len(headers)), len(headers) - 1)][m["field"]]
+            b[pos:_varint(data, pos)[1]] = bytes.fromhex(m["bytes"])
+    else:  # overwritten in place
+        field = bytes.fromhex(m["bytes"])
+        b[pos:pos + len(field)] = field
+        del b[len(data):]
+    return bytes(b)
+
+
+class _DecodedPatch:
+    """While active, ``SstFile._decode_block`` of the block at ``m["block"]`` returns the block
+    with ``m`` applied to its decoded bytes."""
+
+    def __init__(self, m: dict[str, Any] | None) -> None:
+        self.m = m
+
+    def __enter__(self) -> None:
+        if self.m is None:
+            return
+        from statequery.backends import sst
+
+        self.original = original = sst.SstFile._decode_block
+        m = self.m
+
+        def decode(table: Any, raw: bytes, handle: Any, delta_values: bool = False,
+                   first_keys: bool = False) -> Any:
+            block = original(table, raw, handle, delta_values, first_keys)
+            if handle.offset != m["block"]:
+                return block
+            return sst._Block(apply_decoded(block.data, m), block.source, block.base,
+                              delta_values, first_keys)
+
+        sst.SstFile._decode_block = decode  # type: ignore[method-assign]
+
+    def __exit__(self, *exc: object) -> None:
+        if self.m is not None:
+            from statequery.backends import sst
+
+            sst.SstFile._decode_block = self.original  # type: ignore[method-assign]
+
+
 def resum(b: bytearray, offset: int, size: int, original: bytes) -> None:
     """Recompute the checksum of the block at ``offset`` (RocksDB's trailer: compression type,
     then the 32-bit checksum of block and type, plus the context modifier of format 6)."""
@@ -180,6 +301,8 @@ def resum(b: bytearray, offset: int, size: int, original: bytes) -> None:
 def apply(data: bytes, m: dict[str, Any]) -> bytes:
     b = bytearray(data)
     op = m["op"]
+    if op in DECODED_OPS:
+        return data  # applied when the block is decoded (_DecodedPatch)
     if op == "bitflip":
         b[m["pos"]] ^= 1 << m["bit"]
     elif op == "bitflips":
@@ -206,6 +329,8 @@ def cases(fixtures: list[str], seed: int, ops: list[str] = OPS) -> Any:
     state files (not ``_metadata``) are picked three times as often as ``_metadata``."""
     rng = random.Random(seed)
     files = {f: fixture_files(f)[2] for f in fixtures}
+    tables = {(f, p) for f in fixtures for p in files[f]
+              if is_table(fixture_files(f)[0] / p)}
     i = 0
     while True:
         fx = fixtures[i % len(fixtures)]
@@ -213,8 +338,8 @@ def cases(fixtures: list[str], seed: int, ops: list[str] = OPS) -> Any:
         weights = [1 if Path(p).name == "_metadata" else 3 for p in names]
         target = rng.choices(names, weights)[0]
         op = ops[rng.randrange(len(ops))]
-        if target.endswith(".sst") and rng.random() < 0.6:
-            op = SST_OPS[rng.randrange(len(SST_OPS))]
+        if (fx, target) in tables and rng.random() < 0.7:
+            op = rng.choice(SST_OPS + DECODED_OPS + DECODED_OPS)
         yield {"index": i, "fixture": fx, "file": target, "op": op, "seed": rng.randrange(1 << 30)}
         i += 1
 
@@ -301,24 +426,30 @@ class Worker:
         top, inner = self.copy(case["fixture"])
         path = top / case["file"]
         original = path.read_bytes()
+        table = is_table(path)
         if "mutation" in case:
             data = apply(original, case["mutation"])
         else:
             rng = random.Random(case["seed"])
             if case["op"] in SST_OPS:
                 data, case["mutation"] = mutate_block(path, original, case["op"], rng)
+            elif case["op"] in DECODED_OPS:
+                case["mutation"] = mutate_decoded(path, case["op"], rng)
+                data = original
             else:
                 data, case["mutation"] = mutate(original, case["op"], rng)
         try:
             path.write_bytes(data)
             what = [(_read_all, str(top / inner) if inner else str(top))]
-            if path.suffix == ".sst":
+            if table:
                 what.append((_read_sst, str(path)))
             results = []
-            for fn, arg in what:
-                fast = self.outcome(fn, arg, pure=False)
-                pure = self.outcome(fn, arg, pure=True)
-                results.append(classify(fast, pure))
+            m = case["mutation"]
+            with _DecodedPatch(m if m["op"] in DECODED_OPS else None):
+                for fn, arg in what:
+                    fast = self.outcome(fn, arg, pure=False)
+                    pure = self.outcome(fn, arg, pure=True)
+                    results.append(classify(fast, pure))
         finally:
             path.write_bytes(original)
         worst = max(results, key=lambda r: r["class"] in BUGS)
@@ -335,7 +466,7 @@ def classify(fast: tuple[str, str], pure: tuple[str, str]) -> dict[str, Any]:
         cls = "typed" if same else "typed-class-differs"
     else:
         cls = "rows-vs-error"
-    detail = {} if cls in ("rows", "typed") else {
+    detail = {} if cls == "rows" else {
         "compiled": fast[1][:2000] if fast[0] != "rows" else "rows",
         "pure": pure[1][:2000] if pure[0] != "rows" else "rows"}
     if cls == "rows-differ":
@@ -466,7 +597,8 @@ def campaign(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         driver.stop()
     return {
-        "seed": args.seed, "inputs": n, "wall_seconds": round(time.monotonic() - t0, 1),
+        "seed": args.seed, "fixtures": args.fixtures, "pythonpath": args.pythonpath,
+        "asan": args.asan, "inputs": n, "wall_seconds": round(time.monotonic() - t0, 1),
         "worker_cpu_seconds": round(_children_cpu() - cpu0, 1),
         "outcomes": dict(totals),
         "per_fixture": {k: dict(v) for k, v in per_fixture.items()},
