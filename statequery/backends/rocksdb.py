@@ -262,6 +262,10 @@ class RocksDBState(_HandleReader):
                 table.apply_manifest_seqno(m.largest_seqno)
             self._open_table(f, os.path.join(root, f.local_path), table,
                              m.column_family if m is not None else None)
+            # every index read (checksum verified) and checked by the SST reader first: RocksDB
+            # trusts an index block whose checksum matches and can crash the process (SIGSEGV
+            # in IndexValue::DecodeFrom) on a malformed entry
+            table.data_block_handles()
         self._open_db(root, manifest)
         self.cache.evict()
 

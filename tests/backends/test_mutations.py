@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import shutil
 import struct
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +96,28 @@ def test_found_mutations_raise_typed_errors_on_both_paths(
     fast, pure = _both(read, monkeypatch)
     assert type(fast) is type(pure) is error, (fast, pure)
     assert words in str(fast) and words in str(pure), (str(fast), str(pure))
+
+
+def test_a_malformed_index_block_is_refused_before_rocksdb_reads_it() -> None:
+    """An index block of a real table with a 5-byte varint written over its first entry, its
+    checksum recomputed: RocksDB trusted it and crashed the process (SIGSEGV in
+    ``IndexValue::DecodeFrom``, found by the campaign under ASan). Every index is now read by the
+    SST reader before the DB is opened: a typed error on both paths. Replayed in a subprocess,
+    so a crash fails this test instead of the session."""
+    case = {"fixture": "datastream-rocksdb-incremental-checkpoint",
+            "file": "d68844c7631329b154d65efd5713b52d/shared/e1a72819-2766-42a3-a178-0bdf916ef95a",
+            "op": "block-inflate",
+            "mutation": {"op": "inflate", "pos": 146, "bytes": "ffffffff0f", "resum": [145, 31]}}
+    where = str(Path(statequery.__file__).resolve().parent.parent)
+    r = subprocess.run([sys.executable, rc.__file__, "--replay", json.dumps(case),
+                        "--pythonpath", where], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"exit {r.returncode}: {r.stderr[-3000:]}"
+    got = json.loads(r.stdout)
+    assert got["class"] == "typed" and got["reads"] == ["typed", "typed"], got
+    for path in ("compiled", "pure"):
+        assert got["detail"][path].startswith("CorruptStateError"), got
+        assert "e1a72819-2766-42a3-a178-0bdf916ef95a at byte 151: index entry runs past the " \
+            "block" in got["detail"][path], got
 
 
 # -- the compiled SST block walk: a shared-prefix length of 2**64 - 1 -----------------------------

@@ -427,7 +427,7 @@ class Worker:
         path = top / case["file"]
         original = path.read_bytes()
         table = is_table(path)
-        if "mutation" in case:
+        if case.get("mutation") is not None:  # a replay (a crash records only the seed)
             data = apply(original, case["mutation"])
         else:
             rng = random.Random(case["seed"])
@@ -535,9 +535,13 @@ class Driver:
             p.kill()
         p.wait()
         self.errlog.seek(0)
-        tail = self.errlog.read()[-3000:]
+        text = self.errlog.read()
         self.errlog.close()
-        return f"exit {p.returncode}\n{tail}"
+        # a sanitizer's verdict (its first lines), then the end of the worker's stderr
+        verdict = [line for line in text.splitlines()
+                   if "runtime error" in line or "ERROR: AddressSanitizer" in line
+                   or line.startswith(("SUMMARY:", "Fatal Python error"))]
+        return f"exit {p.returncode}\n" + "\n".join(verdict[:5]) + "\n...\n" + text[-3000:]
 
     def run(self, case: dict[str, Any]) -> dict[str, Any]:
         p = self.start()
