@@ -1223,17 +1223,22 @@ class RocksDBKeyedBackend:
             # table walk in C, a comprehension over RocksDB's pairs), not by a decoder call
             # per timer
             try:
-                items, _ = db.items(layout.name, bounds, match=(raw, prefix + 8))
+                items, stop = db.items(layout.name, bounds, match=(raw, prefix + 8))
             except (StatequeryError, MemoryError):
                 raise
             except Exception as e:  # rocksdict raises plain Exception
                 raise db.wrap_error(layout.name, e) from e
         else:
-            items, _ = db.items(layout.name, bounds, key_prefix=seek)
+            items, stop = db.items(layout.name, bounds, key_prefix=seek)
         one = prefix == 1
         current = -1
         try:
             for key, value in items:
+                if stop and key >= stop:  # as the compiled feed (``_read.feed_key_group``)
+                    raise CorruptStateError(
+                        f"state {layout.name!r}, entry key {key.hex()} lies at or after the end "
+                        f"of its range ({stop.hex()}): the table's keys are out of order",
+                        db.describe(layout.name))
                 kg = key[0] if one else int.from_bytes(key[:prefix], "big")
                 if kg != current:
                     if current >= 0:
