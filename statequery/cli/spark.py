@@ -52,6 +52,9 @@ def add_parsers(sub: Any) -> None:
                     help="spark-sql's silent mode: results only, no timing lines")
     sh.add_argument("--database", dest="sql_database", metavar="NAME",
                     help="the database to start in (USE NAME)")
+    sh.add_argument("--beeline", action="store_true",
+                    help="on a running server: beeline (JDBC, a JVM) instead of the shell on "
+                         "Spark Connect")
     sh.add_argument("spark_sql_args", nargs=argparse.REMAINDER,
                     help="after --: passed on to spark-sql as they are")
     _spark_args(sh)
@@ -262,7 +265,40 @@ def _beeline(info: dict[str, Any], extra: list[str], database: str | None = None
 
 
 def _shell_on_server(args: argparse.Namespace, info: dict[str, Any]) -> int:
-    """``statequery shell`` on a running server: beeline, spark-sql's options translated."""
+    """``statequery shell`` on a running server: the shell on its Spark Connect endpoint
+    (:mod:`statequery.cli.sqlshell`), or with ``--beeline`` (or a server without Connect)
+    beeline on its Thrift server."""
+    if args.beeline or args.print_command or not info.get("connect"):
+        return _beeline_shell(args, info)
+    rest = list(args.spark_sql_args)
+    if rest and rest[0] == "--":
+        rest = rest[1:]
+    if rest:
+        raise SparkCommandError(
+            f"{' '.join(rest)}: arguments after -- are for spark-sql (no server) or beeline "
+            "(statequery shell --beeline -- ...)"
+        )
+    from statequery.cli.sqlshell import run_shell
+
+    script = args.sql_e
+    if args.sql_f is not None:
+        script = _read_text(args.sql_f)
+    init = _read_text(args.sql_i) if args.sql_i is not None else None
+    return run_shell(info, args.sql_database, script, init, args.silent)
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as e:
+        raise SparkCommandError(f"{path}: cannot read it: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise SparkCommandError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
+def _beeline_shell(args: argparse.Namespace, info: dict[str, Any]) -> int:
+    """beeline on the server's Thrift JDBC server, spark-sql's options translated."""
     import subprocess
 
     extra: list[str] = []
