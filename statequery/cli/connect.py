@@ -1,15 +1,17 @@
-"""A small Spark Connect client: one SQL statement to a Connect server, its rows as Arrow.
+"""A small Spark Connect client: SQL statements to a Connect server, their rows as Arrow.
 
-``statequery sql --spark`` on a running ``statequery serve`` uses it instead of PySpark's
-Connect client, whose import alone (pandas, numpy, PySpark's SQL package and its generated
-protocol modules) takes longer than the query on a warm server. It speaks the same protocol
-(``spark.connect.SparkConnectService`` over gRPC, Spark's ``base.proto``) with the few messages
-one statement needs, encoded here: ``ExecutePlan`` with a plan whose root is a ``SQL`` relation
-(Spark runs a command such as ``SHOW DATABASES`` eagerly and returns its rows, as
-``spark.sql(...)`` does), the Arrow IPC streams of the response's ``arrow_batch`` fields, then
-``ReleaseSession``. It imports only ``grpc`` and ``pyarrow``, both of which the ``spark`` extra
-brings. Anything else (DataFrames, notebooks) is for PySpark's client:
-``SparkSession.builder.remote(url)``.
+``statequery sql --spark`` and ``statequery shell`` (:mod:`statequery.cli.sqlshell`) on a
+running ``statequery serve`` use it instead of PySpark's Connect client, whose import alone
+(pandas, numpy, PySpark's SQL package and its generated protocol modules) takes longer than the
+query on a warm server. It speaks the same protocol (``spark.connect.SparkConnectService`` over
+gRPC, Spark's ``base.proto``) with the few messages a statement needs, encoded here:
+``ExecutePlan`` with a plan whose root is a ``SQL`` relation (Spark runs a command such as
+``SHOW DATABASES`` eagerly and returns its rows, as ``spark.sql(...)`` does), the Arrow IPC
+streams of the response's ``arrow_batch`` fields, ``Interrupt`` (Ctrl-C) and
+``ReleaseSession``. A :class:`ConnectSession` keeps one session for several statements (a
+``USE`` lasts) and names each operation, so that Ctrl-C interrupts that one. It imports only
+``grpc`` and ``pyarrow``, both of which the ``spark`` extra brings. Anything else (DataFrames,
+notebooks) is for PySpark's client: ``SparkSession.builder.remote(url)``.
 """
 
 from __future__ import annotations

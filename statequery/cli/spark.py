@@ -34,15 +34,19 @@ def add_parsers(sub: Any) -> None:
     _spark_args(d)
 
     sh = sub.add_parser(
-        "shell", help="spark-sql with every savepoint of a catalog attached",
-        description="An interactive Spark SQL shell (spark-sql) on the local metastore, with "
-                    "every savepoint of the catalog attached as a database. -e, -f, -i, -S and "
-                    "--database are spark-sql's; anything after -- goes to spark-sql as it is. "
+        "shell", help="a Spark SQL shell with every savepoint of a catalog attached",
+        description="An interactive Spark SQL shell on the local metastore, with every savepoint "
+                    "of the catalog attached as a database: spark-sql, or, while statequery "
+                    "serve runs, a shell on its Spark Connect server that opens at once "
+                    "(--beeline: beeline on its JDBC server). -e, -f, -i, -S and --database are "
+                    "spark-sql's, and -e/-f print what spark-sql prints (tab-separated rows); "
+                    "anything after -- goes to spark-sql (or beeline) as it is. "
                     "Example: statequery shell -e \"SHOW DATABASES\"",
     )
     sh.add_argument("--catalog", help="the catalog folder (default: the shipped catalog/)")
     sh.add_argument("--print-command", action="store_true",
-                    help="print the spark-sql command line instead of running it")
+                    help="print the spark-sql command line (on a server: beeline's) instead of "
+                         "running it")
     sh.add_argument("-e", dest="sql_e", metavar="SQL",
                     help="run these statements (separated by ;) and exit")
     sh.add_argument("-f", dest="sql_f", metavar="FILE", help="run the statements of FILE and exit")
