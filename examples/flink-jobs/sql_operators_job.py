@@ -8,13 +8,14 @@ deterministic: ``events`` (N_EVENTS JSON rows, ids in order) and a Debezium chan
 (for ChangelogNormalize), both read by the filesystem connector in continuous mode
 (``source.monitor-interval``), so the sources never finish and no operator is FINISHED when the
 savepoint is taken. The watermark trails event time by one day: no window, OVER frame, interval
-join, temporal join or MATCH_RECOGNIZE ever fires, all their input stays in state.
+join, temporal join or MATCH_RECOGNIZE ever fires, all their input stays in state (``--job cep``
+and ``--job over`` read the events with a watermark five minutes behind: see there).
 
 The job is compiled to a plan first (``StatementSet.compilePlan``; written to ``--plan``) and the
 compiled plan is executed, so the savepoint's operators carry the plan's node ids (operator names
 ``GroupAggregate[7]``, uids ``7_group-aggregate``...).
 
-    python sql_operators_job.py --job ops|minibatch --backend hashmap|rocksdb \
+    python sql_operators_job.py --job ops|minibatch|aggs|cep|over --backend hashmap|rocksdb \
         --kind savepoint-canonical|savepoint-native --out DIR --plan PLAN.json [--max-parallelism 8]
 
 Prints ``SNAPSHOT_PATH=<dir>`` and ``JOB_ID=<id>``.
