@@ -1,6 +1,5 @@
 """The DataStream CEP library (``CEP.pattern(keyedStream, pattern)``), read from savepoints Flink
-2.3.0 wrote (docs/decoding.md, "MATCH_RECOGNIZE" and "The DataStream CEP library";
-docs/fixtures.md, ``cep-stream-*``).
+2.3.0 wrote (docs/decoding.md, "MATCH_RECOGNIZE"; docs/fixtures.md, "The DataStream CEP job").
 
 The fixtures come from examples/flink-jobs/src/statequery/fixtures/CepStreamJob.java: events
 0..59 (``Event`` POJOs) keyed by ``"k" + (id % 4)``, the pattern ``first (amount > 50)``, ``next

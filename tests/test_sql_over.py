@@ -10,6 +10,8 @@ fixtures by tests/test_reader.py; here: the names the compiled plan gives and wh
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -194,3 +196,34 @@ def test_cleanup_timers(name: str) -> None:
     timers = {(t["key"]["user"], t["timestamp_ms"])
               for t in _read(sp, 8, "_timer_state/event_user-timers")}
     assert {(u, ts) for u, ts in cleanup.items()} <= timers
+
+
+def test_documented_queries(tmp_path: Path) -> None:
+    """docs/decoding.md's OVER queries, over a catalog whose database ``over`` is the fixture
+    snapshotted with its plan."""
+    from statequery.catalog import Catalog
+    from statequery.cli import main
+
+    src = fixture_dir(OVER[0])
+    shutil.copytree(src, tmp_path / "over")
+    assert main(["snapshot", str(tmp_path / "over"), "--plan", PLAN]) == 0
+    cat = Catalog(str(tmp_path))
+    sums = statequery.sql(
+        """SELECT a.key.user, a.value.sum3, a.value.n3, t.value AS last_fired_ms
+           FROM over."5_over_aggregate__accstate" a
+           JOIN over."5_over_aggregate__lasttriggeringtsstate" t ON a.key = t.key""",
+        cat).to_pylist()
+    fired = EVENTS[:FIRED]
+    want = {}
+    for u in range(N_USERS):
+        mine = [e for e in fired if e["user"] == f"user-{u}"]
+        want[f"user-{u}"] = (sum(e["amount"] for e in mine[-3:]), 3, mine[-1]["ts"])
+    assert {r["user"]: (r["sum3"], r["n3"], r["last_fired_ms"]) for r in sums} == want
+    waiting = statequery.sql(
+        """SELECT key.user, r.id, r.rowtime
+           FROM over."5_over_aggregate__inputstate", UNNEST(value) AS t(r)
+           WHERE user_key > (SELECT max(value)
+                             FROM over."5_over_aggregate__lasttriggeringtsstate")""",
+        cat).to_pylist()
+    assert sorted((r["id"], r["user"]) for r in waiting) == [
+        (e["id"], e["user"]) for e in EVENTS[FIRED:]]
