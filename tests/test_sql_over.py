@@ -227,3 +227,19 @@ def test_documented_queries(tmp_path: Path) -> None:
         cat).to_pylist()
     assert sorted((r["id"], r["user"]) for r in waiting) == [
         (e["id"], e["user"]) for e in EVENTS[FIRED:]]
+
+
+@pytest.mark.parametrize(("name", "plan", "table", "acc"), [
+    # no frame fired (watermark a day behind): the state is empty, its type is named
+    ("sql-ops-hashmap-native", "sql-ops", "125_over_aggregate__accstate",
+     "ROW<sum3.count BIGINT, sum3 INTEGER, count1 BIGINT>"),
+    # select items without an alias (Calcite's EXPR$13 ...) take the sink's column names
+    ("edge-sql-hashmap-native", "edge-sql", "31_over_aggregate__accstate",
+     "ROW<sum_l.count BIGINT, sum_l BIGINT, cnt_s2 BIGINT, max_dec38 ROW<max DECIMAL(38, 10), "
+     "mapSize BIGINT, map RAW(org.apache.flink.table.api.dataview.MapView)>, count1 BIGINT>"),
+])
+def test_other_jobs_over_accumulators_are_named(name: str, plan: str, table: str,
+                                                 acc: str) -> None:
+    sp = _open(name, plan=str(FIXTURES / "plans" / f"{plan}.json"))
+    [row] = [r for r in sp.state_meta().to_pylist() if r["table_name"] == table]
+    assert row["value_type"] == acc and row["reason"] is None

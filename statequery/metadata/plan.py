@@ -398,8 +398,9 @@ _PASS_THROUGH = ("exchange", "mini-batch-assigner", "watermark-assigner", "drop-
 
 
 def _planner_name(name: str) -> bool:
-    """A column the planner named: ``$f1``, ``$3``, or an OVER aggregation's ``w0$o1``."""
-    return name.startswith("$") or re.match(r"^w\d+\$o\d+$", name) is not None
+    """A column the planner named: ``$f1``, ``$3``, an OVER aggregation's ``w0$o1``, or
+    Calcite's ``EXPR$13`` for a select item without an alias."""
+    return name.startswith("$") or re.match(r"^(w\d+\$o|EXPR\$)\d+$", name) is not None
 
 
 def query_name(plan: CompiledPlan, node: PlanNode, index: int, depth: int = 0) -> str | None:
