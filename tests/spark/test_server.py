@@ -295,11 +295,13 @@ def _cells(screen: str) -> list[list[str]]:
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (apt-get install tmux)")
 def test_shell_interactive_on_connect(server: dict[str, Any]) -> None:
-    """The shell in a terminal: tables drawn, a statement over three lines, USE, an error in
-    one line, Ctrl-C of a long statement (the server stops it) and of a half-typed line,
+    """The shell in a terminal: -i, tables drawn, a statement over three lines, USE, an error
+    in one line, Ctrl-C of a long statement (the server stops it) and of a half-typed line,
     Ctrl-D; the history keeps the statements."""
     env, tmp = server["env"], server["tmp"]
     history = tmp / "history"
+    init = tmp / "init.sql"
+    init.write_text("USE word_counts;\n")
     session = f"sq-{uuid.uuid4().hex[:8]}"
     script = tmp / "shell.sh"
     variables = dict(STATEQUERY_SPARK_DIR=env["STATEQUERY_SPARK_DIR"],
@@ -309,7 +311,8 @@ def test_shell_interactive_on_connect(server: dict[str, Any]) -> None:
         # the Ctrl-C the test presses goes to this script too: it goes on (with Python's own
         # handler, not an ignored signal, for the shell)
         "#!/bin/sh\ntrap : INT\n" + " ".join(f"{k}='{v}'" for k, v in variables.items())
-        + f" {sys.executable} -m statequery.cli shell 2>&1\necho SHELL-EXIT=$?\nsleep 600\n"
+        + f" {sys.executable} -m statequery.cli shell -i {init} 2>&1\necho SHELL-EXIT=$?\n"
+        "sleep 600\n"
     )
     script.chmod(0o755)
     started = time.monotonic()
@@ -318,7 +321,7 @@ def test_shell_interactive_on_connect(server: dict[str, Any]) -> None:
     try:
         screen = _wait_for(session, lambda s: _prompts(s) >= 1, 60)
         opened = time.monotonic() - started
-        assert "statequery (default)> " in screen
+        assert "statequery (word_counts)> " in screen  # -i ran first
         assert opened < 30, opened  # no JVM starts (beeline: seconds more)
 
         _type(session, "SHOW DATABASES;")
