@@ -333,15 +333,9 @@ def _duration_ms(obj: Any, source: str) -> int:
         if len(data) == 13 and data[0] == 1:
             seconds, nanos = struct.unpack_from(">qi", data, 1)
             return int(seconds) * 1000 + int(nanos) // 1_000_000
-    if isinstance(obj, JavaObject) and obj.class_name == "org.apache.flink.api.common.time.Time":
-        # Flink 1.x: Time(TimeUnit unit, long size)
-        unit = obj.fields.get("unit")
-        size = obj.fields.get("size")
-        scale = {"MILLISECONDS": 1, "SECONDS": 1000, "MINUTES": 60_000, "HOURS": 3_600_000,
-                 "DAYS": 86_400_000}.get(unit.name if isinstance(unit, JavaEnum) else "")
-        if scale is not None and isinstance(size, int):
-            return size * scale
-    raise CorruptStateError("StateTtlConfig.ttl is not a java.time.Duration", source, 0)
+    name = obj.class_name if isinstance(obj, JavaObject) else type(obj).__name__
+    raise UnsupportedFormatError(
+        f"{source}: StateTtlConfig.ttl is a {name}, not a java.time.Duration (Flink 2.x)")
 
 
 def read_ttl_config(d: Decoder) -> TtlConfig:

@@ -369,3 +369,32 @@ def test_a_cut_or_altered_ttl_config_is_a_typed_error() -> None:
         except (CorruptStateError, UnsupportedFormatError):
             typed += 1
     assert typed >= len(record)  # every truncation fails
+
+
+def test_the_java_serialization_reader_is_bounded() -> None:
+    # crafted streams: class descriptors nested 200 deep, a reference to a handle never made,
+    # a string of 2^40 bytes, an exception record: typed errors (no RecursionError, no
+    # allocation from a length)
+    import struct as _struct
+
+    from statequery.decoder import Decoder
+    from statequery.exceptions import CorruptStateError, UnsupportedFormatError
+    from statequery.metadata.javaser import read_object
+
+    desc = b"\x72\x00\x01A" + bytes(8) + b"\x02\x00\x00\x78"
+    cases = {
+        "deeper than": b"\xac\xed\x00\x05\x73" + desc * 200 + b"\x70",
+        "unknown handle": b"\xac\xed\x00\x05\x71\x00\x7e\x00\x05",
+        "string of": b"\xac\xed\x00\x05\x7c" + _struct.pack(">q", 1 << 40) + b"x",
+        "exception record": b"\xac\xed\x00\x05\x7b",
+        "no 0xACED": b"\xac\xee\x00\x05\x70",
+    }
+    for what, data in cases.items():
+        with pytest.raises((CorruptStateError, UnsupportedFormatError), match=what):
+            read_object(Decoder(data, source="crafted"))
+    # ... and a well-formed one: an object of a class with an int and a String field
+    obj = read_object(Decoder(
+        b"\xac\xed\x00\x05\x73\x72\x00\x01P" + bytes(8) + b"\x02\x00\x02I\x00\x01nL\x00\x01s"
+        b"\x74\x00\x12Ljava/lang/String;\x78\x70" + _struct.pack(">i", -7) + b"\x74\x00\x02hi",
+        source="crafted"))
+    assert (obj.class_name, obj.fields) == ("P", {"n": -7, "s": "hi"})
