@@ -1,4 +1,5 @@
-"""The PyFlink DataStream fixture job (Python functions, ``python.execution-mode`` thread or process).
+"""The PyFlink DataStream fixture job (Python functions, ``python.execution-mode`` thread or
+process).
 
 Input: events ``i = 0..N_EVENTS-1`` (pyflink_model.event), a bounded collection, UNION a
 keep-alive Table API datagen stream filtered to nothing, so the job keeps running after the
@@ -29,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import pyflink_model as model  # noqa: E402
 from pyflink.common import Configuration, Duration, Row, Time, Types  # noqa: E402
 from pyflink.common.watermark_strategy import TimestampAssigner, WatermarkStrategy  # noqa: E402
 from pyflink.datastream import StreamExecutionEnvironment  # noqa: E402
@@ -49,8 +51,6 @@ from pyflink.datastream.state import (  # noqa: E402
 from pyflink.datastream.window import TumblingEventTimeWindows  # noqa: E402
 from pyflink.java_gateway import get_gateway  # noqa: E402
 from pyflink.table import StreamTableEnvironment  # noqa: E402
-
-import pyflink_model as model  # noqa: E402
 
 EVENT_TYPE = Types.TUPLE([Types.INT(), Types.STRING(), Types.LONG(), Types.LONG()])
 DETAIL_TYPE = Types.ROW_NAMED(
@@ -213,6 +213,7 @@ def main() -> None:
     keepalive = t_env.to_data_stream(t_env.sql_query("SELECT i FROM keepalive WHERE i < 0")) \
         .map(lambda r: (r[0], "", 0, 0), output_type=EVENT_TYPE).uid("py-keepalive-map")
 
+    # the collection sources are non-parallel: Flink gives them max parallelism 1
     events = env.from_collection([model.event(i) for i in range(model.N_EVENTS)],
                                  type_info=EVENT_TYPE).set_parallelism(1).uid("py-events")
     stream = events.union(keepalive).assign_timestamps_and_watermarks(
@@ -220,7 +221,8 @@ def main() -> None:
         .with_timestamp_assigner(Timestamps())).uid("py-timestamps")
 
     stream.key_by(lambda e: e[1], key_type=Types.STRING()) \
-        .process(UserState(args.mode), output_type=Types.STRING()).uid("py-typed").name("Py Typed") \
+        .process(UserState(args.mode), output_type=Types.STRING()) \
+        .uid("py-typed").name("Py Typed") \
         .sink_to(_discard(env)).uid("py-typed-sink")
     stream.key_by(lambda e: (e[1], e[0] % 2)) \
         .process(PairCount(), output_type=Types.STRING()).uid("py-pickled").name("Py Pickled") \
