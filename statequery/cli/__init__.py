@@ -19,9 +19,9 @@
     statequery attach [PATH] [--database NAME] [--replace] [--print]
                                             savepoints as persistent databases in Spark
     statequery detach DATABASE ...          drop them again (savepoints untouched)
-    statequery shell [-e SQL | -f FILE] [-- SPARK-SQL ARGS]
-                                            spark-sql with the catalog attached (or beeline
-                                            on the server)
+    statequery shell [-e SQL | -f FILE] [--beeline] [-- SPARK-SQL ARGS]
+                                            spark-sql with the catalog attached (on a running
+                                            server: a shell on its Spark Connect, no JVM)
     statequery serve [--stop | --status]    one warm local Spark (Spark Connect and JDBC on
                                             loopback) for shell, sql --spark and notebooks
     statequery diff OLD NEW [--operator OP] [--state NAME] [--key K] [--json]
