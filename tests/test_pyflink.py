@@ -306,3 +306,17 @@ def test_refusals_and_bounds() -> None:
     loop: list[Any] = []
     loop.append(loop)
     assert render(loads(pickle.dumps(loop)))[1].startswith("too large to render")
+
+
+def test_python_columns_in_duckdb() -> None:
+    """The ``*_py`` columns are JSON text an engine can query (DuckDB's json functions)."""
+    import duckdb
+    sp = _open("pyflink-thread-hashmap-canonical")
+    blob = sp.read("py-typed", "blob", pickled=True)  # noqa: F841  (DuckDB reads it by name)
+    rows = duckdb.sql(
+        "SELECT key.f0 AS u, json_extract_string(value_py, '$.name') AS name, "
+        "CAST(json_extract(value_py, '$.pair[0]') AS INTEGER) AS p0, value_py_reason IS NULL "
+        "FROM blob ORDER BY u"
+    ).fetchall()
+    assert rows == [(f"user-{u}", f"user-{u}" if u < 4 else None, u if u < 4 else None, u < 4)
+                    for u in range(6)]
