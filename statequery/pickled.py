@@ -95,9 +95,33 @@ def _codecs_encode(obj: Any, encoding: str = "utf-8", errors: str = "strict") ->
     return obj.encode("latin1")
 
 
+def _bytearray(*args: Any) -> bytearray:
+    """``bytearray`` of bytes or text (protocols 2 to 4 pickle one so), never of a size (a pickle
+    of ``bytearray(10**12)`` is 20 bytes)."""
+    if args and not isinstance(args[0], (bytes, str)):
+        raise _Refusal("bytearray of other than bytes or text")
+    return bytearray(*args)
+
+
+def _plain_type(t: type) -> Any:
+    def make(*args: Any) -> Any:
+        if args and isinstance(args[0], int) and t is not complex:
+            raise _Refusal(f"{t.__name__} of a number")
+        return t(*args)
+
+    return make
+
+
+_BUILTINS: dict[str, Any] = {
+    "set": _plain_type(set),
+    "frozenset": _plain_type(frozenset),
+    "complex": complex,
+    "bytearray": _bytearray,
+}
+
 _ALLOWED: dict[tuple[str, str], Any] = {
-    **{("builtins", t.__name__): t for t in (set, frozenset, bytearray, complex)},
-    **{("__builtin__", t.__name__): t for t in (set, frozenset, bytearray, complex)},
+    **{("builtins", n): f for n, f in _BUILTINS.items()},
+    **{("__builtin__", n): f for n, f in _BUILTINS.items()},
     ("_codecs", "encode"): _codecs_encode,
     **{("datetime", t.__name__): t
        for t in (dt.date, dt.time, dt.datetime, dt.timedelta, dt.timezone)},
@@ -163,6 +187,8 @@ def _json(value: Any, budget: list[int], depth: int) -> Any:
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, int):
+        if value.bit_length() > 10_000:  # JSON text of over 3000 digits (Python caps int str)
+            raise _TooLarge(f"an integer of {value.bit_length()} bits")
         return int(value)
     if isinstance(value, float):
         if math.isnan(value):

@@ -302,6 +302,13 @@ def test_refusals_and_bounds() -> None:
     assert not isinstance(decoded, Refused)
     text, reason = render(decoded)
     assert text is None and reason.startswith("too large to render")
+    # sizes are not data: bytearray(10**12) is refused, not allocated
+    assert "bytearray of other" in loads(b"\x80\x04\x95\x15\x00\x00\x00\x00\x00\x00\x00"
+                                         b"\x8c\x08builtins\x8c\tbytearray\x93\x8a\x06\x00"
+                                         b"\x10\xa5\xd4\xe8\x00\x85R.").reason
+    assert loads(pickle.dumps(bytearray(b"ab"), 2)) == bytearray(b"ab")
+    huge = loads(pickle.dumps(2**20000))
+    assert huge == 2**20000 and render(huge)[1] == "too large to render: an integer of 20001 bits"
     # a list that holds itself
     loop: list[Any] = []
     loop.append(loop)
