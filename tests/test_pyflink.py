@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 from conftest import fixture_dir, fixture_records
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import statequery
 import statequery.exceptions
@@ -327,3 +329,14 @@ def test_python_columns_in_duckdb() -> None:
     ).fetchall()
     assert rows == [(f"user-{u}", f"user-{u}" if u < 4 else None, u if u < 4 else None, u < 4)
                     for u in range(6)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200), st.integers(2, 5))
+def test_any_bytes_decode_or_refuse(body: bytes, proto: int) -> None:
+    """Damaged or hostile bytes behind a pickle header give a value or a Refused, never an
+    exception, and render() always answers."""
+    for data in (bytes([0x80, proto]) + body + b".", body):
+        out = loads(data)
+        text, reason = render(out)
+        assert (text is None) != (reason is None)
