@@ -45,6 +45,7 @@ from statequery.metadata.handles import (
     is_heap_layout,
     is_heap_stream,
     layout_by_first_bytes,
+    layout_probe,
 )
 from statequery.metadata.kinds import OPERATOR_KINDS, layout_or_unknown
 from statequery.metadata.plan import (
@@ -63,6 +64,7 @@ from statequery.metadata.proxy import (
     OperatorBackendProxy,
     StateMetaInfo,
     read_header,
+    read_header_bytes,
     read_keyed_proxy,
     read_operator_proxy,
 )
@@ -579,8 +581,7 @@ def read_headers(
     def run(job: _HeaderJob) -> KeyedBackendProxy | OperatorBackendProxy | RawKeyedHeader:
         # where data starts is known from the handle's offsets: read exactly the header
         if job.kind == "keyed":
-            proxy = read_header(resolver, job.handle, read_keyed_proxy, **_prefix(job.handle))
-            return _with_layout(proxy, job.handle, resolver)
+            return _keyed_header(resolver, job.handle)
         if job.kind == "raw_keyed":
             assert isinstance(job.handle, KeyGroupsHandle)
             return _raw_keyed_header(resolver, job.handle)
@@ -718,19 +719,50 @@ class _Facts:
     backend: str | None
 
 
+#: how far past the header's end the layout probe's 4 bytes may start and still come with the
+#: header's read (a key group 0 of a few KB before them costs less than a request of their own)
+PROBE_SLACK = 4 << 10
+
+
+def _keyed_header(resolver: HandleResolver, handle: StreamHandle) -> KeyedBackendProxy:
+    """A keyed stream's header, with its layout when the handle cannot tell (:func:`_with_layout`).
+
+    The offsets say where the header ends; the bytes that decide the layout come with the
+    header's read when they start at most :data:`PROBE_SLACK` bytes past its end (always for a
+    handle not starting at key group 0: its first key group follows the header)."""
+    prefix = _prefix(handle)
+    probe = layout_probe(handle) if _ambiguous(handle) else None
+    if probe is not None and prefix and probe[0] - prefix["prefix"] <= PROBE_SLACK:
+        prefix = {"prefix": probe[0] + 4}
+    proxy, head = read_header_bytes(resolver, handle, read_keyed_proxy, **prefix)
+    return _with_layout(proxy, handle, resolver, head)
+
+
+def _ambiguous(handle: StreamHandle) -> bool:
+    return isinstance(handle, KeyGroupsHandle) and is_heap_layout(handle)
+
+
 def _with_layout(
-    proxy: KeyedBackendProxy, handle: StreamHandle | KeyGroupsHandle, resolver: HandleResolver
+    proxy: KeyedBackendProxy,
+    handle: StreamHandle | KeyGroupsHandle,
+    resolver: HandleResolver,
+    head: bytes = b"",
 ) -> KeyedBackendProxy:
     """A type-12 stream with an offset for every key group is a hashmap checkpoint, or a Flink
     1.15 full RocksDB checkpoint whose every key group holds data: 4 bytes of a key group tell
-    which (:func:`~statequery.metadata.handles.layout_by_first_bytes`)."""
+    which (:func:`~statequery.metadata.handles.layout_by_first_bytes`), taken from ``head`` (the
+    stream's first bytes, already read) when it holds them."""
     if not isinstance(handle, KeyGroupsHandle) or not is_heap_layout(handle):
         return proxy
     delegate = handle.delegate
+
+    def read(start: int, n: int) -> bytes:
+        if start + n <= len(head):
+            return head[start : start + n]
+        return bytes(resolver.read(delegate, start, n))
+
     try:
-        layout = layout_by_first_bytes(
-            handle, lambda start, n: bytes(resolver.read(delegate, start, n))
-        )
+        layout = layout_by_first_bytes(handle, read)
     except StatequeryError:
         return proxy  # reading reports it; the listing keeps what the handle says
     return proxy if layout is None else dataclasses.replace(proxy, layout=layout)
