@@ -128,6 +128,7 @@ class SavepointModel:
         state_meta: StateMeta | None = None,
         max_workers: int = DEFAULT_WORKERS,
         plan: CompiledPlan | None = None,
+        job: JobInfo | None = None,
     ) -> None:
         self.resolver = resolver
         self.metadata_location = metadata_location
@@ -141,6 +142,8 @@ class SavepointModel:
             plan = parse_plan(state_meta.plan, "the StateMeta snapshot's plan")
         #: the Flink SQL compiled plan naming the job's columns (``open(plan=...)`` or the snapshot)
         self.sql_plan = plan
+        #: the job a snapshot of an older format was captured from, kept for the derived model
+        self._job = job
         self._plan_nodes: dict[str, PlanNode] | None = None
         self.max_workers = max_workers
         # headers read so far and operators modelled one at a time (before the whole model)
@@ -168,6 +171,8 @@ class SavepointModel:
                     self.max_workers,
                     headers=self._headers,
                 )
+                if self._job is not None:
+                    self._meta = dataclasses.replace(self._meta, job=self._job)
                 self._lazy_operators.clear()
             if self.sql_plan is None and self._meta.job is None:
                 return self._meta
@@ -199,7 +204,7 @@ class SavepointModel:
     def job(self) -> JobInfo | None:
         """The job this savepoint was captured from (``statequery capture``), from its StateMeta
         snapshot; None when it was not captured."""
-        return self._meta.job if self._meta is not None else None
+        return self._meta.job if self._meta is not None else self._job
 
     @property
     def fingerprint(self) -> str:
@@ -279,7 +284,8 @@ class SavepointModel:
         raise NoSuchOperatorError(f"no operator {identifier!r} in {self.location} (have: {known})")
 
     def _operator_at(self, i: int) -> OperatorInfo:
-        if self._meta is not None:
+        if self._meta is not None or (self._job is not None and self.sql_plan is None):
+            # (a kept captured job names columns from the job graph: the whole model)
             return self.meta.operators[i]
         with self._lock:
             found = self._lazy_operators.get(i)
