@@ -421,6 +421,82 @@ def _translate(name: str, args: list[exp.Expr]) -> exp.Expr:
         args[0], args[1] if len(args) > 1 else exp.Literal.number(0)])
 
 
+def _path(node: exp.Expr) -> list[str] | None:
+    """``a.b.c`` (a column and the struct fields after it) as its names, else None."""
+    from sqlglot import exp
+
+    if isinstance(node, exp.Column):
+        parts = node.parts
+        if all(isinstance(p, exp.Identifier) for p in parts):
+            return [str(p.name) for p in parts]
+        return None
+    if isinstance(node, exp.Dot) and isinstance(node.expression, exp.Identifier):
+        base = _path(node.this)
+        return None if base is None else [*base, str(node.expression.name)]
+    return None
+
+
+def _arrow_type(node: exp.Expr, sources: list[_Source]) -> pa.DataType | None:
+    """The Arrow type of ``node`` when it names a catalog table's column (or a struct field in
+    it) read by the ``SELECT`` it stands in; None when that is not certain."""
+    import pyarrow as pa
+    from sqlglot import exp
+
+    path = _path(node)
+    select = node.find_ancestor(exp.Select)
+    if not path or select is None:
+        return None
+    here = [s for s in sources if s.node.find_ancestor(exp.Select) is select]
+    named = [s for s in here if len(path) > 1 and s.alias.lower() == path[0].lower()]
+    if named:
+        candidates, names = named, path[1:]
+    else:
+        candidates, names = here, path
+    found = {str(s.types[names[0].lower()]): s.types[names[0].lower()]
+             for s in candidates if names[0].lower() in s.types}
+    if len(found) != 1:
+        return None
+    typ = next(iter(found.values()))
+    for name in names[1:]:
+        if not pa.types.is_struct(typ):
+            return None
+        fields = [typ.field(i) for i in range(typ.num_fields)
+                  if typ.field(i).name.lower() == name.lower()]
+        if len(fields) != 1:
+            return None
+        typ = fields[0].type
+    return typ
+
+
+def _type_brackets(tree: exp.Expr, sources: list[_Source]) -> None:
+    """Spark indexes arrays from 0, DuckDB from 1: sqlglot adds 1 to an index it knows is an
+    integer into what it does not know is not an array. Where the bracketed column's Arrow type
+    is known, say it: a list's index of unknown type (``value[key_group % 3]``,
+    ``value[cardinality(value) - 1]``) is cast to BIGINT so it is shifted too, and a map's or a
+    struct's is never shifted (``m[1]`` is key 1)."""
+    import pyarrow as pa
+    from sqlglot import exp
+
+    for node in list(tree.find_all(exp.Bracket)):
+        if len(node.expressions) != 1 or node.args.get("json_access"):
+            continue
+        typ = _arrow_type(node.this, sources)
+        if typ is None:
+            continue
+        if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(
+            typ
+        ):
+            node.this.type = exp.DataType.build("ARRAY<UNKNOWN>")
+            index = node.expressions[0]
+            if not isinstance(index, exp.Literal):
+                node.set("expressions", [exp.Cast(this=index,
+                                                  to=exp.DataType.build("BIGINT"))])
+        elif pa.types.is_map(typ):
+            node.this.type = exp.DataType.build("MAP<UNKNOWN, UNKNOWN>")
+        elif pa.types.is_struct(typ):
+            node.this.type = exp.DataType.build("STRUCT<x INT>")
+
+
 def _is_key_column(node: exp.Expr, src: _Source, single: bool) -> bool:
     from sqlglot import exp
 
@@ -616,6 +692,7 @@ def sql(
                 raise NoSuchTableError(str(e)) from None
             src.types = {f.name.lower(): f.type for f in table.schema}
             con.register(src.name, table)
+        _type_brackets(tree, sources)
         for src in sources:
             src.node.replace(
                 exp.Table(this=exp.to_identifier(src.name, quoted=True),
