@@ -166,6 +166,17 @@ MATRIX = [
     # the same job with the upsert materializer's MAP strategy (its linked sequenced multiset)
     _fx("sql-cep-map-hashmap-native", "sql-cep-map", "hashmap", "savepoint", "native",
         max_parallelism=8),
+    # every OVER aggregation function with fired frames and rows waiting for the watermark
+    # (sql_operators_job.py --job over)
+    _fx("sql-over-hashmap-canonical", "sql-over", "hashmap", "savepoint", "canonical",
+        max_parallelism=8),
+    _fx("sql-over-rocksdb-native", "sql-over", "rocksdb", "savepoint", "native",
+        max_parallelism=8),
+    # the DataStream CEP library (CepStreamJob.java): partial matches of Event POJOs
+    _fx("cep-stream-hashmap-canonical", "cep-stream", "hashmap", "savepoint", "canonical",
+        max_parallelism=8),
+    _fx("cep-stream-rocksdb-native", "cep-stream", "rocksdb", "savepoint", "native",
+        max_parallelism=8),
     # GROUP BY keys of every common SQL type, nulls included (sql_keys_job.py)
     _fx("keys-sql-hashmap-native", "sql-keys", "hashmap", "savepoint", "native"),
     _fx("keys-sql-hashmap-canonical", "sql-keys", "hashmap", "savepoint", "canonical"),
@@ -189,11 +200,11 @@ MATRIX = [
 ]
 SQL_OPERATOR_JOBS = {"sql-ops": "ops", "sql-minibatch": "minibatch", "sql-aggs": "aggs",
                      "sql-aggs-minibatch": "aggs-minibatch", "sql-cep": "cep",
-                     "sql-cep-map": "cep"}
+                     "sql-cep-map": "cep", "sql-over": "over"}
 # SQL jobs run from a compiled plan: operator ids from the plan
 PLAN_JOBS = {*SQL_OPERATOR_JOBS, "edge-sql"}
 # jobs whose manifest states come from the dump and whose expected file is a subset of it
-SUBSET_JOBS = {*PLAN_JOBS, "sql-keys", "changelog-ops"}
+SUBSET_JOBS = {*PLAN_JOBS, "sql-keys", "changelog-ops", "cep-stream"}
 BY_NAME = {f["name"]: f for f in MATRIX}
 
 # Series: one job run, several snapshots (consecutive retained checkpoints chk-1..3 and a
@@ -575,6 +586,37 @@ def ttl_kryo_expected() -> list[dict]:
 
 
 # --------------------------------------------------------------------------------------------
+# The DataStream CEP job, modelled (CepStreamJob.java): events 0..59 keyed by "k" + (id % 4),
+# watermark five minutes behind the last one. The model covers the source and the events still
+# queued for the watermark (ids 54..59, with one watermark callback each); the NFA and the shared
+# buffer are fixed by the oracle (tests/test_cep_stream.py asserts what they mean).
+# --------------------------------------------------------------------------------------------
+
+CEP_STREAM_EVENTS = 60
+CEP_STREAM_KEYS = 4
+CEP_STREAM_QUEUED = range(54, 60)  # ts > watermark = ts(59) - 5 min - 1 ms
+
+
+def cep_stream_expected() -> list[dict]:
+    entries: list[dict] = []
+    ids = {uid: operator_id_for_uid(uid) for uid in ("fixture-source", "cep-pattern")}
+
+    def add(uid, state, kind, **fields):
+        entries.append({"operator_uid": uid, "operator_id": ids[uid], "state": state,
+                        "kind": kind, **fields})
+
+    source_expected(add)
+    for i in CEP_STREAM_QUEUED:
+        e = {k: v for k, v in ds_event(i).items() if k != "u"}
+        key = f"k{i % CEP_STREAM_KEYS}"
+        add("cep-pattern", "eventQueuesStateName", "map", key=key, namespace=None,
+            user_key=e["ts"], value=[e])
+        add("cep-pattern", "_timer_state/event_watermark-callbacks", "event_timer", key=key,
+            namespace=None, timestamp=e["ts"])
+    return entries
+
+
+# --------------------------------------------------------------------------------------------
 # The raw-state job, modelled (RawStateJob.java)
 # --------------------------------------------------------------------------------------------
 
@@ -794,6 +836,7 @@ def sql_keys_expected(infos: list[dict]) -> list[dict]:
 OPS_EVENTS = 60
 OPS_USERS = 6
 OPS_CATEGORIES = ["books", "games", "music"]
+OPS_TS_BASE = 1_700_000_000_000
 
 
 def ops_event(i: int) -> dict:
@@ -940,6 +983,48 @@ def sql_cep_expected(ids: dict[str, str]) -> list[dict]:
                             "kind": "value", "key": {"f0": k}, "namespace": None,
                             "value": ttl({"f0": len(mine),
                                           "f1": sum(e["amount"] for e in mine)})})
+    return entries
+
+
+OVER_WATERMARK_ID = OPS_EVENTS - 1 - 5  # the watermark is five minutes behind: ids 0..54 fired
+
+
+def sql_over_expected(ids: dict[str, str]) -> list[dict]:
+    """The accumulators of the event-time OVER aggregations of ``--job over`` after the frames of
+    every row up to the watermark (ids 0..OVER_WATERMARK_ID) fired, and the last fired
+    timestamp of the bounded ones. The processing-time functions' states and the buffered rows
+    are left to the oracle (tests/test_sql_over.py asserts what they mean)."""
+    entries: list[dict] = []
+    fired = [{**ops_event(i), "ts": OPS_TS_BASE + i * 60_000} for i in range(OVER_WATERMARK_ID + 1)]
+    overs = sorted((u for u in ids if u.endswith("_over-aggregate")),
+                   key=lambda u: int(u.split("_")[0]))
+    rows3, range30, rows_unbounded, range_unbounded = overs[:4]
+
+    def add(uid, state, key, value):
+        entries.append({"operator_uid": uid, "operator_id": ids[uid], "state": state,
+                        "kind": "value", "key": {"f0": key}, "namespace": None, "value": value})
+
+    for u in range(OPS_USERS):
+        mine = [e for e in fired if e["user"] == f"user-{u}"]
+        last = mine[-1]
+        frame = mine[-3:]  # ROWS BETWEEN 2 PRECEDING AND CURRENT ROW
+        add(rows3, "accState", last["user"], {"f0": len(frame),
+                                              "f1": sum(e["amount"] for e in frame),
+                                              "f2": len(frame)})
+        add(rows3, "lastTriggeringTsState", last["user"], last["ts"])
+        # RANGE BETWEEN INTERVAL '30' MINUTE PRECEDING AND CURRENT ROW
+        frame = [e for e in mine if e["ts"] >= last["ts"] - 30 * 60_000]
+        amounts = [e["amount"] for e in frame]
+        add(range30, "accState", last["user"],
+            {"f0": {"max": max(amounts), "mapSize": len(set(amounts)), "map": None},
+             "f1": len(frame), "f2": sum(amounts), "f3": len(frame)})
+        add(range30, "lastTriggeringTsState", last["user"], last["ts"])
+        add(range_unbounded, "accState", last["user"],
+            {"f0": max(e["id"] for e in mine), "f1": len(mine)})
+    for cat in OPS_CATEGORIES:
+        mine = [e for e in fired if e["category"] == cat]
+        add(rows_unbounded, "accState", cat,
+            {"f0": min(e["amount"] for e in mine), "f1": len(mine)})
     return entries
 
 
@@ -1107,6 +1192,9 @@ def run_job(fx: dict, scratch: Path, s3_endpoint: str | None = None) -> dict[str
         cmd = ["java", "-cp", build(), "statequery.fixtures.EdgeDataStreamJob", fx["backend"],
                str(fx["incremental"]).lower(), str(fx["max_parallelism"]),
                str(fx.get("large", False)).lower(), kind, str(out)]
+    elif fx["job"] == "cep-stream":
+        cmd = ["java", "-cp", build(), "statequery.fixtures.CepStreamJob", fx["backend"],
+               f"savepoint-{fx['format']}", str(out)]
     elif fx["job"] == "ttl-kryo":
         cmd = ["java", "-cp", build(), "statequery.fixtures.TtlKryoJob", fx["backend"],
                f"savepoint-{fx['format']}", str(out)]
@@ -1265,11 +1353,12 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
 
         infos = snapshot_info(fixture_dir)
         if fx["job"] in ("datastream", "ttl-kryo", "raw-state", "edge-datastream",
-                         "changelog-ops", "async-datastream"):
+                         "changelog-ops", "async-datastream", "cep-stream"):
             for info in infos:
                 if info["uid"] and info["operator_id"] != operator_id_for_uid(info["uid"]):
                     raise RuntimeError(f"operator id mismatch for uid {info['uid']}: {info}")
             entries = {"datastream": datastream_expected, "ttl-kryo": ttl_kryo_expected,
+                       "cep-stream": cep_stream_expected,
                        "raw-state": raw_state_expected,
                        "changelog-ops": changelog_ops_expected,
                        "async-datastream": async_datastream_expected,
@@ -1283,7 +1372,8 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
                        "sql-minibatch": sql_minibatch_expected,
                        "sql-aggs": sql_aggs_expected, "sql-aggs-minibatch": sql_aggs_expected,
                        "edge-sql": sql_edge_expected, "sql-cep": sql_cep_expected,
-                       "sql-cep-map": sql_cep_expected}[fx["job"]](ids)
+                       "sql-cep-map": sql_cep_expected,
+                       "sql-over": sql_over_expected}[fx["job"]](ids)
         else:
             aggs = [i for i in infos if i["name"].startswith("GroupAggregate")]
             if len(aggs) != 1:
