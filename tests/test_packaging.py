@@ -67,9 +67,9 @@ def test_pandas_stays_below_3_as_pyspark_asks() -> None:
     """PySpark 4.x declares pandas>=2.2 but warns on pandas 3 ("does not yet fully support
     pandas >= 3.0.0 ... use pandas < 3.0.0"): the extras that bring PySpark hold pandas below 3,
     and the environment the install resolved draws no such warning."""
-    import tomllib
     import warnings
 
+    import tomllib
     from pyspark.sql.pandas.utils import require_minimum_pandas_version
 
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
