@@ -328,8 +328,7 @@ def _heap_base(
 ) -> tuple[SerializerSpec, list[StateMetaInfo]]:
     """Read a hashmap base (type-12 key groups) into ``states`` (created from its header)."""
     from statequery.backends import HandleStream, _read_proxy, is_heap_layout
-    from statequery.backends.keygroups import iter_key_group_extents, read_key_group_spans
-    from statequery.backends.snappy import decompress_framed
+    from statequery.backends.heap import HeapKeyGroupStream
 
     if not is_heap_layout(base):
         raise UnsupportedFormatError(
@@ -344,17 +343,10 @@ def _heap_base(
         st = _State(meta, key)
         states[meta.name] = st
         by_id.append(st)
-    offsets = {base.start_key_group + i: o for i, o in enumerate(base.offsets)}
-    for kg, start, _end, data in read_key_group_spans(
-        stream, iter_key_group_extents(stream, offsets.items(), None, min_bytes=4)
-    ):
-        if _I32(data, 0)[0] != kg:
-            raise CorruptStateError(f"key group {kg} starts with another id", stream.name, start)
-        if proxy.compressed:
-            buf, pos = (decompress_framed(data[4:], stream.name, start + 4), 0) \
-                if len(data) > 4 else (b"", 0)
-        else:
-            buf, pos = data, 4
+    groups = HeapKeyGroupStream(
+        stream, {base.start_key_group + i: o for i, o in enumerate(base.offsets)},
+        proxy.compressed)
+    for kg, start, buf, pos in groups.key_group_bytes():
         while pos < len(buf):
             sid = struct.unpack_from(">H", buf, pos)[0]
             if sid >= len(by_id):

@@ -398,3 +398,34 @@ def test_the_java_serialization_reader_is_bounded() -> None:
         b"\x74\x00\x12Ljava/lang/String;\x78\x70" + _struct.pack(">i", -7) + b"\x74\x00\x02hi",
         source="crafted"))
     assert (obj.class_name, obj.fields) == ("P", {"n": -7, "s": "hi"})
+
+
+def test_a_base_key_group_with_another_id_is_named(tmp_path: Path, decode_path: str) -> None:
+    # the materialized hashmap base is walked by the hashmap reader's own key-group iterator
+    # (HeapKeyGroupStream.key_group_bytes): a key group starting with another id is the same
+    # typed error, naming the base's file and the key group's offset
+    import shutil
+    import struct
+
+    from statequery.exceptions import CorruptStateError
+    from statequery.metadata.handles import KeyGroupsHandle
+
+    src = FIXTURES / _record("changelog-hashmap-checkpoint")["path"].split("/")[0]
+    shutil.copytree(src, tmp_path / "c")
+    path = next((tmp_path / "c").glob("*/chk-*"))
+    sp = statequery.open(str(path), use_snapshot=False)
+    handle = sp.operator("user-state").subtasks[0].keyed_handle
+    base = next(b for b in handle.materialized if isinstance(b, KeyGroupsHandle))
+    assert base.start_key_group == 0
+    offset = base.offsets[1]  # key group 1
+    name = base.delegate.path.rsplit("/", 1)[1]
+    file = next(p for p in (tmp_path / "c").rglob(name))
+    data = bytearray(file.read_bytes())
+    assert struct.unpack_from(">i", data, offset)[0] == 1
+    struct.pack_into(">i", data, offset, 99)
+    file.write_bytes(bytes(data))
+    sp = statequery.open(str(path), use_snapshot=False)
+    with pytest.raises(CorruptStateError) as e:
+        sp.read("user-state", "count")
+    assert "key group 1 starts with key group id 99" in str(e.value)
+    assert name in str(e.value) and str(offset) in str(e.value)
