@@ -262,10 +262,13 @@ class RocksDBState(_HandleReader):
                 table.apply_manifest_seqno(m.largest_seqno)
             self._open_table(f, os.path.join(root, f.local_path), table,
                              m.column_family if m is not None else None)
-            # every index read (checksum verified) and checked by the SST reader first: RocksDB
-            # trusts an index block whose checksum matches and can crash the process (SIGSEGV
-            # in IndexValue::DecodeFrom) on a malformed entry
-            table.data_block_handles()
+            # every index and data block read (checksum verified, decompressed) and its entry
+            # area and restart array checked by the SST reader first: RocksDB trusts a block
+            # whose checksum matches and can crash the process on a malformed one (SIGSEGV in
+            # IndexValue::DecodeFrom, or on a restart offset outside the block, which it also
+            # reads nondeterministically: rows on one read, "bad entry in block" on the next)
+            for _, h in table.data_block_handles():
+                table.read_block(h)
         self._open_db(root, manifest)
         self.cache.evict()
 
