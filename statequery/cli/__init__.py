@@ -150,7 +150,7 @@ def _parser() -> argparse.ArgumentParser:
     _spark_args(q)
     from statequery.cli.extra import add_parsers as add_extra_parsers
 
-    add_extra_parsers(sub)
+    add_extra_parsers(sub, [store])
     add_parsers(sub)
     from statequery.cli.capture import add_parser as add_capture_parser
 

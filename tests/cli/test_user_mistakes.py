@@ -1,0 +1,120 @@
+"""The obvious mistakes of a first session, each a one-line message saying what the path or
+option is instead: a savepoint still being written (Flink writes ``_metadata`` last), an empty
+directory, a file, a catalog folder that is missing or is itself a savepoint; every command that
+opens a savepoint takes ``--storage-option``."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from statequery.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+CATALOG = ROOT / "catalog"
+USER_ACTIVITY = CATALOG / "user_activity"
+SAVEPOINT = next(USER_ACTIVITY.iterdir())
+CHECKPOINT_JOB = next((ROOT / "tests" / "fixtures" / "datastream-hashmap-checkpoint").iterdir())
+
+
+def _error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """The one line ``statequery argv`` prints on stderr, exiting 1."""
+    assert main(list(argv)) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("statequery: "), err
+    return err[len("statequery: "):].rstrip("\n")
+
+
+def test_a_savepoint_without_metadata_is_still_being_written(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a savepoint target directory while Flink writes savepoint-...: state files, no _metadata
+    target = tmp_path / "savepoints"
+    pending = target / "savepoint-3305c6-0123456789ab"
+    shutil.copytree(SAVEPOINT, pending)
+    (pending / "_metadata").unlink()
+    assert _error(capsys, "inspect", str(pending)) == (
+        f"no savepoint or checkpoint at {pending}: the directory holds no _metadata file: Flink "
+        "writes it last, so this savepoint or checkpoint is still being written, or was never "
+        "completed")
+    assert _error(capsys, "read", str(target), "user_state__count") == (
+        f"no savepoint or checkpoint at {target}: savepoint-3305c6-0123456789ab holds no "
+        "_metadata file: Flink writes it last, so that savepoint is still being written, or was "
+        "never completed")
+
+
+def test_a_job_directory_whose_checkpoints_are_all_incomplete(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    job = tmp_path / "job"
+    shutil.copytree(CHECKPOINT_JOB, job)
+    # a later checkpoint in progress: the latest complete one (chk-1) is read
+    shutil.copytree(job / "chk-1", job / "chk-2")
+    (job / "chk-2" / "_metadata").unlink()
+    assert main(["inspect", str(job), "--json"]) == 0
+    assert f'"location": "{job / "chk-1"}"' in capsys.readouterr().out
+    assert "still being written" in _error(capsys, "inspect", str(job / "chk-2"))
+    # none complete
+    shutil.rmtree(job / "chk-1")
+    assert _error(capsys, "lookup", str(job), "user-3") == (
+        f"no savepoint or checkpoint at {job}: none of its checkpoints (chk-2) holds a _metadata "
+        "file: Flink writes it last, when a checkpoint completes (still running, or failed)")
+
+
+def test_missing_empty_and_file_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    missing = tmp_path / "nope"
+    assert _error(capsys, "inspect", str(missing)) == (
+        f"no savepoint or checkpoint at {missing}: no such file or directory")
+    (tmp_path / "empty").mkdir()
+    assert _error(capsys, "inspect", str(tmp_path / "empty")) == (
+        f"no savepoint or checkpoint at {tmp_path / 'empty'}: the directory is empty")
+    # a state file (or any file but _metadata)
+    state_file = next(p for p in SAVEPOINT.iterdir() if p.name != "_metadata")
+    assert _error(capsys, "inspect", str(state_file)) == (
+        f"no savepoint or checkpoint at {state_file}: it is a file, not a _metadata file or a "
+        "directory holding one")
+    # a bare name is also looked up as a database of the default catalog
+    monkeypatch.chdir(tmp_path)
+    assert _error(capsys, "inspect", "user_activty") == (
+        f"no savepoint or checkpoint at {tmp_path / 'user_activty'}: no such file or directory, "
+        f"nor database of the default catalog ({CATALOG})")
+
+
+def test_catalog_that_is_missing_or_is_a_savepoint(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    query = "SELECT count(*) AS n FROM user_activity.user_state__count"
+    assert _error(capsys, "sql", query, "--catalog", str(tmp_path / "nope")) == (
+        f"catalog {tmp_path / 'nope'} does not exist")
+    # the database folder instead of the catalog holding it
+    assert _error(capsys, "sql", query, "--catalog", str(USER_ACTIVITY)) == (
+        f"no savepoint database 'user_activity' in catalog {USER_ACTIVITY} "
+        f"(databases: {SAVEPOINT.name}); {USER_ACTIVITY} is itself one savepoint or checkpoint "
+        "(a database): name the folder that holds it as the catalog")
+    assert main(["sql", query, "--catalog", str(CATALOG), "--json"]) == 0
+    assert capsys.readouterr().out == '{"n": 20}\n'
+
+
+@pytest.mark.parametrize("argv", [
+    ["stats", str(USER_ACTIVITY)],
+    ["diff", str(USER_ACTIVITY), str(USER_ACTIVITY)],
+    ["splits", str(USER_ACTIVITY), "fixture-source"],
+    ["export", str(USER_ACTIVITY), "user-state", "--out", "unused"],
+])
+def test_every_command_takes_storage_options(argv: list[str],
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    # parsed and used before anything is opened (a bad one is the option's error)
+    assert _error(capsys, *argv, "--storage-option", "anon") == (
+        "--storage-option 'anon': expected KEY=VALUE")
+
+
+def test_splits_of_an_unknown_source_name_the_option(capsys: pytest.CaptureFixture[str]) -> None:
+    # the fixture job's own split serializer is none of the known layouts
+    assert _error(capsys, "splits", str(USER_ACTIVITY), "fixture-source").endswith(
+        "cannot tell the source's split serializer from the bytes (no known layout fits); "
+        "name it (statequery splits --source, or source=): one of number_sequence, file, kafka")
+
+
+def test_diff_without_differences_prints_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["diff", str(USER_ACTIVITY), str(CATALOG / "user_activity_rocksdb")]) == 0
+    assert capsys.readouterr().out == "0 differences\n"
