@@ -198,6 +198,12 @@ def _lookup(args: argparse.Namespace) -> int:
     ops = [sp.operator(args.operator)] if args.operator else list(sp.operators)
     found = 0
     tried: list[str] = []  # per operator: how the key was read, or why it could not be
+    if not any(op.key_spec is not None for op in ops):
+        raise InvalidOptionError(
+            (f"operator {ops[0].display_name!r} has no" if args.operator else "no operator has")
+            + f" keyed state in {sp.location}: lookup reads keyed state (read shows operator "
+            "state)"
+        )
     for op in ops:
         if op.key_spec is None:
             continue
@@ -484,6 +490,11 @@ def _main(argv: Sequence[str] | None) -> int:
 
             return run_capture(args)
         if args.command == "snapshot":
+            if args.out and not os.path.isdir(os.path.dirname(os.path.abspath(args.out))) \
+                    and "://" not in args.out:
+                raise InvalidOptionError(f"--out {args.out}: the directory "
+                                         f"{os.path.dirname(os.path.abspath(args.out))} does "
+                                         "not exist")
             sp = Savepoint.open(
                 args.path, use_snapshot=False, plan=args.plan,
                 storage_options=_storage_options(args),

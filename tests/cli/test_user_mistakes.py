@@ -118,3 +118,28 @@ def test_splits_of_an_unknown_source_name_the_option(capsys: pytest.CaptureFixtu
 def test_diff_without_differences_prints_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["diff", str(USER_ACTIVITY), str(CATALOG / "user_activity_rocksdb")]) == 0
     assert capsys.readouterr().out == "0 differences\n"
+
+
+def test_stats_of_a_state_that_does_not_exist(capsys: pytest.CaptureFixture[str]) -> None:
+    # was an empty table and exit 0
+    err = _error(capsys, "stats", str(USER_ACTIVITY), "--state", "profil")
+    assert err.startswith(f"no state 'profil' in {SAVEPOINT} (states: fixture_source__")
+    assert "user_state__profile" in err
+    assert main(["stats", str(USER_ACTIVITY), "--state", "profile", "--json"]) == 0
+    assert '"state": "profile"' in capsys.readouterr().out
+
+
+def test_lookup_in_an_operator_without_keyed_state(capsys: pytest.CaptureFixture[str]) -> None:
+    # was "no state holds key 'user-3' ()"
+    assert _error(capsys, "lookup", str(USER_ACTIVITY), "user-3", "--operator",
+                  "operator-state") == (
+        f"operator 'operator-state' has no keyed state in {SAVEPOINT}: lookup reads keyed state "
+        "(read shows operator state)")
+
+
+def test_snapshot_out_into_a_missing_directory(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "missing" / "meta.msgpack"
+    assert _error(capsys, "snapshot", str(USER_ACTIVITY), "--out", str(out)) == (
+        f"--out {out}: the directory {out.parent} does not exist")
+    assert not (tmp_path / "missing").exists()
