@@ -137,6 +137,17 @@ class Savepoint:
                     candidate = None
                 if candidate is not None and candidate.matches(data):
                     meta = candidate
+                elif candidate is not None and snapshot is not None:
+                    warnings.warn(
+                        f"ignoring the StateMeta snapshot {f.location}: it was written for "
+                        f"another _metadata than {metadata_location}; reading the state-file "
+                        "headers instead", SnapshotIgnoredWarning, stacklevel=2,
+                    )
+            elif snapshot is not None:  # named, but not there: say so (a typo costs reads)
+                warnings.warn(
+                    f"no StateMeta snapshot at {f.location}: reading the state-file headers "
+                    "instead", SnapshotIgnoredWarning, stacklevel=2,
+                )
         compiled = None
         if plan is not None:
             f = io.new_input(plan)

@@ -143,3 +143,19 @@ def test_snapshot_out_into_a_missing_directory(tmp_path: Path,
     assert _error(capsys, "snapshot", str(USER_ACTIVITY), "--out", str(out)) == (
         f"--out {out}: the directory {out.parent} does not exist")
     assert not (tmp_path / "missing").exists()
+
+
+def test_a_named_snapshot_that_is_missing_or_of_another_savepoint(tmp_path: Path) -> None:
+    import statequery
+    from statequery.exceptions import SnapshotIgnoredWarning
+
+    missing = tmp_path / "typo.msgpack"
+    with pytest.warns(SnapshotIgnoredWarning, match=f"no StateMeta snapshot at {missing}: "
+                      "reading the state-file headers instead"):
+        assert not statequery.open(str(USER_ACTIVITY), snapshot=str(missing)).from_snapshot
+    other = tmp_path / "word_counts.msgpack"
+    assert main(["snapshot", str(CATALOG / "word_counts"), "--out", str(other)]) == 0
+    with pytest.warns(SnapshotIgnoredWarning, match="written for another _metadata than "
+                      f"{SAVEPOINT / '_metadata'}"):
+        sp = statequery.open(str(USER_ACTIVITY), snapshot=str(other))
+    assert not sp.from_snapshot and sp.state_meta().num_rows == 15
