@@ -5,6 +5,8 @@
   placeholder (``PATH``, ``[--json]``, ``...``) and needs no Spark, server or running Flink: it
   exits 0, or, where the doc shows the ``statequery: ...`` line it prints, exits 1 with exactly
   that line. So does the example query of ``statequery sql --help``.
+* Every ``python`` block that starts with ``import statequery`` and opens only the shipped
+  catalog or the test fixtures (``statequery.open("catalog/...")``, ``("tests/...")``) runs.
 * Every SQL query of docs/decoding.md, over a catalog built as the doc's ``-- database NAME: the
   fixture FIXTURE [with its plan]`` comments say: it runs and returns rows.
 """
@@ -116,6 +118,33 @@ def test_help_example_query_runs(capsys: pytest.CaptureFixture[str]) -> None:
     [query] = [m.group(1) for h in helps for m in re.finditer(r'e\.g\. "([^"]+)"', h)]
     assert main(["sql", query, "--json"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 20  # user-0 .. user-19
+
+
+def _python_blocks() -> list[tuple[str, str]]:
+    found = []
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        for m in re.finditer(r"^```python\n(.*?)^```", text, re.S | re.M):
+            code = m.group(1)
+            opened = re.findall(r"statequery\.open\(\"([^\"]*)\"", code)
+            if (code.startswith("import statequery") and opened
+                    and all(p.startswith(("catalog/", "tests/")) for p in opened)):
+                line = text[:m.start()].count("\n") + 2
+                found.append((f"{doc.relative_to(ROOT).as_posix()}:{line}", code))
+    return found
+
+
+PYTHON_BLOCKS = _python_blocks()
+
+
+@pytest.mark.parametrize(("where", "code"), PYTHON_BLOCKS, ids=[w for w, _ in PYTHON_BLOCKS])
+def test_documented_python_runs(where: str, code: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    exec(compile(code, where, "exec"), {})  # noqa: S102 - our own documentation
+
+
+def test_python_blocks_are_found() -> None:
+    assert any(w.startswith("docs/decoding.md") for w, _ in PYTHON_BLOCKS)
 
 
 # -- docs/decoding.md's SQL ------------------------------------------------------------------
