@@ -42,7 +42,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from statequery.cli.output import (
     _console,
@@ -62,8 +62,26 @@ CLI_MAX_ROWS = 100_000
 CLI_MAX_BYTES = 256 << 20
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``statequery: <what is wrong> (see 'statequery CMD
+    --help')``, exit status 2, instead of the usage block above the message. Subcommand parsers
+    are of this class too (``add_subparsers`` uses the parent's class)."""
+
+    def error(self, message: str) -> NoReturn:
+        import difflib
+        import re
+
+        bad = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if bad:
+            close = difflib.get_close_matches(bad.group(1), re.findall(r"'([^']*)'",
+                                                                       bad.group(2)), n=1)
+            if close:
+                message += f"; did you mean '{close[0]}'?"
+        self.exit(2, f"statequery: {message} (see '{self.prog} --help')\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="statequery",
         description="Inspect the state inside Apache Flink savepoints and checkpoints (no JVM).",
     )
@@ -71,7 +89,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p.add_argument("--version", action="version", version=f"statequery {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
-    store = argparse.ArgumentParser(add_help=False)
+    store = _Parser(add_help=False)
     store.add_argument(
         "--storage-option", action="append", default=[], metavar="KEY=VALUE",
         help="an fsspec storage option for remote paths (repeatable; VALUE may be JSON), e.g. "
@@ -432,7 +450,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    if not (sys.argv[1:] if argv is None else argv):  # plain `statequery`: what it can do
+        parser.print_help()
+        return 2
+    args = parser.parse_args(argv)
     try:
         from statequery.savepoint import Savepoint
 

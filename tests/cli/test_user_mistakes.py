@@ -159,3 +159,30 @@ def test_a_named_snapshot_that_is_missing_or_of_another_savepoint(tmp_path: Path
                       f"{SAVEPOINT / '_metadata'}"):
         sp = statequery.open(str(USER_ACTIVITY), snapshot=str(other))
     assert not sp.from_snapshot and sp.state_meta().num_rows == 15
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["export", str(USER_ACTIVITY), "user-state", "--out", "x", "--format", "parqet"],
+     "argument --format: invalid choice: 'parqet' (choose from 'parquet', 'arrow', 'csv'); "
+     "did you mean 'parquet'? (see 'statequery export --help')"),
+    (["lokup", str(USER_ACTIVITY), "user-3"],
+     "argument command: invalid choice: 'lokup' (choose from 'inspect', 'snapshot', 'read', "
+     "'lookup', 'spark-views', 'sql', 'diff', 'stats', 'splits', 'export', 'attach', 'detach', "
+     "'shell', 'serve', 'capture'); did you mean 'lookup'? (see 'statequery --help')"),
+    (["read", str(USER_ACTIVITY), "user_state__count", "--limit", "ten"],
+     "argument --limit: invalid int value: 'ten' (see 'statequery read --help')"),
+    (["export", str(USER_ACTIVITY)],
+     "the following arguments are required: operator, --out (see 'statequery export --help')"),
+])
+def test_command_line_errors_are_one_line(argv: list[str], message: str,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    assert capsys.readouterr().err == f"statequery: {message}\n"
+
+
+def test_no_command_prints_the_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    out = capsys.readouterr().out
+    assert out.startswith("usage: statequery") and "lookup" in out and "everything" in out
