@@ -22,6 +22,7 @@ __all__ = [
     "find_metadata",
     "find_metadata_dir",
     "require_default_catalog",
+    "why_not_found",
 ]
 
 METADATA_FILE = "_metadata"
@@ -131,11 +132,11 @@ def find_metadata(io: FileIO, location: str) -> str:
                 if found is not None:
                     return join_location(found, METADATA_FILE)
     raise SavepointNotFoundError(
-        f"no savepoint or checkpoint at {location}: {_why_not_found(io, location, original)}"
+        f"no savepoint or checkpoint at {location}: {why_not_found(io, location, original)}"
     )
 
 
-def _why_not_found(io: FileIO, location: str, original: str) -> str:
+def why_not_found(io: FileIO, location: str, original: str) -> str:
     """What ``location`` is instead of a savepoint: missing, empty, still being written (Flink
     writes ``_metadata`` last), a file, or a folder without one."""
     expected = (

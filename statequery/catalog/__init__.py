@@ -22,6 +22,7 @@ from statequery.discovery import (
     default_catalog,
     find_metadata_dir,
     require_default_catalog,
+    why_not_found,
 )
 from statequery.exceptions import NoSuchTableError, SavepointNotFoundError
 from statequery.io import FileIO, join_location
@@ -76,11 +77,18 @@ class Catalog:
 
     def location(self, database: str) -> str:
         """The directory holding the database's ``_metadata``."""
+        pending = None
         for child in self._children():
             if child == database or sql_identifier(child) == sql_identifier(database):
                 found = find_metadata_dir(self.io, join_location(self.root, child))
                 if found is not None:
                     return found
+                pending = join_location(self.root, child)
+        if pending is not None:  # the folder is there, without a savepoint (yet)
+            raise SavepointNotFoundError(
+                f"database {database!r} of catalog {self.root}: no savepoint or checkpoint at "
+                f"{pending}: {why_not_found(self.io, pending, pending)}"
+            )
         hint = ""
         if self._is_a_database():
             hint = (f"; {self.root} is itself one savepoint or checkpoint (a database): "

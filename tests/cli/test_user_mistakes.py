@@ -186,3 +186,20 @@ def test_no_command_prints_the_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 2
     out = capsys.readouterr().out
     assert out.startswith("usage: statequery") and "lookup" in out and "everything" in out
+
+
+def test_a_catalog_database_still_being_written(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "done").symlink_to(USER_ACTIVITY)
+    pending = tmp_path / "jobs" / "savepoint-3305c6-0123456789ab"
+    pending.mkdir(parents=True)
+    (pending / "7a81ce41-45d8-4fe5-a8b3-9e7d3bf9e84d").write_bytes(b"\0" * 16)
+    assert _error(capsys, "sql", "SELECT * FROM jobs.state_meta", "--catalog",
+                  str(tmp_path)) == (
+        f"database 'jobs' of catalog {tmp_path}: no savepoint or checkpoint at "
+        f"{tmp_path / 'jobs'}: savepoint-3305c6-0123456789ab holds no _metadata file: Flink "
+        "writes it last, so that savepoint is still being written, or was never completed")
+    # the other databases are there
+    assert main(["sql", "SELECT count(*) AS n FROM done.state_meta", "--catalog", str(tmp_path),
+                 "--json"]) == 0
+    assert capsys.readouterr().out == '{"n": 15}\n'
