@@ -34,12 +34,15 @@ from statequery.metadata.model import (
 from statequery.metadata.plan import CompiledPlan, PlanNode, parse_plan
 from statequery.metadata.runindex import RunIndex
 from statequery.metadata.statemeta import (
+    FORMAT_VERSION,
     SNAPSHOT_FILE_NAME,
     JobInfo,
+    KeptParts,
     OperatorInfo,
     SnapshotVersionError,
     StateInfo,
     StateMeta,
+    kept_parts,
     loads,
     write_snapshot,
 )
@@ -71,6 +74,7 @@ class Savepoint:
         state_meta: StateMeta | None = None,
         max_workers: int = DEFAULT_WORKERS,
         plan: CompiledPlan | None = None,
+        job: JobInfo | None = None,
     ) -> None:
         self.io = io
         self.metadata_location = metadata_location
@@ -78,7 +82,7 @@ class Savepoint:
         self.resolver = HandleResolver(io, self.location)
         #: what this savepoint holds (operators, states, tables): lazy, thread-safe
         self.model = SavepointModel(
-            self.resolver, metadata_location, metadata_bytes, state_meta, max_workers, plan
+            self.resolver, metadata_location, metadata_bytes, state_meta, max_workers, plan, job
         )
         #: where each state's run lies in each key group of the canonical streams: from the
         #: snapshot's index, and recorded by every walk of a whole key group
@@ -105,45 +109,55 @@ class Savepoint:
         snapshot: str | None = None,
         max_workers: int = DEFAULT_WORKERS,
         plan: str | None = None,
+        rederive: bool = False,
     ) -> Savepoint:
         """Open the savepoint/checkpoint at ``location`` (directory, ``_metadata`` or URI).
 
         ``snapshot`` names a StateMeta snapshot file (default: ``_statequery_meta.msgpack`` next
         to ``_metadata``); it is used only if ``use_snapshot`` and it matches ``_metadata``.
-        ``plan`` is the location of a Flink SQL compiled plan (JSON) of the job that took the
-        savepoint: its column names replace ``f0, f1, ...`` (docs/decoding.md); a snapshot
-        written with a plan brings its own.
+        A matching snapshot of an older format is not used (with a
+        :class:`~statequery.exceptions.SnapshotIgnoredWarning`): the model is derived again,
+        keeping what the snapshot holds that cannot be derived (its plan, the job it was
+        captured from: :class:`~statequery.metadata.statemeta.KeptParts`). ``rederive``: the
+        same with a current snapshot, silently (what ``statequery snapshot`` does before writing
+        it again). ``plan`` is the location of a Flink SQL compiled plan (JSON) of the job that
+        took the savepoint: its column names replace ``f0, f1, ...`` (docs/decoding.md); a
+        snapshot written with a plan brings its own.
         """
         io = io or FileIO(storage_options)
         metadata_location = find_metadata(io, location)
         data = io.new_input(metadata_location).read()
         meta = None
-        if use_snapshot:
+        kept: KeptParts | None = None
+        if use_snapshot or rederive:
             snap_loc = snapshot or join_location(
                 location_parent(metadata_location), SNAPSHOT_FILE_NAME
             )
             f = io.new_input(snap_loc)
             if f.exists():
+                raw = f.read()
                 try:
-                    candidate = loads(f.read(), f.location)
+                    candidate = loads(raw, f.location)
+                    if candidate.matches(data):
+                        if rederive:
+                            kept = KeptParts(FORMAT_VERSION, candidate.plan, candidate.job)
+                        else:
+                            meta = candidate
+                    elif snapshot is not None and not rederive:
+                        warnings.warn(
+                            f"ignoring the StateMeta snapshot {f.location}: it was written for "
+                            f"another _metadata than {metadata_location}; reading the "
+                            "state-file headers instead", SnapshotIgnoredWarning, stacklevel=2,
+                        )
                 except SnapshotVersionError:
-                    candidate = None
+                    kept = _older_snapshot(raw, data, f.location, warn=not rederive)
                 except CorruptStateError as e:  # damaged or tampered: derive from _metadata
                     warnings.warn(
                         f"ignoring the StateMeta snapshot, reading _metadata instead: {e}",
                         SnapshotIgnoredWarning,
                         stacklevel=2,
                     )
-                    candidate = None
-                if candidate is not None and candidate.matches(data):
-                    meta = candidate
-                elif candidate is not None and snapshot is not None:
-                    warnings.warn(
-                        f"ignoring the StateMeta snapshot {f.location}: it was written for "
-                        f"another _metadata than {metadata_location}; reading the state-file "
-                        "headers instead", SnapshotIgnoredWarning, stacklevel=2,
-                    )
-            elif snapshot is not None:  # named, but not there: say so (a typo costs reads)
+            elif snapshot is not None and not rederive:  # named, not there (a typo costs reads)
                 warnings.warn(
                     f"no StateMeta snapshot at {f.location}: reading the state-file headers "
                     "instead", SnapshotIgnoredWarning, stacklevel=2,
@@ -152,7 +166,12 @@ class Savepoint:
         if plan is not None:
             f = io.new_input(plan)
             compiled = parse_plan(f.read(), f.location)
-        return cls(io, metadata_location, data, meta, max_workers, compiled)
+        elif kept is not None and kept.plan:
+            compiled = parse_plan(
+                kept.plan, f"the plan of the StateMeta snapshot (format {kept.format_version})"
+            )
+        job = kept.job if kept is not None else None
+        return cls(io, metadata_location, data, meta, max_workers, compiled, job)
 
     def __repr__(self) -> str:
         return f"Savepoint({self.location!r})"
@@ -330,6 +349,7 @@ class Savepoint:
         key: Any = None,
         key_groups: Iterable[int] | None = None,
         mode: str | None = None,
+        pickled: bool = False,
     ) -> pa.Table:
         """The rows of one state as a Table.
 
@@ -340,12 +360,20 @@ class Savepoint:
         key type); ``key_groups`` restricts the read to those key groups; ``mode`` is ``rows``,
         ``flat`` (list elements) or ``nested`` (one map per key). Columns:
         :mod:`statequery.arrow.schemas`. For large states use :meth:`read_batches`.
+        ``pickled``: add ``key_py``/``user_key_py``/``value_py`` beside byte columns, the Python
+        values PyFlink pickled there as JSON text, decoded without running code
+        (:func:`statequery.pickled.add_python_columns`).
         """
         info = self._resolve_state(operator, state)
         keys = None if key is None else [key]
-        return scan.read_table(
+        table = scan.read_table(
             self.model, self.context, info, keys=keys, key_groups=key_groups, mode=mode
         )
+        if pickled:
+            from statequery.pickled import add_python_columns
+
+            table = add_python_columns(table)
+        return table
 
     def read_batches(
         self,
@@ -511,3 +539,29 @@ class Savepoint:
         """The key group Flink assigned to ``key`` in this state's operator
         (:func:`statequery.keys.resolve_key`: the spellings every ``key=`` accepts)."""
         return scan.state_key_group(self._resolve_state(state, name), key)
+
+
+def _older_snapshot(raw: bytes, metadata: bytes, source: str, warn: bool) -> KeptParts | None:
+    """What a snapshot of another format keeps (:func:`kept_parts`), with a warning saying the
+    model is derived again and what is kept; None (and silence) for a snapshot of a newer format
+    or of another ``_metadata``."""
+    try:
+        kept = kept_parts(raw, metadata, source)
+    except CorruptStateError as e:
+        warnings.warn(
+            f"ignoring the StateMeta snapshot, reading _metadata instead: {e}",
+            SnapshotIgnoredWarning,
+            stacklevel=3,
+        )
+        return None
+    if kept is not None and warn:
+        parts = [p for p, v in (("SQL plan", kept.plan), ("captured job", kept.job)) if v]
+        warnings.warn(
+            f"{source}: StateMeta snapshot format {kept.format_version}, this statequery writes "
+            f"{FORMAT_VERSION}: the states are derived from _metadata and the state-file headers"
+            + (f", keeping its {' and '.join(parts)}" if parts else "")
+            + "; `statequery snapshot` writes it again in the current format",
+            SnapshotIgnoredWarning,
+            stacklevel=3,
+        )
+    return kept

@@ -42,7 +42,9 @@ if TYPE_CHECKING:
 
     from statequery.catalog import Catalog
 
-__all__ = ["ALLOWED_FUNCTIONS", "ALLOWED_NAMED_FUNCTIONS", "QueryLimits", "sql"]
+__all__ = [
+    "ALLOWED_FUNCTIONS", "ALLOWED_NAMED_FUNCTIONS", "SPARK_ONLY_FUNCTIONS", "QueryLimits", "sql",
+]
 
 #: the SQL dialect queries are written in (what Spark users type); DuckDB runs the transpiled tree
 DIALECT = "spark"
@@ -100,12 +102,23 @@ ALLOWED_FUNCTIONS = frozenset({
     "VarMap", "MapKeys", "MapContainsKey", "MapFromEntries", "Struct", "StructExtract",
 })
 
-#: functions sqlglot does not model (parsed as ``Anonymous``), by lower-case name
+#: functions sqlglot does not model (parsed as ``Anonymous``), by lower-case name. Spark's
+#: ``timestamp_seconds/millis/micros``, ``isnull``, ``isnotnull``, ``every``, ``some`` and
+#: ``bround`` are not DuckDB's: they are translated (:func:`_rewrite`)
 ALLOWED_NAMED_FUNCTIONS = frozenset({
     "cardinality", "date_part", "make_date", "map_values", "map_entries", "mean", "now",
-    "pmod", "bround", "isnull", "isnotnull", "every", "some", "element_at", "timestamp_seconds",
-    "timestamp_millis", "timestamp_micros", "array_union", "arrays_overlap", "forall",
+    "bround", "isnull", "isnotnull", "every", "some", "element_at", "timestamp_seconds",
+    "timestamp_millis", "timestamp_micros",
 })
+
+#: Spark functions DuckDB does not have and statequery does not translate (their meaning differs
+#: at the edges): refused with what to write instead
+SPARK_ONLY_FUNCTIONS = {
+    "pmod": "((a % n) + n) % n (pmod(a, n) for n > 0)",
+    "array_union": "array_distinct(concat(a, b)) (its order is not Spark's)",
+    "arrays_overlap": "size(array_intersect(a, b)) > 0",
+    "forall": "size(filter(a, x -> NOT p(x))) = 0",
+}
 
 
 def _function_refusal(node: exp.Expr) -> str | None:
@@ -116,6 +129,9 @@ def _function_refusal(node: exp.Expr) -> str | None:
         name = str(node.name)
         if name.lower() in ALLOWED_NAMED_FUNCTIONS:
             return None
+        if name.lower() in SPARK_ONLY_FUNCTIONS:
+            return (f"{name.lower()}() is a Spark SQL function DuckDB does not have; write "
+                    f"{SPARK_ONLY_FUNCTIONS[name.lower()]}")
     else:
         if type(node).__name__ in ALLOWED_FUNCTIONS:
             return None
@@ -303,13 +319,182 @@ def _parse(query: str) -> tuple[exp.Expr, bool]:
             refused = _function_refusal(node)
             if refused:
                 raise InvalidOptionError(refused)
+        if isinstance(node, exp.Bracket):
+            _check_index(node)
         if isinstance(node, (exp.Lateral, exp.From, exp.Join)) and isinstance(
             node.this, exp.Func
         ) and not isinstance(node.this, (exp.Explode, exp.Unnest, exp.Inline)):
             raise InvalidOptionError(
                 f"only catalog tables can be read, not {node.this.sql(DIALECT)!r}"
             )
-    return tree, explain
+    return _rewrite(tree), explain
+
+
+#: functions whose value is the length of their argument (Spark's ``size``/``array_size``/
+#: ``cardinality``, and ``len``/``length``/``array_length`` as DuckDB users write them)
+_LENGTH_FUNCTIONS = ("Length", "ArraySize")
+_LENGTH_NAMES = ("cardinality", "array_length", "len", "length")
+
+
+def _check_index(node: exp.Bracket) -> None:
+    """``x[len(x)]``: arrays are indexed from 0 here (Spark SQL), so the index one past the
+    last element is always NULL; a query writing it means the last element (DuckDB's and SQL's
+    1-based arrays). Refused with the ways to say that."""
+    from sqlglot import exp
+
+    if len(node.expressions) != 1 or node.args.get("offset"):
+        return
+    index = node.expressions[0]
+    length = type(index).__name__ in _LENGTH_FUNCTIONS or (
+        isinstance(index, exp.Anonymous) and str(index.name).lower() in _LENGTH_NAMES)
+    if not length or not index.args.get("this") and not index.expressions:
+        return
+    arg = index.args.get("this") if not isinstance(index, exp.Anonymous) else index.expressions[0]
+    if not isinstance(arg, exp.Expr) or arg != node.this:
+        return
+    x = node.this.sql(DIALECT)
+    raise InvalidOptionError(
+        f"{node.sql(DIALECT)} is past the end: arrays are indexed from 0 in statequery.sql "
+        f"(Spark SQL), so the last element is {x}[size({x}) - 1] or element_at({x}, -1)"
+    )
+
+
+#: Spark's ``timestamp_seconds/millis/micros`` (not in DuckDB) as sqlglot's UNIX_TO_TIME scales
+_EPOCH_SCALES = {"timestamp_seconds": 0, "timestamp_millis": 3, "timestamp_micros": 6}
+
+
+def _rewrite(tree: exp.Expr) -> exp.Expr:
+    """What the Spark SQL text means, in the tree DuckDB's SQL is generated from:
+
+    * a struct field named in double quotes, ``value."avg_amount.count"`` (a name with a dot,
+      as plan-named accumulators have), is the field (Spark reads ``"..."`` as a string, which
+      after a dot names nothing);
+    * ``timestamp_seconds/millis/micros(n)`` are ``UNIX_TO_TIME`` at that scale (DuckDB's
+      ``to_timestamp``, ``epoch_ms``, ``make_timestamp``), a ``TIMESTAMP`` as in Spark; Spark's
+      ``isnull``, ``isnotnull``, ``every``, ``some`` and ``bround`` (HALF_EVEN) are what DuckDB
+      calls ``IS NULL``, ``IS NOT NULL``, ``bool_and``, ``bool_or`` and ``round_even``.
+    """
+    from sqlglot import exp
+
+    for node in list(tree.walk()):
+        if isinstance(node, exp.Column):
+            for part in ("this", "table", "db", "catalog"):
+                name = node.args.get(part)
+                if isinstance(name, exp.Literal) and name.is_string:
+                    node.set(part, exp.to_identifier(name.this, quoted=True))
+        elif isinstance(node, exp.Dot):
+            name = node.args.get("expression")
+            if isinstance(name, exp.Literal) and name.is_string:
+                node.set("expression", exp.to_identifier(name.this, quoted=True))
+        elif isinstance(node, exp.Anonymous) and str(node.name).lower() in _TRANSLATED:
+            node.replace(_translate(str(node.name).lower(), node.expressions))
+    return tree
+
+
+_TRANSLATED = ("timestamp_seconds", "timestamp_millis", "timestamp_micros", "isnull",
+               "isnotnull", "every", "some", "bround")
+
+
+def _translate(name: str, args: list[exp.Expr]) -> exp.Expr:
+    """Spark's ``name(args)`` in nodes DuckDB's SQL is generated from."""
+    from sqlglot import exp
+
+    arity = (1, 2) if name == "bround" else (1,)
+    if len(args) not in arity:
+        raise InvalidOptionError(
+            f"{name}() takes {' or '.join(map(str, arity))} argument(s), not {len(args)}")
+    if name in _EPOCH_SCALES:
+        scale = _EPOCH_SCALES[name]
+        new: exp.Expr = exp.UnixToTime(this=args[0], scale=exp.Literal.number(scale))
+        # DuckDB's to_timestamp gives a TIMESTAMP WITH TIME ZONE; Spark a TIMESTAMP (UTC here)
+        return exp.Cast(this=new, to=exp.DataType.build("TIMESTAMP")) if scale == 0 else new
+    if name == "isnull":
+        return exp.Paren(this=exp.Is(this=args[0], expression=exp.Null()))
+    if name == "isnotnull":
+        return exp.Paren(this=exp.Not(this=exp.Is(this=args[0], expression=exp.Null())))
+    if name == "every":
+        return exp.LogicalAnd(this=args[0])
+    if name == "some":
+        return exp.LogicalOr(this=args[0])
+    # bround: HALF_EVEN rounding, DuckDB's round_even (its scale is required)
+    return exp.Anonymous(this="round_even", expressions=[
+        args[0], args[1] if len(args) > 1 else exp.Literal.number(0)])
+
+
+def _path(node: exp.Expr) -> list[str] | None:
+    """``a.b.c`` (a column and the struct fields after it) as its names, else None."""
+    from sqlglot import exp
+
+    if isinstance(node, exp.Column):
+        parts = node.parts
+        if all(isinstance(p, exp.Identifier) for p in parts):
+            return [str(p.name) for p in parts]
+        return None
+    if isinstance(node, exp.Dot) and isinstance(node.expression, exp.Identifier):
+        base = _path(node.this)
+        return None if base is None else [*base, str(node.expression.name)]
+    return None
+
+
+def _arrow_type(node: exp.Expr, sources: list[_Source]) -> pa.DataType | None:
+    """The Arrow type of ``node`` when it names a catalog table's column (or a struct field in
+    it) read by the ``SELECT`` it stands in; None when that is not certain."""
+    import pyarrow as pa
+    from sqlglot import exp
+
+    path = _path(node)
+    select = node.find_ancestor(exp.Select)
+    if not path or select is None:
+        return None
+    here = [s for s in sources if s.node.find_ancestor(exp.Select) is select]
+    named = [s for s in here if len(path) > 1 and s.alias.lower() == path[0].lower()]
+    if named:
+        candidates, names = named, path[1:]
+    else:
+        candidates, names = here, path
+    found = {str(s.types[names[0].lower()]): s.types[names[0].lower()]
+             for s in candidates if names[0].lower() in s.types}
+    if len(found) != 1:
+        return None
+    typ = next(iter(found.values()))
+    for name in names[1:]:
+        if not pa.types.is_struct(typ):
+            return None
+        fields = [typ.field(i) for i in range(typ.num_fields)
+                  if typ.field(i).name.lower() == name.lower()]
+        if len(fields) != 1:
+            return None
+        typ = fields[0].type
+    return typ
+
+
+def _type_brackets(tree: exp.Expr, sources: list[_Source]) -> None:
+    """Spark indexes arrays from 0, DuckDB from 1: sqlglot adds 1 to an index it knows is an
+    integer into what it does not know is not an array. Where the bracketed column's Arrow type
+    is known, say it: a list's index of unknown type (``value[key_group % 3]``,
+    ``value[cardinality(value) - 1]``) is cast to BIGINT so it is shifted too, and a map's or a
+    struct's is never shifted (``m[1]`` is key 1)."""
+    import pyarrow as pa
+    from sqlglot import exp
+
+    for node in list(tree.find_all(exp.Bracket)):
+        if len(node.expressions) != 1 or node.args.get("json_access"):
+            continue
+        typ = _arrow_type(node.this, sources)
+        if typ is None:
+            continue
+        if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(
+            typ
+        ):
+            node.this.type = exp.DataType.build("ARRAY<UNKNOWN>")
+            index = node.expressions[0]
+            if not isinstance(index, exp.Literal):
+                node.set("expressions", [exp.Cast(this=index,
+                                                  to=exp.DataType.build("BIGINT"))])
+        elif pa.types.is_map(typ):
+            node.this.type = exp.DataType.build("MAP<UNKNOWN, UNKNOWN>")
+        elif pa.types.is_struct(typ):
+            node.this.type = exp.DataType.build("STRUCT<x INT>")
 
 
 def _is_key_column(node: exp.Expr, src: _Source, single: bool) -> bool:
@@ -507,6 +692,7 @@ def sql(
                 raise NoSuchTableError(str(e)) from None
             src.types = {f.name.lower(): f.type for f in table.schema}
             con.register(src.name, table)
+        _type_brackets(tree, sources)
         for src in sources:
             src.node.replace(
                 exp.Table(this=exp.to_identifier(src.name, quoted=True),

@@ -19,9 +19,9 @@
     statequery attach [PATH] [--database NAME] [--replace] [--print]
                                             savepoints as persistent databases in Spark
     statequery detach DATABASE ...          drop them again (savepoints untouched)
-    statequery shell [-e SQL | -f FILE] [-- SPARK-SQL ARGS]
-                                            spark-sql with the catalog attached (or beeline
-                                            on the server)
+    statequery shell [-e SQL | -f FILE] [--beeline] [-- SPARK-SQL ARGS]
+                                            spark-sql with the catalog attached (on a running
+                                            server: a shell on its Spark Connect, no JVM)
     statequery serve [--stop | --status]    one warm local Spark (Spark Connect and JDBC on
                                             loopback) for shell, sql --spark and notebooks
     statequery diff OLD NEW [--operator OP] [--state NAME] [--key K] [--json]
@@ -110,7 +110,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--plan",
         help="the job's Flink SQL compiled plan (COMPILE PLAN / EXPLAIN PLAN ... JSON): kept in "
-        "the snapshot, it names SQL state tables and their RowData columns",
+        "the snapshot, it names SQL state tables and their RowData columns (without it, the "
+        "plan of the snapshot being replaced is kept)",
     )
     s.add_argument(
         "--index",
@@ -517,12 +518,18 @@ def _main(argv: Sequence[str] | None) -> int:
                 raise InvalidOptionError(f"--out {args.out}: the directory "
                                          f"{os.path.dirname(os.path.abspath(args.out))} does "
                                          "not exist")
+            # derived again; the plan and captured job of the snapshot it replaces are kept
             sp = Savepoint.open(
-                args.path, use_snapshot=False, plan=args.plan,
+                args.path, rederive=True, snapshot=args.out, plan=args.plan,
                 storage_options=_storage_options(args),
             )
             where = sp.write_snapshot(args.out, index=args.index)
-            named = f", {len(sp.plan_nodes)} operators named by the plan" if args.plan else ""
+            named = (
+                f", {len(sp.plan_nodes)} operators named by the plan"
+                + ("" if args.plan else " it kept")
+                if sp.sql_plan is not None
+                else ""
+            )
             indexed = (
                 f", run index of {sp.run_index.key_group_count} key groups" if args.index else ""
             )

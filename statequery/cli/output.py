@@ -68,15 +68,18 @@ def _cell(value: Any) -> str:
     return str(value) if not isinstance(value, bytes) else _json_default(value)
 
 
-def _print_rows(table: Any, title: str, total: int | None = None) -> None:
+def _print_rows(table: Any, title: str | None, total: int | None = None) -> None:
     from rich.table import Table
 
     console = _console()
     view = Table(title=title)
-    for name in table.column_names:
+    names = table.column_names
+    for name in names:
         view.add_column(name, overflow="fold")
+    if len(set(names)) < len(names):  # Spark's results may repeat a name: cells by position
+        table = table.rename_columns([str(i) for i in range(len(names))])
     for row in python_rows(table):
-        view.add_row(*(_cell(row[c]) for c in table.column_names))
+        view.add_row(*(_cell(v) for v in row.values()))
     console.print(view)
     if total is not None and total > table.num_rows:
         console.print(f"{table.num_rows} of {total} rows shown (--limit, --out or --json for more)")
