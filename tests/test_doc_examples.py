@@ -112,14 +112,21 @@ def test_documented_command_runs(where: str, command: str, error: str | None, tm
         assert (status, err.splitlines()) == (want, [error]), f"{where}: {command}"
 
 
-def test_help_example_query_runs(capsys: pytest.CaptureFixture[str]) -> None:
+def test_help_examples_run(capsys: pytest.CaptureFixture[str]) -> None:
     from statequery.cli import _parser
 
-    sub = next(a for a in _parser()._actions if a.dest == "command")
+    parser = _parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
     helps = [a.help or "" for a in sub.choices["sql"]._actions]  # type: ignore[attr-defined]
     [query] = [m.group(1) for h in helps for m in re.finditer(r'e\.g\. "([^"]+)"', h)]
     assert main(["sql", query, "--json"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 20  # user-0 .. user-19
+    # statequery --help: "Try it on the example catalog: statequery ...; statequery ..."
+    tries = (parser.epilog or "").split(": ", 1)[1].split(". ")[0].split("; ")
+    assert len(tries) == 3
+    for command in tries:
+        assert main(shlex.split(command)[1:]) == 0, command
+        assert "user-3" in capsys.readouterr().out or "inspect" in command
 
 
 def _python_blocks() -> list[tuple[str, str]]:

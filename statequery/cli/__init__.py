@@ -84,6 +84,10 @@ def _parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="statequery",
         description="Inspect the state inside Apache Flink savepoints and checkpoints (no JVM).",
+        epilog="Try it on the example catalog: statequery inspect user_activity; statequery "
+        "lookup user_activity user-3; statequery sql \"SELECT key, value FROM "
+        "user_activity.user_state__count WHERE key = 'user-3'\". 'statequery COMMAND --help' "
+        "lists a command's options.",
     )
     from statequery import __version__
 
