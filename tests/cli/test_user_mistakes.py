@@ -203,3 +203,19 @@ def test_a_catalog_database_still_being_written(tmp_path: Path,
     assert main(["sql", "SELECT count(*) AS n FROM done.state_meta", "--catalog", str(tmp_path),
                  "--json"]) == 0
     assert capsys.readouterr().out == '{"n": 15}\n'
+
+
+def test_an_incremental_checkpoint_copied_without_shared(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    job = next((ROOT / "tests" / "fixtures" / "datastream-rocksdb-incremental-checkpoint")
+               .iterdir())
+    shutil.copytree(job / "chk-1", tmp_path / "chk-1")  # without ../shared
+    err = _error(capsys, "lookup", str(tmp_path), "user-3")
+    assert err.startswith("state file ") and "/shared/" in err.split(" not found")[0]
+    assert f"also looked at {tmp_path / 'shared'}/" in err
+    assert err.endswith("; an incremental checkpoint's files are in the job directory's shared/ "
+                        "folder, beside chk-N: copy or point at the whole job directory")
+    shutil.copytree(job / "shared", tmp_path / "shared")
+    assert main(["lookup", str(tmp_path), "user-3", "--operator", "user-state", "--json"]) == 0
+    assert '"state": "count", "key_group": 40, "key": "user-3", "namespace": null, "value": 10' \
+        in capsys.readouterr().out
