@@ -219,3 +219,11 @@ def test_an_incremental_checkpoint_copied_without_shared(
     assert main(["lookup", str(tmp_path), "user-3", "--operator", "user-state", "--json"]) == 0
     assert '"state": "count", "key_group": 40, "key": "user-3", "namespace": null, "value": 10' \
         in capsys.readouterr().out
+
+
+def test_export_into_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "user_state__count.parquet"
+    out.write_bytes(b"x")
+    assert _error(capsys, "export", str(USER_ACTIVITY), "user-state", "--out", str(out)) == (
+        f"--out {out}: is a file; export writes one file per state into a directory")
+    assert out.read_bytes() == b"x"
