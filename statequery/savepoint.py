@@ -143,6 +143,12 @@ class Savepoint:
                             kept = KeptParts(FORMAT_VERSION, candidate.plan, candidate.job)
                         else:
                             meta = candidate
+                    elif snapshot is not None and not rederive:
+                        warnings.warn(
+                            f"ignoring the StateMeta snapshot {f.location}: it was written for "
+                            f"another _metadata than {metadata_location}; reading the "
+                            "state-file headers instead", SnapshotIgnoredWarning, stacklevel=2,
+                        )
                 except SnapshotVersionError:
                     kept = _older_snapshot(raw, data, f.location, warn=not rederive)
                 except CorruptStateError as e:  # damaged or tampered: derive from _metadata
@@ -151,6 +157,11 @@ class Savepoint:
                         SnapshotIgnoredWarning,
                         stacklevel=2,
                     )
+            elif snapshot is not None and not rederive:  # named, not there (a typo costs reads)
+                warnings.warn(
+                    f"no StateMeta snapshot at {f.location}: reading the state-file headers "
+                    "instead", SnapshotIgnoredWarning, stacklevel=2,
+                )
         compiled = None
         if plan is not None:
             f = io.new_input(plan)

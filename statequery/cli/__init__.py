@@ -42,7 +42,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from statequery.cli.output import (
     _console,
@@ -62,16 +62,38 @@ CLI_MAX_ROWS = 100_000
 CLI_MAX_BYTES = 256 << 20
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``statequery: <what is wrong> (see 'statequery CMD
+    --help')``, exit status 2, instead of the usage block above the message. Subcommand parsers
+    are of this class too (``add_subparsers`` uses the parent's class)."""
+
+    def error(self, message: str) -> NoReturn:
+        import difflib
+        import re
+
+        bad = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if bad:
+            close = difflib.get_close_matches(bad.group(1), re.findall(r"'([^']*)'",
+                                                                       bad.group(2)), n=1)
+            if close:
+                message += f"; did you mean '{close[0]}'?"
+        self.exit(2, f"statequery: {message} (see '{self.prog} --help')\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="statequery",
         description="Inspect the state inside Apache Flink savepoints and checkpoints (no JVM).",
+        epilog="Try it on the example catalog: statequery inspect user_activity; statequery "
+        "lookup user_activity user-3; statequery sql \"SELECT key, value FROM "
+        "user_activity.user_state__count WHERE key = 'user-3'\". 'statequery COMMAND --help' "
+        "lists a command's options.",
     )
     from statequery import __version__
 
     p.add_argument("--version", action="version", version=f"statequery {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
-    store = argparse.ArgumentParser(add_help=False)
+    store = _Parser(add_help=False)
     store.add_argument(
         "--storage-option", action="append", default=[], metavar="KEY=VALUE",
         help="an fsspec storage option for remote paths (repeatable; VALUE may be JSON), e.g. "
@@ -151,7 +173,7 @@ def _parser() -> argparse.ArgumentParser:
     _spark_args(q)
     from statequery.cli.extra import add_parsers as add_extra_parsers
 
-    add_extra_parsers(sub)
+    add_extra_parsers(sub, [store])
     add_parsers(sub)
     from statequery.cli.capture import add_parser as add_capture_parser
 
@@ -199,6 +221,12 @@ def _lookup(args: argparse.Namespace) -> int:
     ops = [sp.operator(args.operator)] if args.operator else list(sp.operators)
     found = 0
     tried: list[str] = []  # per operator: how the key was read, or why it could not be
+    if not any(op.key_spec is not None for op in ops):
+        raise InvalidOptionError(
+            (f"operator {ops[0].display_name!r} has no" if args.operator else "no operator has")
+            + f" keyed state in {sp.location}: lookup reads keyed state (read shows operator "
+            "state)"
+        )
     for op in ops:
         if op.key_spec is None:
             continue
@@ -427,7 +455,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    if not (sys.argv[1:] if argv is None else argv):  # plain `statequery`: what it can do
+        parser.print_help()
+        return 2
+    args = parser.parse_args(argv)
     try:
         from statequery.savepoint import Savepoint
 
@@ -485,6 +517,11 @@ def _main(argv: Sequence[str] | None) -> int:
 
             return run_capture(args)
         if args.command == "snapshot":
+            if args.out and not os.path.isdir(os.path.dirname(os.path.abspath(args.out))) \
+                    and "://" not in args.out:
+                raise InvalidOptionError(f"--out {args.out}: the directory "
+                                         f"{os.path.dirname(os.path.abspath(args.out))} does "
+                                         "not exist")
             # derived again; the plan and captured job of the snapshot it replaces are kept
             sp = Savepoint.open(
                 args.path, rederive=True, snapshot=args.out, plan=args.plan,
