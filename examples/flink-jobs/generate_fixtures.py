@@ -130,6 +130,12 @@ MATRIX = [
     _fx("changelog-ops-rocksdb-checkpoint", "changelog-ops", "rocksdb", "checkpoint", "native",
         incremental=True, changelog="2s+log"),
     # ... the file-system change log snappy-compressed
+    # TTL'd value/list/map state and a variable-length (POJO) window namespace
+    # (ChangelogTtl.java): a base and a non-empty log, on the hashmap and on RocksDB
+    _fx("changelog-ttl-hashmap-checkpoint", "changelog-ttl", "hashmap", "checkpoint", "native",
+        changelog="2s+log"),
+    _fx("changelog-ttl-rocksdb-checkpoint", "changelog-ttl", "rocksdb", "checkpoint", "native",
+        incremental=True, changelog="2s+log"),
     _fx("changelog-hashmap-snappy-checkpoint", "datastream", "hashmap", "checkpoint", "native",
         changelog="1h@snappy"),
     # ... with the in-memory changelog storage: the change log inline in _metadata
@@ -212,7 +218,7 @@ SQL_OPERATOR_JOBS = {"sql-ops": "ops", "sql-minibatch": "minibatch", "sql-aggs":
 # SQL jobs run from a compiled plan: operator ids from the plan
 PLAN_JOBS = {*SQL_OPERATOR_JOBS, "edge-sql"}
 # jobs whose manifest states come from the dump and whose expected file is a subset of it
-SUBSET_JOBS = {*PLAN_JOBS, "sql-keys", "changelog-ops", "cep-stream"}
+SUBSET_JOBS = {*PLAN_JOBS, "sql-keys", "changelog-ops", "changelog-ttl", "cep-stream"}
 BY_NAME = {f["name"]: f for f in MATRIX}
 PYFLINK_JOBS = {"pyflink-thread", "pyflink-process"}
 # process mode: every value is in PyFlink's own (Beam) coder bytes; the model covers the
@@ -422,6 +428,38 @@ def changelog_ops_expected() -> list[dict]:
             add("ops", "history", "list", value=history, **ks)
         for t in sorted(timers):
             add("ops", "_timer_state/event_user-timers", "event_timer", timestamp=t, **ks)
+    return entries
+
+
+def changelog_ttl_expected() -> list[dict]:
+    """The ``ttl`` operator of the changelog TTL pipeline (ChangelogTtl.java), replayed per
+    user (``last_access``: processing time, any); the ``labels`` windows (a POJO namespace) are
+    left to the oracle (subset)."""
+    entries: list[dict] = []
+    ids = {uid: operator_id_for_uid(uid) for uid in ("fixture-source", "ttl")}
+
+    def add(uid, state, kind, **fields):
+        entries.append({"operator_uid": uid, "operator_id": ids[uid], "state": state,
+                        "kind": kind, **fields})
+
+    source_expected(add)
+    for u in range(N_USERS):
+        mine = [ds_event(i) for i in range(u, N_EVENTS, N_USERS)]
+        history: list[str] = []
+        sums: dict[str, int] = {}
+        for e in mine:
+            history.append(e["category"])
+            if e["id"] % 7 == 6:
+                history = []
+            sums[e["category"]] = sums.get(e["category"], 0) + e["amount"]
+            if e["id"] % 9 == 8:
+                sums.pop(e["category"])
+        ks = {"key": f"user-{u}", "namespace": None}
+        add("ttl", "ttl-count", "value", value=ttl(len(mine)), **ks)
+        if history:
+            add("ttl", "ttl-list", "list", value=[ttl(c) for c in history], **ks)
+        for k, v in sums.items():
+            add("ttl", "ttl-map", "map", user_key=k, value=ttl(v), **ks)
     return entries
 
 
@@ -1322,13 +1360,13 @@ def run_job(fx: dict, scratch: Path, s3_endpoint: str | None = None) -> dict[str
         cmd = ["java", "-cp", build(), "statequery.fixtures.AsyncStateJob", "checkpoint",
                f"{base}/checkpoints", f"{base}/primary"]
         return _run(cmd, scratch / "job.log", env={"AWS_ENDPOINT_URL": s3_endpoint or ""})
-    if fx["job"] in ("datastream", "changelog-ops"):
+    if fx["job"] in ("datastream", "changelog-ops", "changelog-ttl"):
         kind = "checkpoint" if fx["snapshot"] == "checkpoint" else f"savepoint-{fx['format']}"
         cmd = ["java", "-cp", build(), "statequery.fixtures.DataStreamStateJob", fx["backend"],
                str(fx["incremental"]).lower(), str(fx["max_parallelism"]),
                str(fx["compression"]).lower(), str(fx["inline"]).lower(), kind, str(out),
                fx.get("timers", "rocksdb"), fx.get("changelog", "off"),
-               "ops" if fx["job"] == "changelog-ops" else "fixture"]
+               {"changelog-ops": "ops", "changelog-ttl": "ttl"}.get(fx["job"], "fixture")]
     elif fx["job"] == "async-datastream":
         kind = "checkpoint" if fx["snapshot"] == "checkpoint" else f"savepoint-{fx['format']}"
         cmd = ["java", "-cp", build(), "statequery.fixtures.AsyncStateJob", kind, str(out)]
@@ -1512,7 +1550,7 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
 
         infos = snapshot_info(fixture_dir)
         if fx["job"] in ("datastream", "ttl-kryo", "raw-state", "edge-datastream",
-                         "changelog-ops", "async-datastream", "cep-stream"):
+                         "changelog-ops", "changelog-ttl", "async-datastream", "cep-stream"):
             for info in infos:
                 if info["uid"] and info["operator_id"] != operator_id_for_uid(info["uid"]):
                     raise RuntimeError(f"operator id mismatch for uid {info['uid']}: {info}")
@@ -1520,6 +1558,7 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
                        "cep-stream": cep_stream_expected,
                        "raw-state": raw_state_expected,
                        "changelog-ops": changelog_ops_expected,
+                       "changelog-ttl": changelog_ttl_expected,
                        "async-datastream": async_datastream_expected,
                        "edge-datastream": lambda: edge_datastream_expected(fx)}[fx["job"]]()
         elif fx["job"] in PYFLINK_JOBS:
