@@ -475,17 +475,24 @@ class Savepoint:
             for s in infos
         }
 
-    def lookup(self, key: Any, operator: str | None = None) -> dict[tuple[str, str], pa.Table]:
+    def lookup(
+        self, key: Any, operator: str | None = None, pickled: bool = False
+    ) -> dict[tuple[str, str], pa.Table]:
         """Everything every keyed state holds for ``key``: ``{(operator, state): Table}``.
 
         Reads only the key group that can hold the key, computed as Flink computes it. ``operator``
         (uid, name or id) limits the search to one operator. ``key`` as :meth:`read` takes it;
         :class:`~statequery.exceptions.InvalidKeyError` when it does not fit the key type of the
-        operator (or, without ``operator``, of any operator).
+        operator (or, without ``operator``, of any operator). ``pickled`` as in :meth:`read`.
         """
         from statequery.display import LookupResult
 
-        result = LookupResult(scan.lookup(self.model, self.context, key, operator))
+        found = scan.lookup(self.model, self.context, key, operator)
+        if pickled:
+            from statequery.pickled import add_python_columns
+
+            found = {k: add_python_columns(t) for k, t in found.items()}
+        result = LookupResult(found)
         result.key = key
         return result
 

@@ -237,11 +237,7 @@ def _lookup(args: argparse.Namespace) -> int:
             continue  # this operator's key type cannot hold the key
         tried.append(f"{op.display_name}: read as {key_type_name(op.key_spec)} "
                      f"{json.dumps(key, default=_json_default, ensure_ascii=False)}")
-        for (op_label, state), table in sp.lookup(key, op.operator_id).items():
-            if pickled:
-                from statequery.pickled import add_python_columns
-
-                table = add_python_columns(table)
+        for (op_label, state), table in sp.lookup(key, op.operator_id, pickled).items():
             found += table.num_rows
             if args.json:
                 for row in python_rows(table):
