@@ -407,6 +407,25 @@ def test_pickled_in_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
     assert "attach --pickled" in capsys.readouterr().err
 
 
+def test_table_view_hides_pickle_columns_of_java_bytes(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A Java byte[] (the source's reader state of the shipped catalog) is a bytes column too;
+    the table view does not show two columns saying "not a pickle" on every row, unless asked
+    (--pickled), and --json keeps the columns the types give."""
+    from statequery.cli import main
+
+    path = str(Path(__file__).parent.parent / "catalog" / "user_activity")
+    argv = ["read", path, "--operator", "fixture-source", "--state", "SourceReaderState"]
+    assert main(argv) == 0
+    assert "value_py" not in capsys.readouterr().out
+    assert main([*argv, "--pickled"]) == 0
+    assert "not a pickle" in capsys.readouterr().out
+    assert main([*argv, "--json", "--pickled"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert rows and all(r["value_py"] is None and r["value_py_reason"].startswith("not a pickle")
+                        for r in rows)
+
+
 def test_pickled_in_sql(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``statequery.sql(..., pickled=True)`` / ``sql --pickled``: state tables with the *_py
     columns, queryable as JSON; the key push-down still reads one key group."""

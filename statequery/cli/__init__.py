@@ -206,6 +206,28 @@ def _pickled(args: argparse.Namespace) -> bool:
     return not (args.json or getattr(args, "out", None))
 
 
+def _for_display(table: Any, args: argparse.Namespace) -> Any:
+    """The table view with ``--pickled`` left to its default: a bytes column none of whose
+    shown values is a pickle (a Java ``byte[]``, a source's reader state) does not get its two
+    ``*_py`` columns, which would only say "not a pickle" on every row. Display only: the
+    columns of ``--json``/``--out`` and of an explicit ``--pickled`` follow the types."""
+    import pyarrow.compute as pc
+
+    if args.pickled is not None:
+        return table
+    names = table.column_names
+    drop: list[str] = []
+    for name in names:
+        if not name.endswith("_py") or f"{name}_reason" not in names:
+            continue
+        decoded = table.column(name).null_count < table.num_rows
+        reasons = table.column(f"{name}_reason")
+        not_pickles = pc.all(pc.fill_null(pc.starts_with(reasons, "not a pickle"), True))
+        if not decoded and not_pickles.as_py() is not False:
+            drop += [name, f"{name}_reason"]
+    return table.drop_columns(drop) if drop else table
+
+
 def _read(args: argparse.Namespace) -> int:
     from statequery.keys import parse_key_text
     from statequery.savepoint import Savepoint
@@ -234,7 +256,8 @@ def _read(args: argparse.Namespace) -> int:
         for row in python_rows(table):
             sys.stdout.write(json.dumps(row, default=_json_default, ensure_ascii=False) + "\n")
     else:
-        _print_rows(table, f"{info.operator_uid or info.operator_name}/{info.name}", total)
+        _print_rows(_for_display(table, args),
+                    f"{info.operator_uid or info.operator_name}/{info.name}", total)
     return 0
 
 
@@ -273,7 +296,7 @@ def _lookup(args: argparse.Namespace) -> int:
                     sys.stdout.write(json.dumps(doc, default=_json_default, ensure_ascii=False)
                                      + "\n")
             else:
-                _print_rows(table, f"{op_label}/{state}")
+                _print_rows(_for_display(table, args), f"{op_label}/{state}")
     if not found:
         print(f"statequery: no state holds key {args.key!r} ({'; '.join(tried)})",
               file=sys.stderr)
