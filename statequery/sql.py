@@ -115,7 +115,7 @@ ALLOWED_NAMED_FUNCTIONS = frozenset({
 #: at the edges): refused with what to write instead
 SPARK_ONLY_FUNCTIONS = {
     "pmod": "((a % n) + n) % n (pmod(a, n) for n > 0)",
-    "array_union": "array_distinct(concat(a, b)) (its order is not Spark's)",
+    "array_union": "array_distinct(concat(a, b))",
     "arrays_overlap": "size(array_intersect(a, b)) > 0",
     "forall": "size(filter(a, x -> NOT p(x))) = 0",
 }
@@ -372,7 +372,9 @@ def _rewrite(tree: exp.Expr) -> exp.Expr:
     * ``timestamp_seconds/millis/micros(n)`` are ``UNIX_TO_TIME`` at that scale (DuckDB's
       ``to_timestamp``, ``epoch_ms``, ``make_timestamp``), a ``TIMESTAMP`` as in Spark; Spark's
       ``isnull``, ``isnotnull``, ``every``, ``some`` and ``bround`` (HALF_EVEN) are what DuckDB
-      calls ``IS NULL``, ``IS NOT NULL``, ``bool_and``, ``bool_or`` and ``round_even``.
+      calls ``IS NULL``, ``IS NOT NULL``, ``bool_and``, ``bool_or`` and ``round_even``;
+    * ``size(x)`` is DuckDB's ``cardinality(x)`` (an array's or a map's, as Spark's), and
+      ``array_distinct(a)`` keeps the first of each element in order, as Spark's.
     """
     from sqlglot import exp
 
@@ -388,6 +390,17 @@ def _rewrite(tree: exp.Expr) -> exp.Expr:
                 node.set("expression", exp.to_identifier(name.this, quoted=True))
         elif isinstance(node, exp.Anonymous) and str(node.name).lower() in _TRANSLATED:
             node.replace(_translate(str(node.name).lower(), node.expressions))
+        elif isinstance(node, exp.ArraySize) and not node.args.get("expression"):
+            # Spark's size(): an array's or a map's; DuckDB's array_length takes no map
+            node.replace(exp.Anonymous(this="cardinality", expressions=[node.this]))
+        elif isinstance(node, exp.ArrayDistinct) and not node.args.get("expression"):
+            # Spark keeps the first of each element in order (one NULL included); DuckDB's
+            # list_distinct neither keeps the order nor the NULL
+            e, i = exp.to_identifier("__sq_e"), exp.to_identifier("__sq_i")
+            node.replace(exp.ArrayFilter(this=node.this, expression=exp.Lambda(
+                this=exp.EQ(this=exp.ArrayPosition(this=node.this.copy(), expression=e.copy()),
+                            expression=i.copy()),
+                expressions=[e, i])))
     return tree
 
 
@@ -468,33 +481,167 @@ def _arrow_type(node: exp.Expr, sources: list[_Source]) -> pa.DataType | None:
     return typ
 
 
+def _spark_type(typ: pa.DataType) -> str:
+    """``typ`` as a Spark SQL type string for sqlglot's schema (field names lower-cased and
+    quoted: Spark resolves them case-insensitively); ``STRING`` where it is not worth saying
+    (``VOID`` would make sqlglot drop the whole struct's type)."""
+    import pyarrow as pa
+
+    if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ):
+        return f"ARRAY<{_spark_type(typ.value_type)}>"
+    if pa.types.is_map(typ):
+        return f"MAP<{_spark_type(typ.key_type)}, {_spark_type(typ.item_type)}>"
+    if pa.types.is_struct(typ):
+        fields = ", ".join(
+            "`" + typ.field(i).name.lower().replace("`", "``") + "` "
+            + _spark_type(typ.field(i).type) for i in range(typ.num_fields))
+        return f"STRUCT<{fields}>" if fields else "STRING"
+    for check, name in ((pa.types.is_boolean, "BOOLEAN"), (pa.types.is_int8, "TINYINT"),
+                        (pa.types.is_int16, "SMALLINT"), (pa.types.is_int32, "INT"),
+                        (pa.types.is_integer, "BIGINT"), (pa.types.is_float32, "FLOAT"),
+                        (pa.types.is_floating, "DOUBLE"), (pa.types.is_string, "STRING"),
+                        (pa.types.is_large_string, "STRING"), (pa.types.is_binary, "BINARY"),
+                        (pa.types.is_large_binary, "BINARY"), (pa.types.is_date, "DATE"),
+                        (pa.types.is_timestamp, "TIMESTAMP")):
+        if check(typ):
+            return name
+    if pa.types.is_decimal(typ):
+        return f"DECIMAL({typ.precision}, {typ.scale})"
+    return "STRING"
+
+
+#: functions whose value is always an array (sqlglot does not always say so)
+_ARRAY_RESULTS = ("Transform", "ArrayFilter", "MapKeys", "ArrayDistinct", "ArrayExcept",
+                  "ArrayIntersect", "ArrayRemove", "ArraySort", "ArraysZip", "Split",
+                  "RegexpSplit", "ArrayAgg", "ArrayUniqueAgg", "Array", "ArraySlice")
+_ARRAY_NAMES = ("map_values", "map_entries")
+
+
+def _container(node: exp.Expr, typ: exp.DataType | None) -> str | None:
+    """``"array"``, ``"map"`` or ``"struct"``: what the annotated expression ``node`` is, when
+    that is established, else None."""
+    from sqlglot import exp
+
+    if typ is not None:
+        for kind, dtype in (("array", exp.DType.ARRAY), ("map", exp.DType.MAP),
+                            ("struct", exp.DType.STRUCT)):
+            if typ.is_type(dtype):
+                return kind
+    if type(node).__name__ in _ARRAY_RESULTS or (
+        isinstance(node, exp.Anonymous) and str(node.name).lower() in _ARRAY_NAMES
+    ):
+        return "array"
+    if isinstance(node, exp.Concat) and any(
+        isinstance(a, exp.Expr) and a.type is not None and a.type.is_type(exp.DType.ARRAY)
+        for a in node.expressions
+    ):
+        return "array"
+    if isinstance(node, exp.FromJson) and isinstance(node.expression, exp.Literal):
+        try:
+            schema = exp.DataType.build(str(node.expression.this), dialect=DIALECT)
+        except Exception:  # noqa: BLE001 - a schema sqlglot cannot read: not established
+            return None
+        return _container(exp.Null(), schema) if schema.this != exp.DType.UNKNOWN else None
+    return None
+
+
+def _annotated(tree: exp.Expr, sources: list[_Source]) -> dict[int, str | None]:
+    """What the base of every Spark-style ``x[i]`` in ``tree`` is (``"array"``, ``"map"``,
+    ``"struct"``, or None: not established), by the bracket's ``meta["sq_bracket"]`` number.
+
+    A copy of the tree is qualified and its types annotated by sqlglot with a schema of the
+    catalog tables' Arrow types: a column is followed through subqueries, CTEs, aliases, joins,
+    set operations and ``LATERAL VIEW`` back to a catalog column or to the function that built
+    it."""
+    from sqlglot import exp
+    from sqlglot.optimizer.annotate_types import annotate_types
+    from sqlglot.optimizer.qualify import qualify
+    from sqlglot.schema import MappingSchema
+
+    tables: dict[str, object] = {}
+    for src in sources:
+        database: dict[str, object] = tables.setdefault(src.database, {})  # type: ignore[assignment]
+        database[src.table] = {name: _spark_type(typ) for name, typ in src.types.items()}
+    copy = tree.copy()
+    try:
+        schema = MappingSchema(tables, dialect=DIALECT)
+        copy = qualify(copy, schema=schema, dialect=DIALECT, validate_qualify_columns=False,
+                       quote_identifiers=False, identify=False)
+        annotate_types(copy, schema=schema, dialect=DIALECT)
+    except Exception:  # noqa: BLE001 - sqlglot's optimizer fails in its own ways: not established
+        return {}
+    kinds: dict[int, str | None] = {}
+    for node in copy.find_all(exp.Bracket):
+        number = node.meta.get("sq_bracket") if node.meta else None
+        if number is not None:
+            kinds[number] = _container(node.this, node.this.type)
+    return kinds
+
+
+def _spark_bracket(node: exp.Bracket) -> bool:
+    """``x[i]`` written as Spark's index/key/field access (not ``element_at``, not JSON)."""
+    return (len(node.expressions) == 1 and not node.args.get("json_access")
+            and not node.args.get("offset"))
+
+
 def _type_brackets(tree: exp.Expr, sources: list[_Source]) -> None:
-    """Spark indexes arrays from 0, DuckDB from 1: sqlglot adds 1 to an index it knows is an
-    integer into what it does not know is not an array. Where the bracketed column's Arrow type
-    is known, say it: a list's index of unknown type (``value[key_group % 3]``,
-    ``value[cardinality(value) - 1]``) is cast to BIGINT so it is shifted too, and a map's or a
-    struct's is never shifted (``m[1]`` is key 1)."""
+    """Spark indexes arrays from 0 and maps by key, DuckDB arrays from 1; sqlglot shifts an
+    index only when it is an integer literal and it does not know the base is not an array.
+    Here every ``x[i]`` is decided by what ``x`` is (:func:`_annotated`, else a catalog column's
+    Arrow type): into an array the index is shifted whatever its type (``value[key_group % 3]``,
+    ``a[i]``), a negative one giving NULL as Spark's ``try_element_at``; into a map or a struct
+    it is a key, never shifted. Where what ``x`` is cannot be established, the query is refused
+    (an :class:`InvalidOptionError` with what to write instead) rather than guessed."""
     import pyarrow as pa
     from sqlglot import exp
 
-    for node in list(tree.find_all(exp.Bracket)):
-        if len(node.expressions) != 1 or node.args.get("json_access"):
+    brackets = [b for b in tree.find_all(exp.Bracket) if _spark_bracket(b)]
+    if not brackets:
+        return
+    for number, node in enumerate(brackets):
+        node.meta["sq_bracket"] = number
+    kinds = _annotated(tree, sources)
+    for number, node in enumerate(brackets):
+        node.meta.pop("sq_bracket", None)
+        kind = kinds.get(number)
+        if kind is None:
+            typ = _arrow_type(node.this, sources)
+            if typ is not None and (pa.types.is_list(typ) or pa.types.is_large_list(typ)
+                                    or pa.types.is_fixed_size_list(typ)):
+                kind = "array"
+            elif typ is not None and pa.types.is_map(typ):
+                kind = "map"
+            elif typ is not None and pa.types.is_struct(typ):
+                kind = "struct"
+        index = node.expressions[0]
+        if kind is None:
+            if isinstance(index, exp.Literal) and index.is_string:
+                continue  # a key or a field name: never shifted, whatever x is
+            x, i = node.this.sql(DIALECT), index.sql(DIALECT)
+            raise InvalidOptionError(
+                f"{node.sql(DIALECT)}: cannot tell whether {x} is an array (indexed from 0) or "
+                f"a map (looked up by key), so its index is not guessed; write "
+                f"element_at({x}, {i} + 1) for the element at index {i} of an array "
+                f"(element_at counts from 1), element_at({x}, {i}) for the value of key {i} "
+                f"of a map, or CAST({x} AS ARRAY<...>) / CAST({x} AS MAP<...>)")
+        # the generator shifts by DuckDB's offset minus this one: 0, the index is written here
+        node.set("offset", 1)
+        if not isinstance(node.this, (exp.Column, exp.Dot, exp.Bracket, exp.Paren)):
+            node.set("this", exp.Paren(this=node.this))  # concat(a, b)[0] is DuckDB's (a || b)[1]
+        if kind != "array":
             continue
-        typ = _arrow_type(node.this, sources)
-        if typ is None:
-            continue
-        if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(
-            typ
+        literal = _literal_text(index)
+        if literal is not None and isinstance(index, (exp.Literal, exp.Neg)) and re.fullmatch(
+            r"-?\d+", literal
         ):
-            node.this.type = exp.DataType.build("ARRAY<UNKNOWN>")
-            index = node.expressions[0]
-            if not isinstance(index, exp.Literal):
-                node.set("expressions", [exp.Cast(this=index,
-                                                  to=exp.DataType.build("BIGINT"))])
-        elif pa.types.is_map(typ):
-            node.this.type = exp.DataType.build("MAP<UNKNOWN, UNKNOWN>")
-        elif pa.types.is_struct(typ):
-            node.this.type = exp.DataType.build("STRUCT<x INT>")
+            n = int(literal)
+            node.set("expressions", [exp.Literal.number(n + 1 if n >= 0 else 0)])
+        else:  # a negative index is NULL (DuckDB's 0), never DuckDB's from-the-end
+            node.set("expressions", [exp.Add(
+                this=exp.Anonymous(this="greatest", expressions=[
+                    exp.Cast(this=index, to=exp.DataType.build("BIGINT")),
+                    exp.Literal.number(-1)]),
+                expression=exp.Literal.number(1))])
 
 
 def _is_key_column(node: exp.Expr, src: _Source, single: bool) -> bool:
