@@ -338,6 +338,7 @@ class Savepoint:
         key: Any = None,
         key_groups: Iterable[int] | None = None,
         mode: str | None = None,
+        pickled: bool = False,
     ) -> pa.Table:
         """The rows of one state as a Table.
 
@@ -348,12 +349,20 @@ class Savepoint:
         key type); ``key_groups`` restricts the read to those key groups; ``mode`` is ``rows``,
         ``flat`` (list elements) or ``nested`` (one map per key). Columns:
         :mod:`statequery.arrow.schemas`. For large states use :meth:`read_batches`.
+        ``pickled``: add ``key_py``/``user_key_py``/``value_py`` beside byte columns, the Python
+        values PyFlink pickled there as JSON text, decoded without running code
+        (:func:`statequery.pickled.add_python_columns`).
         """
         info = self._resolve_state(operator, state)
         keys = None if key is None else [key]
-        return scan.read_table(
+        table = scan.read_table(
             self.model, self.context, info, keys=keys, key_groups=key_groups, mode=mode
         )
+        if pickled:
+            from statequery.pickled import add_python_columns
+
+            table = add_python_columns(table)
+        return table
 
     def read_batches(
         self,

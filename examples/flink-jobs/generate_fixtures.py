@@ -130,6 +130,12 @@ MATRIX = [
     _fx("changelog-ops-rocksdb-checkpoint", "changelog-ops", "rocksdb", "checkpoint", "native",
         incremental=True, changelog="2s+log"),
     # ... the file-system change log snappy-compressed
+    # TTL'd value/list/map state and a variable-length (POJO) window namespace
+    # (ChangelogTtl.java): a base and a non-empty log, on the hashmap and on RocksDB
+    _fx("changelog-ttl-hashmap-checkpoint", "changelog-ttl", "hashmap", "checkpoint", "native",
+        changelog="2s+log"),
+    _fx("changelog-ttl-rocksdb-checkpoint", "changelog-ttl", "rocksdb", "checkpoint", "native",
+        incremental=True, changelog="2s+log"),
     _fx("changelog-hashmap-snappy-checkpoint", "datastream", "hashmap", "checkpoint", "native",
         changelog="1h@snappy"),
     # ... with the in-memory changelog storage: the change log inline in _metadata
@@ -197,6 +203,14 @@ MATRIX = [
     _edge("sql", "hashmap", "checkpoint", "native", max_parallelism=300),
     _edge("sql", "rocksdb", "checkpoint", "native", max_parallelism=300),
     _edge("sql", "rocksdb", "checkpoint", "native", incremental=True, max_parallelism=300),
+    # PyFlink DataStream jobs (pyflink_job.py, pyflink_model.py): Python functions in thread mode
+    # (pemja, EmbeddedPython*Operator) and process mode (Beam, ExternalPython*Operator)
+    _fx("pyflink-thread-hashmap-canonical", "pyflink-thread", "hashmap", "savepoint",
+        "canonical"),
+    _fx("pyflink-thread-rocksdb-native", "pyflink-thread", "rocksdb", "savepoint", "native"),
+    _fx("pyflink-process-hashmap-canonical", "pyflink-process", "hashmap", "savepoint",
+        "canonical"),
+    _fx("pyflink-process-rocksdb-native", "pyflink-process", "rocksdb", "savepoint", "native"),
 ]
 SQL_OPERATOR_JOBS = {"sql-ops": "ops", "sql-minibatch": "minibatch", "sql-aggs": "aggs",
                      "sql-aggs-minibatch": "aggs-minibatch", "sql-cep": "cep",
@@ -204,8 +218,12 @@ SQL_OPERATOR_JOBS = {"sql-ops": "ops", "sql-minibatch": "minibatch", "sql-aggs":
 # SQL jobs run from a compiled plan: operator ids from the plan
 PLAN_JOBS = {*SQL_OPERATOR_JOBS, "edge-sql"}
 # jobs whose manifest states come from the dump and whose expected file is a subset of it
-SUBSET_JOBS = {*PLAN_JOBS, "sql-keys", "changelog-ops", "cep-stream"}
+SUBSET_JOBS = {*PLAN_JOBS, "sql-keys", "changelog-ops", "changelog-ttl", "cep-stream"}
 BY_NAME = {f["name"]: f for f in MATRIX}
+PYFLINK_JOBS = {"pyflink-thread", "pyflink-process"}
+# process mode: every value is in PyFlink's own (Beam) coder bytes; the model covers the
+# LONG, STRING and pickled states and the timers, the dump everything
+SUBSET_JOBS.add("pyflink-process")
 
 # Series: one job run, several snapshots (consecutive retained checkpoints chk-1..3 and a
 # canonical savepoint after them), each recorded as its own fixture "<series>-chk-N" /
@@ -410,6 +428,38 @@ def changelog_ops_expected() -> list[dict]:
             add("ops", "history", "list", value=history, **ks)
         for t in sorted(timers):
             add("ops", "_timer_state/event_user-timers", "event_timer", timestamp=t, **ks)
+    return entries
+
+
+def changelog_ttl_expected() -> list[dict]:
+    """The ``ttl`` operator of the changelog TTL pipeline (ChangelogTtl.java), replayed per
+    user (``last_access``: processing time, any); the ``labels`` windows (a POJO namespace) are
+    left to the oracle (subset)."""
+    entries: list[dict] = []
+    ids = {uid: operator_id_for_uid(uid) for uid in ("fixture-source", "ttl")}
+
+    def add(uid, state, kind, **fields):
+        entries.append({"operator_uid": uid, "operator_id": ids[uid], "state": state,
+                        "kind": kind, **fields})
+
+    source_expected(add)
+    for u in range(N_USERS):
+        mine = [ds_event(i) for i in range(u, N_EVENTS, N_USERS)]
+        history: list[str] = []
+        sums: dict[str, int] = {}
+        for e in mine:
+            history.append(e["category"])
+            if e["id"] % 7 == 6:
+                history = []
+            sums[e["category"]] = sums.get(e["category"], 0) + e["amount"]
+            if e["id"] % 9 == 8:
+                sums.pop(e["category"])
+        ks = {"key": f"user-{u}", "namespace": None}
+        add("ttl", "ttl-count", "value", value=ttl(len(mine)), **ks)
+        if history:
+            add("ttl", "ttl-list", "list", value=[ttl(c) for c in history], **ks)
+        for k, v in sums.items():
+            add("ttl", "ttl-map", "map", user_key=k, value=ttl(v), **ks)
     return entries
 
 
@@ -693,6 +743,149 @@ def edge_datastream_expected(fx: dict) -> list[dict]:
 # --------------------------------------------------------------------------------------------
 # The SQL job, modelled (sql_job.py)
 # --------------------------------------------------------------------------------------------
+
+def pyflink_states(mode: str) -> dict[str, list[dict]]:
+    """The states pyflink_job.py's Python operators register, as Flink records them (both modes
+    register every descriptor in ``open``, thread mode leaves ``tags`` and ``ts`` empty)."""
+    k, kb = "ROW<f0 STRING>", "ROW<f0 BYTES>"
+    p = "BYTES (pickle)"
+
+    def timers(key, ns="VOID", name="user"):
+        return [_st(f"_timer_state/event_{name}-timers", "event_timer", None, key, ns),
+                _st(f"_timer_state/processing_{name}-timers", "processing_timer", None, key, ns)]
+
+    if mode == "thread":
+        typed = [
+            _st("count", "value", "BIGINT", k, "VOID"),
+            _st("label", "value", "STRING", k, "VOID"),
+            _st("recent", "list", "BIGINT", k, "VOID"),
+            _st("detail-by-category", "map", p, k, "VOID", user_key_type="STRING"),
+            _st("sum", "value", "BIGINT (ReducingStateDescriptor)", k, "VOID"),
+            _st("avg", "value", p + " (AggregatingStateDescriptor, TUPLE accumulator)", k, "VOID"),
+            _st("dec", "value", "BIGDECIMAL", k, "VOID"),
+            _st("ts", "value", "BYTES (SQL_TIMESTAMP: unwritable in thread mode)", k, "VOID"),
+            _st("tags", "value", "BYTES (LIST: unwritable in thread mode)", k, "VOID"),
+            _st("attrs", "value", "MAP<STRING, BIGINT>", k, "VOID"),
+            _st("extremes", "value", p + " (ROW)", k, "VOID"),
+            _st("blob", "value", p, k, "VOID"),
+            _st("blobs", "list", p, k, "VOID"),
+            *timers(k),
+        ]
+        return {
+            "py-typed": typed,
+            "py-pickled": [_st("pair-count", "value", "BIGINT", kb, "VOID"), *timers(kb)],
+            "py-window": [_st("window-contents", "value", p + " (the reduced tuple)", k,
+                              "TimeWindow"), *timers(k, "TimeWindow", "window")],
+            "py-broadcast": [_st("rules", "broadcast", "STRING", user_key_type="STRING"),
+                             *timers(k)],
+        }
+    c = "BYTES (PyFlink coder)"
+    kinds = {"recent": "list", "blobs": "list", "detail-by-category": "map"}
+    typed = [_st(f"python-state-{n}", kinds.get(n, "list"), c, k, "VOID",
+                 user_key_type=c if n == "detail-by-category" else None)
+             for n in ("count", "label", "recent", "detail-by-category", "sum", "avg", "dec",
+                       "ts", "tags", "attrs", "extremes", "blob", "blobs")]
+    return {
+        "py-typed": [*typed, *timers(k)],
+        "py-pickled": [_st("python-state-pair-count", "list", c, kb, "VOID"), *timers(kb)],
+        "py-window": [_st("python-state-window-contents", "list", c, k, "TimeWindow"),
+                      *timers(k, "TimeWindow")],
+        "py-broadcast": [_st("python-state-rules", "broadcast", c, user_key_type=c), *timers(k)],
+    }
+
+
+def pyflink_expected(mode: str) -> list[dict]:
+    """pyflink_job.py's keyed and broadcast state (pyflink_model.py). Thread mode: the state
+    descriptors as PyFlink declares them to Java (pyflink/fn_execution/embedded/java_utils.py):
+    reducing and aggregating states are value states; ROW and TUPLE values, PICKLED_BYTE_ARRAY
+    and undeclared keys are ``pickle.dumps`` bytes. Process mode: every state is named
+    ``python-state-<name>``, value/reducing/aggregating states are list states of one element,
+    values are PyFlink's coder bytes (LONG int64, STRING int32 length + UTF-8, pickled: int32
+    length + ``pickle.dumps``), map and broadcast keys too (ByteArrayWrapper); undeclared keys
+    ``cloudpickle.dumps`` bytes (protocol 5, where thread mode's are ``pickle.dumps``, 4). The
+    process model covers the LONG, STRING and pickled states."""
+    import pickle
+
+    import cloudpickle
+    import pyflink_model as pm
+    from pyflink.common import Row
+
+    thread = mode == "thread"
+    prefix = "" if thread else "python-state-"
+    out: list[dict] = []
+    ids = {u: operator_id_for_uid(u) for u in ("py-typed", "py-pickled", "py-window",
+                                               "py-broadcast")}
+
+    def add(uid, state, kind, key, value=None, **extra):
+        e = {"operator_id": ids[uid], "operator_uid": uid, "state": state, "kind": kind,
+             "key": key, "namespace": extra.pop("namespace", None), **extra}
+        if value is not None or kind in ("value", "list", "map"):
+            e["value"] = value
+        out.append(e)
+
+    def long_(v: int):
+        return v if thread else b64(struct.pack(">q", v))
+
+    def string(v: str) -> bytes:
+        raw = v.encode("utf-8")
+        return struct.pack(">i", len(raw)) + raw
+
+    def pickled(v) -> dict:
+        if thread:
+            return b64(pickle.dumps(v))
+        data = pickle.dumps(v)
+        return b64(struct.pack(">i", len(data)) + data)
+
+    def one(v):  # process mode: a value state is a list state of one element
+        return v if thread else [v]
+
+    for user, s in sorted(pm.typed_state().items()):
+        key = {"f0": user}
+        u = pm.user_index(user)
+        add("py-typed", prefix + "count", "value" if thread else "list", key,
+            one(long_(s["count"])))
+        add("py-typed", prefix + "sum", "value" if thread else "list", key, one(long_(s["sum"])))
+        add("py-typed", prefix + "label", "value" if thread else "list", key,
+            s["label"] if thread else [b64(string(s["label"]))])
+        add("py-typed", prefix + "recent", "list", key, [long_(a) for a in s["recent"]])
+        add("py-typed", prefix + "blob", "value" if thread else "list", key,
+            one(pickled(s["blob"])))
+        add("py-typed", prefix + "blobs", "list", key, [pickled(b) for b in s["blobs"]])
+        if thread:
+            for cat, d in sorted(s["detail-by-category"].items()):
+                row = Row(d["total"], d["last"], Row(d["where"]["city"], d["where"]["zip"]))
+                add("py-typed", "detail-by-category", "map", key, pickled(row), user_key=cat)
+            add("py-typed", "avg", "value", key, pickled(tuple(s["avg"])))
+            add("py-typed", "dec", "value", key, format(s["dec"], "f"))
+            add("py-typed", "attrs", "value", key,
+                [{"key": k, "value": v} for k, v in sorted(s["attrs"].items())])
+            add("py-typed", "extremes", "value", key, pickled(Row(*s["extremes"])))
+        # process mode: ROW, TUPLE, BIG_DEC, SQL_TIMESTAMP, MAP and LIST values in PyFlink's
+        # coders are not modelled (the dump has them)
+        add("py-typed", "_timer_state/event_user-timers", "event_timer", key,
+            timestamp=pm.TIMER_BASE + u)
+        add("py-typed", "_timer_state/processing_user-timers", "processing_timer", key,
+            timestamp=pm.TIMER_BASE + 1000 + u)
+    for (user, parity), n in sorted(pm.pair_counts().items()):
+        k = (user, parity)
+        add("py-pickled", prefix + "pair-count", "value" if thread else "list",
+            {"f0": b64(pickle.dumps(k) if thread else cloudpickle.dumps(k))}, one(long_(n)))
+    timers = "_timer_state/event_window-timers" if thread else "_timer_state/event_user-timers"
+    for (user, start), reduced in sorted(pm.window_sums().items()):
+        ns = {"start": start, "end": start + pm.HOUR_MS}
+        if thread:
+            add("py-window", "window-contents", "value", {"f0": user}, pickled(reduced),
+                namespace=ns)
+        add("py-window", timers, "event_timer", {"f0": user}, namespace=ns,
+            timestamp=start + pm.HOUR_MS - 1)
+    for k, v in pm.RULES:
+        e = {"operator_id": ids["py-broadcast"], "operator_uid": "py-broadcast",
+             "state": prefix + "rules", "kind": "broadcast", "subtask": 0,
+             "user_key": k if thread else b64(string(k)),
+             "value": v if thread else b64(string(v))}
+        out.append(e)
+    return out
+
 
 SQL_ROWS = 500
 SQL_TS_BASE_NANOS = (int(dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc).timestamp())
@@ -1167,13 +1360,13 @@ def run_job(fx: dict, scratch: Path, s3_endpoint: str | None = None) -> dict[str
         cmd = ["java", "-cp", build(), "statequery.fixtures.AsyncStateJob", "checkpoint",
                f"{base}/checkpoints", f"{base}/primary"]
         return _run(cmd, scratch / "job.log", env={"AWS_ENDPOINT_URL": s3_endpoint or ""})
-    if fx["job"] in ("datastream", "changelog-ops"):
+    if fx["job"] in ("datastream", "changelog-ops", "changelog-ttl"):
         kind = "checkpoint" if fx["snapshot"] == "checkpoint" else f"savepoint-{fx['format']}"
         cmd = ["java", "-cp", build(), "statequery.fixtures.DataStreamStateJob", fx["backend"],
                str(fx["incremental"]).lower(), str(fx["max_parallelism"]),
                str(fx["compression"]).lower(), str(fx["inline"]).lower(), kind, str(out),
                fx.get("timers", "rocksdb"), fx.get("changelog", "off"),
-               "ops" if fx["job"] == "changelog-ops" else "fixture"]
+               {"changelog-ops": "ops", "changelog-ttl": "ttl"}.get(fx["job"], "fixture")]
     elif fx["job"] == "async-datastream":
         kind = "checkpoint" if fx["snapshot"] == "checkpoint" else f"savepoint-{fx['format']}"
         cmd = ["java", "-cp", build(), "statequery.fixtures.AsyncStateJob", kind, str(out)]
@@ -1192,6 +1385,10 @@ def run_job(fx: dict, scratch: Path, s3_endpoint: str | None = None) -> dict[str
         cmd = ["java", "-cp", build(), "statequery.fixtures.EdgeDataStreamJob", fx["backend"],
                str(fx["incremental"]).lower(), str(fx["max_parallelism"]),
                str(fx.get("large", False)).lower(), kind, str(out)]
+    elif fx["job"] in PYFLINK_JOBS:
+        cmd = [sys.executable, str(HERE / "pyflink_job.py"), "--mode", fx["job"].split("-")[1],
+               "--backend", fx["backend"], "--kind", f"savepoint-{fx['format']}", "--out",
+               str(out), "--max-parallelism", str(fx["max_parallelism"])]
     elif fx["job"] == "cep-stream":
         cmd = ["java", "-cp", build(), "statequery.fixtures.CepStreamJob", fx["backend"],
                f"savepoint-{fx['format']}", str(out)]
@@ -1353,7 +1550,7 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
 
         infos = snapshot_info(fixture_dir)
         if fx["job"] in ("datastream", "ttl-kryo", "raw-state", "edge-datastream",
-                         "changelog-ops", "async-datastream", "cep-stream"):
+                         "changelog-ops", "changelog-ttl", "async-datastream", "cep-stream"):
             for info in infos:
                 if info["uid"] and info["operator_id"] != operator_id_for_uid(info["uid"]):
                     raise RuntimeError(f"operator id mismatch for uid {info['uid']}: {info}")
@@ -1361,8 +1558,14 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
                        "cep-stream": cep_stream_expected,
                        "raw-state": raw_state_expected,
                        "changelog-ops": changelog_ops_expected,
+                       "changelog-ttl": changelog_ttl_expected,
                        "async-datastream": async_datastream_expected,
                        "edge-datastream": lambda: edge_datastream_expected(fx)}[fx["job"]]()
+        elif fx["job"] in PYFLINK_JOBS:
+            for info in infos:
+                if info["uid"] and info["operator_id"] != operator_id_for_uid(info["uid"]):
+                    raise RuntimeError(f"operator id mismatch for uid {info['uid']}: {info}")
+            entries = pyflink_expected(fx["job"].split("-")[1])
         elif fx["job"] == "sql-keys":
             entries = sql_keys_expected(infos)
         elif fx["job"] in PLAN_JOBS:
@@ -1516,6 +1719,8 @@ def manifest_record(fx: dict, rel: str, infos: list[dict]) -> dict:
             states = RAW_STATES.get(info["uid"], [])
         elif fx["job"] == "edge-datastream":
             states = EDGE_DS_STATES.get(info["uid"], [])
+        elif fx["job"] in PYFLINK_JOBS:
+            states = pyflink_states(fx["job"].split("-")[1]).get(info["uid"], [])
         elif fx["job"] in SUBSET_JOBS:
             states = dump_states.get(info["operator_id"], [])
         elif fx["job"] == "sequence":
