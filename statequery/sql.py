@@ -613,6 +613,8 @@ def _type_brackets(tree: exp.Expr, sources: list[_Source]) -> None:
                 kind = "map"
             elif typ is not None and pa.types.is_struct(typ):
                 kind = "struct"
+            else:  # sqlglot's optimizer gave up: what the function that built it says
+                kind = _container(node.this, None)
         index = node.expressions[0]
         if kind is None:
             if isinstance(index, exp.Literal) and index.is_string:
