@@ -374,10 +374,13 @@ def _rewrite(tree: exp.Expr) -> exp.Expr:
       ``isnull``, ``isnotnull``, ``every``, ``some`` and ``bround`` (HALF_EVEN) are what DuckDB
       calls ``IS NULL``, ``IS NOT NULL``, ``bool_and``, ``bool_or`` and ``round_even``;
     * ``size(x)`` is DuckDB's ``cardinality(x)`` (an array's or a map's, as Spark's), and
-      ``array_distinct(a)`` keeps the first of each element in order, as Spark's.
+      ``array_distinct(a)`` keeps the first of each element in order, as Spark's;
+    * the index parameter of ``transform(a, (x, i) -> ...)`` / ``filter(a, (x, i) -> ...)``
+      counts from 0 (:func:`_lambda_indices`).
     """
     from sqlglot import exp
 
+    _lambda_indices(tree)
     for node in list(tree.walk()):
         if isinstance(node, exp.Column):
             for part in ("this", "table", "db", "catalog"):
@@ -402,6 +405,34 @@ def _rewrite(tree: exp.Expr) -> exp.Expr:
                             expression=i.copy()),
                 expressions=[e, i])))
     return tree
+
+
+def _lambda_indices(tree: exp.Expr) -> None:
+    """Spark's ``transform(a, (x, i) -> ...)`` and ``filter(a, (x, i) -> ...)`` count ``i`` from
+    0, DuckDB's from 1 (sqlglot passes the lambda through): ``i`` is ``(i - 1)`` in the body,
+    where it is this lambda's ``i`` (not an inner lambda's of the same name)."""
+    from sqlglot import exp
+
+    for lam in list(tree.find_all(exp.Lambda)):
+        if len(lam.expressions) != 2 or not isinstance(lam.parent, (exp.Transform,
+                                                                    exp.ArrayFilter)):
+            continue
+        name = str(lam.expressions[1].name).lower()
+        for node in list(lam.this.walk()) if isinstance(lam.this, exp.Expr) else []:
+            if isinstance(node, exp.Column) and (node.table or not isinstance(
+                node.this, exp.Identifier
+            )):
+                continue
+            if not isinstance(node, (exp.Column, exp.Identifier)) or isinstance(
+                node.parent, (exp.Column, exp.Dot)
+            ) and node.arg_key != "this" or str(node.name).lower() != name:
+                continue
+            if isinstance(node, exp.Identifier) and isinstance(node.parent, exp.Column):
+                continue  # the Column around it is the reference
+            nearest = _lambda_of(node)
+            if nearest is not None and nearest[0] is lam and nearest[1] == 1:
+                node.replace(exp.Paren(this=exp.Sub(this=node.copy(),
+                                                    expression=exp.Literal.number(1))))
 
 
 _TRANSLATED = ("timestamp_seconds", "timestamp_millis", "timestamp_micros", "isnull",
@@ -463,6 +494,8 @@ def _arrow_type(node: exp.Expr, sources: list[_Source]) -> pa.DataType | None:
     named = [s for s in here if len(path) > 1 and s.alias.lower() == path[0].lower()]
     if named:
         candidates, names = named, path[1:]
+    elif select.args.get("laterals"):
+        return None  # a LATERAL VIEW's column may have the name
     else:
         candidates, names = here, path
     found = {str(s.types[names[0].lower()]): s.types[names[0].lower()]
@@ -570,12 +603,139 @@ def _annotated(tree: exp.Expr, sources: list[_Source]) -> dict[int, str | None]:
         annotate_types(copy, schema=schema, dialect=DIALECT)
     except Exception:  # noqa: BLE001 - sqlglot's optimizer fails in its own ways: not established
         return {}
+    laterals = {str(lat.alias).lower(): _lateral_columns(lat) for lat in copy.find_all(exp.Lateral)
+                if lat.alias and isinstance(lat.this, (exp.Explode, exp.ExplodeOuter, exp.Inline))}
     kinds: dict[int, str | None] = {}
     for node in copy.find_all(exp.Bracket):
         number = node.meta.get("sq_bracket") if node.meta else None
-        if number is not None:
+        if number is None:
+            continue
+        fields: list[str] = []
+        base = node.this
+        while isinstance(base, exp.Dot) and isinstance(base.expression, exp.Identifier):
+            fields.insert(0, str(base.expression.name))
+            base = base.this
+        lambda_param = _lambda_of(base)
+        if lambda_param is not None or (
+            isinstance(base, exp.Column) and base.table and base.table.lower() in laterals
+        ):
+            # sqlglot types a LATERAL VIEW's columns as the exploded array itself, or not at
+            # all, and a lambda's parameters not at all: what they are is read from the
+            # function's argument here
+            typ = (_lambda_param_type(*lambda_param) if lambda_param is not None
+                   else laterals[base.table.lower()].get(base.name.lower()))
+            for name in fields:
+                typ = _field_type(typ, name)
+            kinds[number] = _container(exp.Null(), typ) if typ is not None else _UNKNOWN
+        else:
             kinds[number] = _container(node.this, node.this.type)
     return kinds
+
+
+#: a base whose type is not established and must not be guessed from a catalog column's name
+_UNKNOWN = "unknown"
+
+
+def _field_type(typ: exp.DataType | None, name: str) -> exp.DataType | None:
+    """The type of the struct field ``name`` (case-insensitive) of ``typ``, else None."""
+    from sqlglot import exp
+
+    if typ is None or not typ.is_type(exp.DType.STRUCT):
+        return None
+    found = [f.args.get("kind") for f in typ.expressions
+             if isinstance(f, exp.ColumnDef) and f.name.lower() == name.lower()]
+    return found[0] if len(found) == 1 and isinstance(found[0], exp.DataType) else None
+
+
+def _lambda_of(node: exp.Expr) -> tuple[exp.Lambda, int] | None:
+    """The nearest lambda that has ``node`` (a bare name) as a parameter, and which one."""
+    from sqlglot import exp
+
+    if isinstance(node, exp.Column) and not node.table and isinstance(node.this, exp.Identifier):
+        name = node.name
+    elif isinstance(node, exp.Identifier):
+        name = str(node.name)
+    else:
+        return None
+    for lam in _ancestors(node, exp.Lambda):
+        params = [str(p.name).lower() for p in lam.expressions]
+        if name.lower() in params:
+            return lam, params.index(name.lower())
+    return None
+
+
+def _ancestors(node: exp.Expr, kind: type[exp.Lambda]) -> list[exp.Lambda]:
+    found = []
+    parent = node.parent
+    while parent is not None:
+        if isinstance(parent, kind):
+            found.append(parent)
+        parent = parent.parent
+    return found
+
+
+def _lambda_param_type(lam: exp.Lambda, position: int) -> exp.DataType | None:
+    """The type of parameter ``position`` of ``lam`` in ``transform(a, x -> ...)``,
+    ``filter(a, (x, i) -> ...)``, ``exists(a, x -> ...)``, ``aggregate(a, z, (acc, x) -> ...)``
+    and ``array_sort(a, (l, r) -> ...)``: an element of ``a`` (an index: INT), else None."""
+    from sqlglot import exp
+
+    func = lam.parent
+    array = func.this if isinstance(func, exp.Func) else None
+    if not isinstance(array, exp.Expr):
+        return None
+    outer = _lambda_of(array)
+    typ = _lambda_param_type(*outer) if outer is not None else array.type
+    if typ is None or not typ.is_type(exp.DType.ARRAY) or len(typ.expressions) != 1:
+        return None
+    element = typ.expressions[0]
+    if isinstance(func, exp.Reduce):
+        roles = {1: element}
+    elif isinstance(func, exp.ArraySort):
+        roles = {0: element, 1: element}
+    elif isinstance(func, (exp.Transform, exp.ArrayFilter, exp.Exists)):
+        roles = {0: element, 1: exp.DataType.build("INT")}
+    else:
+        return None
+    return roles.get(position)
+
+
+def _lateral_columns(lateral: exp.Lateral) -> dict[str, exp.DataType]:
+    """The columns of ``LATERAL VIEW [pos]explode[_outer](x) t [AS a, b]`` or
+    ``inline(x)`` by lower-cased name, with their types from ``x``'s annotated type (Spark's
+    names when the view names none: ``pos``, ``col``, ``key``, ``value``)."""
+    from sqlglot import exp
+
+    func = lateral.this
+    arg = func.this
+    typ = arg.type if isinstance(arg, exp.Expr) else None
+    if typ is None:
+        return {}
+    names: list[str]
+    types: list[exp.DataType]
+    if isinstance(func, exp.Inline):
+        element = typ.expressions[0] if typ.is_type(exp.DType.ARRAY) and typ.expressions else None
+        if not isinstance(element, exp.DataType) or not element.is_type(exp.DType.STRUCT):
+            return {}
+        defs = [f for f in element.expressions if isinstance(f, exp.ColumnDef)]
+        names = [f.name for f in defs]
+        types = [f.args["kind"] for f in defs]
+    elif typ.is_type(exp.DType.ARRAY) and len(typ.expressions) == 1:
+        names, types = ["col"], list(typ.expressions)
+    elif typ.is_type(exp.DType.MAP) and len(typ.expressions) == 2:
+        names, types = ["key", "value"], list(typ.expressions)
+    else:
+        return {}
+    if isinstance(func, (exp.Posexplode, exp.PosexplodeOuter)):
+        names, types = ["pos", *names], [exp.DataType.build("INT"), *types]
+    alias = lateral.args.get("alias")
+    given = [str(c.name) for c in alias.columns] if alias is not None else []
+    if given:
+        if len(given) != len(names):
+            return {}
+        names = given
+    return {n.lower(): t for n, t in zip(names, types, strict=True)
+            if isinstance(t, exp.DataType)}
 
 
 def _spark_bracket(node: exp.Bracket) -> bool:
@@ -604,7 +764,9 @@ def _type_brackets(tree: exp.Expr, sources: list[_Source]) -> None:
     for number, node in enumerate(brackets):
         node.meta.pop("sq_bracket", None)
         kind = kinds.get(number)
-        if kind is None:
+        if kind == _UNKNOWN:
+            kind = None
+        elif kind is None:
             typ = _arrow_type(node.this, sources)
             if typ is not None and (pa.types.is_list(typ) or pa.types.is_large_list(typ)
                                     or pa.types.is_fixed_size_list(typ)):
@@ -620,10 +782,13 @@ def _type_brackets(tree: exp.Expr, sources: list[_Source]) -> None:
             if isinstance(index, exp.Literal) and index.is_string:
                 continue  # a key or a field name: never shifted, whatever x is
             x, i = node.this.sql(DIALECT), index.sql(DIALECT)
+            literal = _literal_text(index) if isinstance(index, exp.Literal) else None
+            one = str(int(literal) + 1) if literal and literal.isdigit() else (
+                f"{i} + 1" if isinstance(index, (exp.Column, exp.Literal)) else f"({i}) + 1")
             raise InvalidOptionError(
                 f"{node.sql(DIALECT)}: cannot tell whether {x} is an array (indexed from 0) or "
                 f"a map (looked up by key), so its index is not guessed; write "
-                f"element_at({x}, {i} + 1) for the element at index {i} of an array "
+                f"element_at({x}, {one}) for the element at index {i} of an array "
                 f"(element_at counts from 1), element_at({x}, {i}) for the value of key {i} "
                 f"of a map, or CAST({x} AS ARRAY<...>) / CAST({x} AS MAP<...>)")
         # the generator shifts by DuckDB's offset minus this one: 0, the index is written here
