@@ -261,6 +261,7 @@ class _Source:
     table: str
     node: exp.Table
     keys: list[Any] | None = None  # pushed-down keys (parsed), None: the whole table
+    pickled: bool = False  # state tables with the *_py columns (statequery.pickled)
     types: dict[str, pa.DataType] = field(default_factory=dict)  # top-level columns, lower-cased
 
 
@@ -901,8 +902,8 @@ def _read(cat: Catalog, src: _Source) -> pa.Table:
     if info.key_spec is not None:
         _push_down(src, info.key_spec)
     if src.keys is None:
-        return sp.read(info)
-    parts = [sp.read(info, key=k) for k in src.keys]
+        return sp.read(info, pickled=src.pickled)
+    parts = [sp.read(info, key=k, pickled=src.pickled) for k in src.keys]
     return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
 
 
@@ -958,9 +959,15 @@ def sql(
     timeout: float | None = None,
     max_rows: int | None = None,
     max_bytes: int | str | None = None,
+    pickled: bool = False,
 ) -> pa.Table:
     """Run a ``SELECT`` over the tables ``<database>.<table>`` of ``catalog`` (a
     :class:`~statequery.catalog.Catalog`, a folder, or the shipped default) as a pyarrow Table.
+
+    ``pickled``: state tables have ``key_py``, ``user_key_py``, ``value_py`` (and
+    ``*_py_reason``) after their bytes columns, the Python values a PyFlink job pickled there
+    as JSON text (:meth:`Savepoint.read`'s ``pickled``; ``state_meta``'s ``pickled_columns``
+    lists them); operator tables and ``state_meta`` are unchanged.
 
     The limits (:class:`QueryLimits`: memory cap, threads, wall-clock timeout, result rows and
     bytes) default to ``$STATEQUERY_SQL_*``, else to sizes from the machine.
@@ -996,7 +1003,7 @@ def sql(
             if node.args.get("catalog"):
                 raise NoSuchTableError(f"table {node.sql()!r}: name tables <database>.<table>")
             sources.append(_Source(f"__sq_t{len(sources)}", node.alias_or_name, node.db,
-                                   node.name, node))
+                                   node.name, node, pickled=pickled))
         if not sources:
             raise InvalidOptionError("the query reads no <database>.<table>")
         for src in sources:
