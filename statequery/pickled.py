@@ -33,11 +33,18 @@ import pyarrow as pa
 __all__ = [
     "PyRow",
     "Refused",
+    "PYTHON_COLUMNS",
     "add_python_columns",
+    "holds_bytes",
     "is_pickle",
     "loads",
+    "pickled_columns",
+    "python_schema",
     "render",
 ]
+
+#: the columns of a state's rows whose bytes may be a PyFlink pickle (when their type is bytes)
+PYTHON_COLUMNS = ("key", "user_key", "value")
 
 # Rendering bounds: a pickle can share one list many times (memo references), so a few hundred
 # bytes can describe a value of 2**30 nodes; the renderer stops at these.
@@ -249,17 +256,49 @@ def _render_bytes(data: bytes | None) -> tuple[str | None, str | None]:
     return render(loads(data))
 
 
-def _python_column(col: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, pa.Array] | None:
-    """The JSON and reason columns of a binary column, a list of binaries (each element decoded,
-    the JSON an array), or a one-field struct of a binary (PyFlink's key ``ROW<f0 BYTES>``);
-    None for other types."""
+def _is_binary(t: pa.DataType) -> bool:
+    return bool(pa.types.is_binary(t) or pa.types.is_large_binary(t))
+
+
+def holds_bytes(t: pa.DataType) -> bool:
+    """Whether a column of type ``t`` holds bytes a PyFlink job may have pickled into: binary, a
+    list of binaries, or a one-field struct of a binary (PyFlink's key ``ROW<f0 BYTES>``)."""
+    if _is_binary(t):
+        return True
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _is_binary(t.value_type)
+    return pa.types.is_struct(t) and t.num_fields == 1 and _is_binary(t.field(0).type)
+
+
+def pickled_columns(schema: pa.Schema) -> list[str]:
+    """The columns of :data:`PYTHON_COLUMNS` in ``schema`` that hold bytes (:func:`holds_bytes`):
+    those ``pickled`` renders. From the types alone: whether the bytes are pickles is known only
+    by reading them."""
+    return [n for n in PYTHON_COLUMNS if n in schema.names and holds_bytes(schema.field(n).type)]
+
+
+def python_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with ``<column>_py`` and ``<column>_py_reason`` (strings) after each column of
+    :func:`pickled_columns`: the schema of a ``pickled`` read (it depends on the types only)."""
+    for name in pickled_columns(schema):
+        at = schema.get_field_index(name) + 1
+        schema = schema.insert(at, pa.field(f"{name}_py", pa.string()))
+        schema = schema.insert(at + 1, pa.field(f"{name}_py_reason", pa.string()))
+    return schema
+
+
+def _python_column(col: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, pa.Array]:
+    """The JSON and reason columns of a column of :func:`holds_bytes`: binary, a list of binaries
+    (each element decoded, the JSON an array), or a one-field struct of a binary."""
     t = col.type
     values = col.to_pylist()
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+    pairs: list[tuple[str | None, str | None]]
+    if _is_binary(t):
         pairs = [_render_bytes(v) for v in values]
-    elif (pa.types.is_list(t) or pa.types.is_large_list(t)) and (
-        pa.types.is_binary(t.value_type) or pa.types.is_large_binary(t.value_type)
-    ):
+    elif pa.types.is_struct(t):
+        name = t.field(0).name
+        pairs = [(None, None) if v is None else _render_bytes(v[name]) for v in values]
+    else:
         pairs = []
         for elements in values:
             if elements is None:
@@ -269,30 +308,20 @@ def _python_column(col: pa.ChunkedArray | pa.Array) -> tuple[pa.Array, pa.Array]
             reasons = [f"element {i}: {r}" for i, (_, r) in enumerate(rendered) if r]
             texts = ["null" if j is None else j for j, _ in rendered]
             pairs.append(("[" + ",".join(texts) + "]", "; ".join(reasons) or None))
-    elif pa.types.is_struct(t) and t.num_fields == 1 and (
-        pa.types.is_binary(t.field(0).type) or pa.types.is_large_binary(t.field(0).type)
-    ):
-        name = t.field(0).name
-        pairs = [(None, None) if v is None else _render_bytes(v[name]) for v in values]
-    else:
-        return None
     return (pa.array([p[0] for p in pairs], pa.string()),
             pa.array([p[1] for p in pairs], pa.string()))
 
 
-def add_python_columns(table: pa.Table, columns: tuple[str, ...] = ("key", "user_key", "value")
-                       ) -> pa.Table:
-    """``table`` with, after each of ``columns`` that holds bytes (binary, a list of binaries,
-    PyFlink's one-field key row of bytes), ``<column>_py``: the pickled Python value as JSON text
-    (:func:`render`), and ``<column>_py_reason``: why it is null where the bytes are not null
-    (not a pickle, a class outside plain data, too large). The raw bytes stay in ``<column>``."""
-    for name in columns:
-        if name not in table.column_names:
-            continue
-        made = _python_column(table.column(name))
-        if made is None:
-            continue
-        at = table.column_names.index(name) + 1
-        table = table.add_column(at, pa.field(f"{name}_py", pa.string()), made[0])
-        table = table.add_column(at + 1, pa.field(f"{name}_py_reason", pa.string()), made[1])
+def add_python_columns(table: pa.Table | pa.RecordBatch) -> pa.Table | pa.RecordBatch:
+    """``table`` (a Table or a RecordBatch) with, after each column of :func:`pickled_columns`
+    (key, user_key, value of a bytes type: binary, a list of binaries, PyFlink's one-field key
+    row of bytes), ``<column>_py``: the pickled Python value as JSON text (:func:`render`), and
+    ``<column>_py_reason``: why it is null where the bytes are not null (not a pickle, a class
+    outside plain data, too large). The raw bytes stay in ``<column>``; the schema is
+    :func:`python_schema` of ``table``'s."""
+    for name in pickled_columns(table.schema):
+        json_col, reason_col = _python_column(table.column(name))
+        at = table.schema.get_field_index(name) + 1
+        table = table.add_column(at, pa.field(f"{name}_py", pa.string()), json_col)
+        table = table.add_column(at + 1, pa.field(f"{name}_py_reason", pa.string()), reason_col)
     return table

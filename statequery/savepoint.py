@@ -143,6 +143,12 @@ class Savepoint:
                             kept = KeptParts(FORMAT_VERSION, candidate.plan, candidate.job)
                         else:
                             meta = candidate
+                    elif snapshot is not None and not rederive:
+                        warnings.warn(
+                            f"ignoring the StateMeta snapshot {f.location}: it was written for "
+                            f"another _metadata than {metadata_location}; reading the "
+                            "state-file headers instead", SnapshotIgnoredWarning, stacklevel=2,
+                        )
                 except SnapshotVersionError:
                     kept = _older_snapshot(raw, data, f.location, warn=not rederive)
                 except CorruptStateError as e:  # damaged or tampered: derive from _metadata
@@ -151,6 +157,11 @@ class Savepoint:
                         SnapshotIgnoredWarning,
                         stacklevel=2,
                     )
+            elif snapshot is not None and not rederive:  # named, not there (a typo costs reads)
+                warnings.warn(
+                    f"no StateMeta snapshot at {f.location}: reading the state-file headers "
+                    "instead", SnapshotIgnoredWarning, stacklevel=2,
+                )
         compiled = None
         if plan is not None:
             f = io.new_input(plan)
@@ -305,13 +316,15 @@ class Savepoint:
         key_groups: Iterable[int] | None = None,
         mode: str | None = None,
         split: int | None = None,
+        pickled: bool = False,
     ) -> list[Any]:
         """The :class:`~statequery.scan.ScanTask` list that reads one state (see
-        :func:`statequery.scan.plan`); run each with :func:`statequery.scan.execute`."""
+        :func:`statequery.scan.plan`); run each with :func:`statequery.scan.execute`.
+        ``pickled`` as in :meth:`read`."""
         info = self._resolve_state(operator, state)
         return scan.plan(
             self.model, self.context, info, keys=keys, key_groups=key_groups, mode=mode,
-            split=split,
+            split=split, pickled=pickled,
         )
 
     def close(self) -> None:
@@ -349,20 +362,18 @@ class Savepoint:
         key type); ``key_groups`` restricts the read to those key groups; ``mode`` is ``rows``,
         ``flat`` (list elements) or ``nested`` (one map per key). Columns:
         :mod:`statequery.arrow.schemas`. For large states use :meth:`read_batches`.
-        ``pickled``: add ``key_py``/``user_key_py``/``value_py`` beside byte columns, the Python
-        values PyFlink pickled there as JSON text, decoded without running code
-        (:func:`statequery.pickled.add_python_columns`).
+        ``pickled``: add ``key_py``/``user_key_py``/``value_py`` (and ``*_py_reason``) after
+        the columns of a bytes type, the Python values PyFlink pickled there as JSON text,
+        decoded without running code (:func:`statequery.pickled.add_python_columns`); which
+        columns get them depends on the state's types only (``state_meta``'s
+        ``pickled_columns``).
         """
         info = self._resolve_state(operator, state)
         keys = None if key is None else [key]
-        table = scan.read_table(
-            self.model, self.context, info, keys=keys, key_groups=key_groups, mode=mode
+        return scan.read_table(
+            self.model, self.context, info, keys=keys, key_groups=key_groups, mode=mode,
+            pickled=pickled,
         )
-        if pickled:
-            from statequery.pickled import add_python_columns
-
-            table = add_python_columns(table)
-        return table
 
     def read_batches(
         self,
@@ -372,13 +383,15 @@ class Savepoint:
         key_groups: Iterable[int] | None = None,
         mode: str | None = None,
         batch_size: int = 65536,
+        pickled: bool = False,
     ) -> Iterator[pa.RecordBatch]:
-        """Like :meth:`read`, streamed as RecordBatches (memory bounded by one coalesced read)."""
+        """Like :meth:`read`, streamed as RecordBatches (memory bounded by one coalesced read);
+        ``pickled`` as in :meth:`read`."""
         info = self._resolve_state(operator, state)
         keys = None if key is None else [key]
         return scan.read_batches(
             self.model, self.context, info, keys=keys, key_groups=key_groups, mode=mode,
-            batch_size=batch_size,
+            batch_size=batch_size, pickled=pickled,
         )
 
     def operator_states(
@@ -473,17 +486,24 @@ class Savepoint:
             for s in infos
         }
 
-    def lookup(self, key: Any, operator: str | None = None) -> dict[tuple[str, str], pa.Table]:
+    def lookup(
+        self, key: Any, operator: str | None = None, pickled: bool = False
+    ) -> dict[tuple[str, str], pa.Table]:
         """Everything every keyed state holds for ``key``: ``{(operator, state): Table}``.
 
         Reads only the key group that can hold the key, computed as Flink computes it. ``operator``
         (uid, name or id) limits the search to one operator. ``key`` as :meth:`read` takes it;
         :class:`~statequery.exceptions.InvalidKeyError` when it does not fit the key type of the
-        operator (or, without ``operator``, of any operator).
+        operator (or, without ``operator``, of any operator). ``pickled`` as in :meth:`read`.
         """
         from statequery.display import LookupResult
 
-        result = LookupResult(scan.lookup(self.model, self.context, key, operator))
+        found = scan.lookup(self.model, self.context, key, operator)
+        if pickled:
+            from statequery.pickled import add_python_columns
+
+            found = {k: add_python_columns(t) for k, t in found.items()}
+        result = LookupResult(found)
         result.key = key
         return result
 

@@ -115,7 +115,7 @@ ALLOWED_NAMED_FUNCTIONS = frozenset({
 #: at the edges): refused with what to write instead
 SPARK_ONLY_FUNCTIONS = {
     "pmod": "((a % n) + n) % n (pmod(a, n) for n > 0)",
-    "array_union": "array_distinct(concat(a, b)) (its order is not Spark's)",
+    "array_union": "array_distinct(concat(a, b))",
     "arrays_overlap": "size(array_intersect(a, b)) > 0",
     "forall": "size(filter(a, x -> NOT p(x))) = 0",
 }
@@ -261,6 +261,7 @@ class _Source:
     table: str
     node: exp.Table
     keys: list[Any] | None = None  # pushed-down keys (parsed), None: the whole table
+    pickled: bool = False  # state tables with the *_py columns (statequery.pickled)
     types: dict[str, pa.DataType] = field(default_factory=dict)  # top-level columns, lower-cased
 
 
@@ -372,10 +373,15 @@ def _rewrite(tree: exp.Expr) -> exp.Expr:
     * ``timestamp_seconds/millis/micros(n)`` are ``UNIX_TO_TIME`` at that scale (DuckDB's
       ``to_timestamp``, ``epoch_ms``, ``make_timestamp``), a ``TIMESTAMP`` as in Spark; Spark's
       ``isnull``, ``isnotnull``, ``every``, ``some`` and ``bround`` (HALF_EVEN) are what DuckDB
-      calls ``IS NULL``, ``IS NOT NULL``, ``bool_and``, ``bool_or`` and ``round_even``.
+      calls ``IS NULL``, ``IS NOT NULL``, ``bool_and``, ``bool_or`` and ``round_even``;
+    * ``size(x)`` is DuckDB's ``cardinality(x)`` (an array's or a map's, as Spark's), and
+      ``array_distinct(a)`` keeps the first of each element in order, as Spark's;
+    * the index parameter of ``transform(a, (x, i) -> ...)`` / ``filter(a, (x, i) -> ...)``
+      counts from 0 (:func:`_lambda_indices`).
     """
     from sqlglot import exp
 
+    _lambda_indices(tree)
     for node in list(tree.walk()):
         if isinstance(node, exp.Column):
             for part in ("this", "table", "db", "catalog"):
@@ -388,7 +394,46 @@ def _rewrite(tree: exp.Expr) -> exp.Expr:
                 node.set("expression", exp.to_identifier(name.this, quoted=True))
         elif isinstance(node, exp.Anonymous) and str(node.name).lower() in _TRANSLATED:
             node.replace(_translate(str(node.name).lower(), node.expressions))
+        elif isinstance(node, exp.ArraySize) and not node.args.get("expression"):
+            # Spark's size(): an array's or a map's; DuckDB's array_length takes no map
+            node.replace(exp.Anonymous(this="cardinality", expressions=[node.this]))
+        elif isinstance(node, exp.ArrayDistinct) and not node.args.get("expression"):
+            # Spark keeps the first of each element in order (one NULL included); DuckDB's
+            # list_distinct neither keeps the order nor the NULL
+            e, i = exp.to_identifier("__sq_e"), exp.to_identifier("__sq_i")
+            node.replace(exp.ArrayFilter(this=node.this, expression=exp.Lambda(
+                this=exp.EQ(this=exp.ArrayPosition(this=node.this.copy(), expression=e.copy()),
+                            expression=i.copy()),
+                expressions=[e, i])))
     return tree
+
+
+def _lambda_indices(tree: exp.Expr) -> None:
+    """Spark's ``transform(a, (x, i) -> ...)`` and ``filter(a, (x, i) -> ...)`` count ``i`` from
+    0, DuckDB's from 1 (sqlglot passes the lambda through): ``i`` is ``(i - 1)`` in the body,
+    where it is this lambda's ``i`` (not an inner lambda's of the same name)."""
+    from sqlglot import exp
+
+    for lam in list(tree.find_all(exp.Lambda)):
+        if len(lam.expressions) != 2 or not isinstance(lam.parent, (exp.Transform,
+                                                                    exp.ArrayFilter)):
+            continue
+        name = str(lam.expressions[1].name).lower()
+        for node in list(lam.this.walk()) if isinstance(lam.this, exp.Expr) else []:
+            if isinstance(node, exp.Column) and (node.table or not isinstance(
+                node.this, exp.Identifier
+            )):
+                continue
+            if not isinstance(node, (exp.Column, exp.Identifier)) or isinstance(
+                node.parent, (exp.Column, exp.Dot)
+            ) and node.arg_key != "this" or str(node.name).lower() != name:
+                continue
+            if isinstance(node, exp.Identifier) and isinstance(node.parent, exp.Column):
+                continue  # the Column around it is the reference
+            nearest = _lambda_of(node)
+            if nearest is not None and nearest[0] is lam and nearest[1] == 1:
+                node.replace(exp.Paren(this=exp.Sub(this=node.copy(),
+                                                    expression=exp.Literal.number(1))))
 
 
 _TRANSLATED = ("timestamp_seconds", "timestamp_millis", "timestamp_micros", "isnull",
@@ -450,6 +495,8 @@ def _arrow_type(node: exp.Expr, sources: list[_Source]) -> pa.DataType | None:
     named = [s for s in here if len(path) > 1 and s.alias.lower() == path[0].lower()]
     if named:
         candidates, names = named, path[1:]
+    elif select.args.get("laterals"):
+        return None  # a LATERAL VIEW's column may have the name
     else:
         candidates, names = here, path
     found = {str(s.types[names[0].lower()]): s.types[names[0].lower()]
@@ -468,33 +515,301 @@ def _arrow_type(node: exp.Expr, sources: list[_Source]) -> pa.DataType | None:
     return typ
 
 
+def _spark_type(typ: pa.DataType) -> str:
+    """``typ`` as a Spark SQL type string for sqlglot's schema (field names lower-cased and
+    quoted: Spark resolves them case-insensitively); ``STRING`` where it is not worth saying
+    (``VOID`` would make sqlglot drop the whole struct's type)."""
+    import pyarrow as pa
+
+    if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ):
+        return f"ARRAY<{_spark_type(typ.value_type)}>"
+    if pa.types.is_map(typ):
+        return f"MAP<{_spark_type(typ.key_type)}, {_spark_type(typ.item_type)}>"
+    if pa.types.is_struct(typ):
+        fields = ", ".join(
+            "`" + typ.field(i).name.lower().replace("`", "``") + "` "
+            + _spark_type(typ.field(i).type) for i in range(typ.num_fields))
+        return f"STRUCT<{fields}>" if fields else "STRING"
+    for check, name in ((pa.types.is_boolean, "BOOLEAN"), (pa.types.is_int8, "TINYINT"),
+                        (pa.types.is_int16, "SMALLINT"), (pa.types.is_int32, "INT"),
+                        (pa.types.is_integer, "BIGINT"), (pa.types.is_float32, "FLOAT"),
+                        (pa.types.is_floating, "DOUBLE"), (pa.types.is_string, "STRING"),
+                        (pa.types.is_large_string, "STRING"), (pa.types.is_binary, "BINARY"),
+                        (pa.types.is_large_binary, "BINARY"), (pa.types.is_date, "DATE"),
+                        (pa.types.is_timestamp, "TIMESTAMP")):
+        if check(typ):
+            return name
+    if pa.types.is_decimal(typ):
+        return f"DECIMAL({typ.precision}, {typ.scale})"
+    return "STRING"
+
+
+#: functions whose value is always an array (sqlglot does not always say so)
+_ARRAY_RESULTS = ("Transform", "ArrayFilter", "MapKeys", "ArrayDistinct", "ArrayExcept",
+                  "ArrayIntersect", "ArrayRemove", "ArraySort", "ArraysZip", "Split",
+                  "RegexpSplit", "ArrayAgg", "ArrayUniqueAgg", "Array", "ArraySlice")
+_ARRAY_NAMES = ("map_values", "map_entries")
+
+
+def _container(node: exp.Expr, typ: exp.DataType | None) -> str | None:
+    """``"array"``, ``"map"`` or ``"struct"``: what the annotated expression ``node`` is, when
+    that is established, else None."""
+    from sqlglot import exp
+
+    if typ is not None:
+        for kind, dtype in (("array", exp.DType.ARRAY), ("map", exp.DType.MAP),
+                            ("struct", exp.DType.STRUCT)):
+            if typ.is_type(dtype):
+                return kind
+    if type(node).__name__ in _ARRAY_RESULTS or (
+        isinstance(node, exp.Anonymous) and str(node.name).lower() in _ARRAY_NAMES
+    ):
+        return "array"
+    if isinstance(node, exp.Concat) and any(
+        isinstance(a, exp.Expr) and a.type is not None and a.type.is_type(exp.DType.ARRAY)
+        for a in node.expressions
+    ):
+        return "array"
+    if isinstance(node, exp.FromJson) and isinstance(node.expression, exp.Literal):
+        try:
+            schema = exp.DataType.build(str(node.expression.this), dialect=DIALECT)
+        except Exception:  # noqa: BLE001 - a schema sqlglot cannot read: not established
+            return None
+        return _container(exp.Null(), schema) if schema.this != exp.DType.UNKNOWN else None
+    return None
+
+
+def _annotated(tree: exp.Expr, sources: list[_Source]) -> dict[int, str | None]:
+    """What the base of every Spark-style ``x[i]`` in ``tree`` is (``"array"``, ``"map"``,
+    ``"struct"``, or None: not established), by the bracket's ``meta["sq_bracket"]`` number.
+
+    A copy of the tree is qualified and its types annotated by sqlglot with a schema of the
+    catalog tables' Arrow types: a column is followed through subqueries, CTEs, aliases, joins,
+    set operations and ``LATERAL VIEW`` back to a catalog column or to the function that built
+    it."""
+    from sqlglot import exp
+    from sqlglot.optimizer.annotate_types import annotate_types
+    from sqlglot.optimizer.qualify import qualify
+    from sqlglot.schema import MappingSchema
+
+    tables: dict[str, object] = {}
+    for src in sources:
+        database: dict[str, object] = tables.setdefault(src.database, {})  # type: ignore[assignment]
+        database[src.table] = {name: _spark_type(typ) for name, typ in src.types.items()}
+    copy = tree.copy()
+    try:
+        schema = MappingSchema(tables, dialect=DIALECT)
+        copy = qualify(copy, schema=schema, dialect=DIALECT, validate_qualify_columns=False,
+                       quote_identifiers=False, identify=False)
+        annotate_types(copy, schema=schema, dialect=DIALECT)
+    except Exception:  # noqa: BLE001 - sqlglot's optimizer fails in its own ways: not established
+        return {}
+    laterals = {str(lat.alias).lower(): _lateral_columns(lat) for lat in copy.find_all(exp.Lateral)
+                if lat.alias and isinstance(lat.this, (exp.Explode, exp.ExplodeOuter, exp.Inline))}
+    kinds: dict[int, str | None] = {}
+    for node in copy.find_all(exp.Bracket):
+        number = node.meta.get("sq_bracket") if node.meta else None
+        if number is None:
+            continue
+        fields: list[str] = []
+        base = node.this
+        while isinstance(base, exp.Dot) and isinstance(base.expression, exp.Identifier):
+            fields.insert(0, str(base.expression.name))
+            base = base.this
+        lambda_param = _lambda_of(base)
+        if lambda_param is not None or (
+            isinstance(base, exp.Column) and base.table and base.table.lower() in laterals
+        ):
+            # sqlglot types a LATERAL VIEW's columns as the exploded array itself, or not at
+            # all, and a lambda's parameters not at all: what they are is read from the
+            # function's argument here
+            typ = (_lambda_param_type(*lambda_param) if lambda_param is not None
+                   else laterals[base.table.lower()].get(base.name.lower()))
+            for name in fields:
+                typ = _field_type(typ, name)
+            kinds[number] = _container(exp.Null(), typ) if typ is not None else _UNKNOWN
+        else:
+            kinds[number] = _container(node.this, node.this.type)
+    return kinds
+
+
+#: a base whose type is not established and must not be guessed from a catalog column's name
+_UNKNOWN = "unknown"
+
+
+def _field_type(typ: exp.DataType | None, name: str) -> exp.DataType | None:
+    """The type of the struct field ``name`` (case-insensitive) of ``typ``, else None."""
+    from sqlglot import exp
+
+    if typ is None or not typ.is_type(exp.DType.STRUCT):
+        return None
+    found = [f.args.get("kind") for f in typ.expressions
+             if isinstance(f, exp.ColumnDef) and f.name.lower() == name.lower()]
+    return found[0] if len(found) == 1 and isinstance(found[0], exp.DataType) else None
+
+
+def _lambda_of(node: exp.Expr) -> tuple[exp.Lambda, int] | None:
+    """The nearest lambda that has ``node`` (a bare name) as a parameter, and which one."""
+    from sqlglot import exp
+
+    if isinstance(node, exp.Column) and not node.table and isinstance(node.this, exp.Identifier):
+        name = node.name
+    elif isinstance(node, exp.Identifier):
+        name = str(node.name)
+    else:
+        return None
+    for lam in _ancestors(node, exp.Lambda):
+        params = [str(p.name).lower() for p in lam.expressions]
+        if name.lower() in params:
+            return lam, params.index(name.lower())
+    return None
+
+
+def _ancestors(node: exp.Expr, kind: type[exp.Lambda]) -> list[exp.Lambda]:
+    found = []
+    parent = node.parent
+    while parent is not None:
+        if isinstance(parent, kind):
+            found.append(parent)
+        parent = parent.parent
+    return found
+
+
+def _lambda_param_type(lam: exp.Lambda, position: int) -> exp.DataType | None:
+    """The type of parameter ``position`` of ``lam`` in ``transform(a, x -> ...)``,
+    ``filter(a, (x, i) -> ...)``, ``exists(a, x -> ...)``, ``aggregate(a, z, (acc, x) -> ...)``
+    and ``array_sort(a, (l, r) -> ...)``: an element of ``a`` (an index: INT), else None."""
+    from sqlglot import exp
+
+    func = lam.parent
+    array = func.this if isinstance(func, exp.Func) else None
+    if not isinstance(array, exp.Expr):
+        return None
+    outer = _lambda_of(array)
+    typ = _lambda_param_type(*outer) if outer is not None else array.type
+    if typ is None or not typ.is_type(exp.DType.ARRAY) or len(typ.expressions) != 1:
+        return None
+    element = typ.expressions[0]
+    if isinstance(func, exp.Reduce):
+        roles = {1: element}
+    elif isinstance(func, exp.ArraySort):
+        roles = {0: element, 1: element}
+    elif isinstance(func, (exp.Transform, exp.ArrayFilter, exp.Exists)):
+        roles = {0: element, 1: exp.DataType.build("INT")}
+    else:
+        return None
+    return roles.get(position)
+
+
+def _lateral_columns(lateral: exp.Lateral) -> dict[str, exp.DataType]:
+    """The columns of ``LATERAL VIEW [pos]explode[_outer](x) t [AS a, b]`` or
+    ``inline(x)`` by lower-cased name, with their types from ``x``'s annotated type (Spark's
+    names when the view names none: ``pos``, ``col``, ``key``, ``value``)."""
+    from sqlglot import exp
+
+    func = lateral.this
+    arg = func.this
+    typ = arg.type if isinstance(arg, exp.Expr) else None
+    if typ is None:
+        return {}
+    names: list[str]
+    types: list[exp.DataType]
+    if isinstance(func, exp.Inline):
+        element = typ.expressions[0] if typ.is_type(exp.DType.ARRAY) and typ.expressions else None
+        if not isinstance(element, exp.DataType) or not element.is_type(exp.DType.STRUCT):
+            return {}
+        defs = [f for f in element.expressions if isinstance(f, exp.ColumnDef)]
+        names = [f.name for f in defs]
+        types = [f.args["kind"] for f in defs]
+    elif typ.is_type(exp.DType.ARRAY) and len(typ.expressions) == 1:
+        names, types = ["col"], list(typ.expressions)
+    elif typ.is_type(exp.DType.MAP) and len(typ.expressions) == 2:
+        names, types = ["key", "value"], list(typ.expressions)
+    else:
+        return {}
+    if isinstance(func, (exp.Posexplode, exp.PosexplodeOuter)):
+        names, types = ["pos", *names], [exp.DataType.build("INT"), *types]
+    alias = lateral.args.get("alias")
+    given = [str(c.name) for c in alias.columns] if alias is not None else []
+    if given:
+        if len(given) != len(names):
+            return {}
+        names = given
+    return {n.lower(): t for n, t in zip(names, types, strict=True)
+            if isinstance(t, exp.DataType)}
+
+
+def _spark_bracket(node: exp.Bracket) -> bool:
+    """``x[i]`` written as Spark's index/key/field access (not ``element_at``, not JSON)."""
+    return (len(node.expressions) == 1 and not node.args.get("json_access")
+            and not node.args.get("offset"))
+
+
 def _type_brackets(tree: exp.Expr, sources: list[_Source]) -> None:
-    """Spark indexes arrays from 0, DuckDB from 1: sqlglot adds 1 to an index it knows is an
-    integer into what it does not know is not an array. Where the bracketed column's Arrow type
-    is known, say it: a list's index of unknown type (``value[key_group % 3]``,
-    ``value[cardinality(value) - 1]``) is cast to BIGINT so it is shifted too, and a map's or a
-    struct's is never shifted (``m[1]`` is key 1)."""
+    """Spark indexes arrays from 0 and maps by key, DuckDB arrays from 1; sqlglot shifts an
+    index only when it is an integer literal and it does not know the base is not an array.
+    Here every ``x[i]`` is decided by what ``x`` is (:func:`_annotated`, else a catalog column's
+    Arrow type): into an array the index is shifted whatever its type (``value[key_group % 3]``,
+    ``a[i]``), a negative one giving NULL as Spark's ``try_element_at``; into a map or a struct
+    it is a key, never shifted. Where what ``x`` is cannot be established, the query is refused
+    (an :class:`InvalidOptionError` with what to write instead) rather than guessed."""
     import pyarrow as pa
     from sqlglot import exp
 
-    for node in list(tree.find_all(exp.Bracket)):
-        if len(node.expressions) != 1 or node.args.get("json_access"):
+    brackets = [b for b in tree.find_all(exp.Bracket) if _spark_bracket(b)]
+    if not brackets:
+        return
+    for number, node in enumerate(brackets):
+        node.meta["sq_bracket"] = number
+    kinds = _annotated(tree, sources)
+    for number, node in enumerate(brackets):
+        node.meta.pop("sq_bracket", None)
+        kind = kinds.get(number)
+        if kind == _UNKNOWN:
+            kind = None
+        elif kind is None:
+            typ = _arrow_type(node.this, sources)
+            if typ is not None and (pa.types.is_list(typ) or pa.types.is_large_list(typ)
+                                    or pa.types.is_fixed_size_list(typ)):
+                kind = "array"
+            elif typ is not None and pa.types.is_map(typ):
+                kind = "map"
+            elif typ is not None and pa.types.is_struct(typ):
+                kind = "struct"
+            else:  # sqlglot's optimizer gave up: what the function that built it says
+                kind = _container(node.this, None)
+        index = node.expressions[0]
+        if kind is None:
+            if isinstance(index, exp.Literal) and index.is_string:
+                continue  # a key or a field name: never shifted, whatever x is
+            x, i = node.this.sql(DIALECT), index.sql(DIALECT)
+            literal = _literal_text(index) if isinstance(index, exp.Literal) else None
+            one = str(int(literal) + 1) if literal and literal.isdigit() else (
+                f"{i} + 1" if isinstance(index, (exp.Column, exp.Literal)) else f"({i}) + 1")
+            raise InvalidOptionError(
+                f"{node.sql(DIALECT)}: cannot tell whether {x} is an array (indexed from 0) or "
+                f"a map (looked up by key), so its index is not guessed; write "
+                f"element_at({x}, {one}) for the element at index {i} of an array "
+                f"(element_at counts from 1), element_at({x}, {i}) for the value of key {i} "
+                f"of a map, or CAST({x} AS ARRAY<...>) / CAST({x} AS MAP<...>)")
+        # the generator shifts by DuckDB's offset minus this one: 0, the index is written here
+        node.set("offset", 1)
+        if not isinstance(node.this, (exp.Column, exp.Dot, exp.Bracket, exp.Paren)):
+            node.set("this", exp.Paren(this=node.this))  # concat(a, b)[0] is DuckDB's (a || b)[1]
+        if kind != "array":
             continue
-        typ = _arrow_type(node.this, sources)
-        if typ is None:
-            continue
-        if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(
-            typ
+        literal = _literal_text(index)
+        if literal is not None and isinstance(index, (exp.Literal, exp.Neg)) and re.fullmatch(
+            r"-?\d+", literal
         ):
-            node.this.type = exp.DataType.build("ARRAY<UNKNOWN>")
-            index = node.expressions[0]
-            if not isinstance(index, exp.Literal):
-                node.set("expressions", [exp.Cast(this=index,
-                                                  to=exp.DataType.build("BIGINT"))])
-        elif pa.types.is_map(typ):
-            node.this.type = exp.DataType.build("MAP<UNKNOWN, UNKNOWN>")
-        elif pa.types.is_struct(typ):
-            node.this.type = exp.DataType.build("STRUCT<x INT>")
+            n = int(literal)
+            node.set("expressions", [exp.Literal.number(n + 1 if n >= 0 else 0)])
+        else:  # a negative index is NULL (DuckDB's 0), never DuckDB's from-the-end
+            node.set("expressions", [exp.Add(
+                this=exp.Anonymous(this="greatest", expressions=[
+                    exp.Cast(this=index, to=exp.DataType.build("BIGINT")),
+                    exp.Literal.number(-1)]),
+                expression=exp.Literal.number(1))])
 
 
 def _is_key_column(node: exp.Expr, src: _Source, single: bool) -> bool:
@@ -587,8 +902,8 @@ def _read(cat: Catalog, src: _Source) -> pa.Table:
     if info.key_spec is not None:
         _push_down(src, info.key_spec)
     if src.keys is None:
-        return sp.read(info)
-    parts = [sp.read(info, key=k) for k in src.keys]
+        return sp.read(info, pickled=src.pickled)
+    parts = [sp.read(info, key=k, pickled=src.pickled) for k in src.keys]
     return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
 
 
@@ -644,9 +959,15 @@ def sql(
     timeout: float | None = None,
     max_rows: int | None = None,
     max_bytes: int | str | None = None,
+    pickled: bool = False,
 ) -> pa.Table:
     """Run a ``SELECT`` over the tables ``<database>.<table>`` of ``catalog`` (a
     :class:`~statequery.catalog.Catalog`, a folder, or the shipped default) as a pyarrow Table.
+
+    ``pickled``: state tables have ``key_py``, ``user_key_py``, ``value_py`` (and
+    ``*_py_reason``) after their bytes columns, the Python values a PyFlink job pickled there
+    as JSON text (:meth:`Savepoint.read`'s ``pickled``; ``state_meta``'s ``pickled_columns``
+    lists them); operator tables and ``state_meta`` are unchanged.
 
     The limits (:class:`QueryLimits`: memory cap, threads, wall-clock timeout, result rows and
     bytes) default to ``$STATEQUERY_SQL_*``, else to sizes from the machine.
@@ -682,7 +1003,7 @@ def sql(
             if node.args.get("catalog"):
                 raise NoSuchTableError(f"table {node.sql()!r}: name tables <database>.<table>")
             sources.append(_Source(f"__sq_t{len(sources)}", node.alias_or_name, node.db,
-                                   node.name, node))
+                                   node.name, node, pickled=pickled))
         if not sources:
             raise InvalidOptionError("the query reads no <database>.<table>")
         for src in sources:

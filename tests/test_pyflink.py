@@ -340,3 +340,121 @@ def test_any_bytes_decode_or_refuse(body: bytes, proto: int) -> None:
         out = loads(data)
         text, reason = render(out)
         assert (text is None) != (reason is None)
+
+
+# -- pickled in every front end (one option: ScanTask.pickled) ---------------------------------
+
+
+def test_pickled_columns_in_state_meta_and_schemas() -> None:
+    """``state_meta.pickled_columns`` names the bytes columns from the types alone; a pickled
+    read's schema is that of its types, the same for zero rows and for the streamed reader."""
+    from statequery.pickled import python_schema
+    from statequery.reader import read_state, schema_of
+
+    sp = _open("pyflink-thread-hashmap-canonical")
+    cols = {r["table_name"]: r["pickled_columns"] for r in sp.state_meta().to_pylist()}
+    assert cols["py_typed__blob"] == ["value"] and cols["py_typed__count"] == []
+    assert cols["py_pickled__pair_count"] == ["key"]
+    assert cols["py_typed__detail_by_category"] == ["value"]  # MAP<STRING, pickled ROW>
+    proc = _open("pyflink-process-hashmap-canonical")
+    pcols = {r["table_name"]: r["pickled_columns"] for r in proc.state_meta().to_pylist()}
+    assert pcols["py_pickled__python_state_pair_count"] == ["key", "value"]
+    assert pcols["py_broadcast__python_state_rules"] == ["user_key", "value"]
+
+    whole = sp.read("py-pickled", "pair-count", pickled=True)
+    assert whole.column_names == ["key_group", "key", "key_py", "key_py_reason", "namespace",
+                                  "value"]
+    assert whole.schema == schema_of(sp, "py-pickled", "pair-count", pickled=True)
+    empty = sp.read("py-pickled", "pair-count", key_groups=[], pickled=True)
+    assert empty.num_rows == 0 and empty.schema == whole.schema
+    assert sp.read("py-typed", "count", pickled=True).schema == sp.read("py-typed",
+                                                                       "count").schema
+    streamed = [r for b in read_state(sp, "py-pickled", "pair-count", batch_size=7,
+                                      pickled=True) for r in b.to_pylist()]
+    assert streamed == whole.to_pylist()
+    assert {tuple(json.loads(r["key_py"])): r["value"] for r in streamed} == pm.pair_counts()
+    task = sp.plan("py-typed", "blob", pickled=True)[0]
+    assert task.pickled and task.schema() == python_schema(sp.read("py-typed", "blob").schema)
+
+
+def test_pickled_in_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    """A human sees the Python values (the table view renders them); --json and --out keep
+    Savepoint.read's columns unless --pickled."""
+    from statequery.cli import main
+
+    path = str(fixture_dir("pyflink-thread-hashmap-canonical"))
+    assert main(["read", path, "py_pickled__pair_count", "--json", "--pickled"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {tuple(json.loads(r["key_py"])): r["value"] for r in rows} == pm.pair_counts()
+    assert main(["read", path, "py_pickled__pair_count", "--json"]) == 0
+    assert all("key_py" not in json.loads(line)
+               for line in capsys.readouterr().out.splitlines())
+    assert main(["read", path, "--operator", "py-typed", "--state", "blob", "--key",
+                 "user-2"]) == 0
+    shown = capsys.readouterr().out
+    assert "value_py" in shown and '"name":"user-2"' in shown
+    assert main(["read", path, "py_typed__blob", "--key", "user-2", "--no-pickled"]) == 0
+    assert "value_py" not in capsys.readouterr().out
+    assert main(["lookup", path, "user-1", "--operator", "py-typed", "--json",
+                 "--pickled"]) == 0
+    found = {r["state"]: r for r in map(json.loads, capsys.readouterr().out.splitlines())}
+    model = pm.typed_state()["user-1"]
+    assert json.loads(found["blobs"]["value_py"]) == _plain(model["blobs"])
+    assert "value_py" not in found["count"]  # a LONG value: no bytes column
+    assert main(["inspect", path]) == 0
+    assert "11 state(s) hold bytes" in capsys.readouterr().out
+    assert main(["sql", "SELECT 1 FROM x.y", "--spark", "--pickled"]) == 1
+    assert "attach --pickled" in capsys.readouterr().err
+
+
+def test_table_view_hides_pickle_columns_of_java_bytes(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A Java byte[] (the source's reader state of the shipped catalog) is a bytes column too;
+    the table view does not show two columns saying "not a pickle" on every row, unless asked
+    (--pickled), and --json keeps the columns the types give."""
+    from statequery.cli import main
+
+    path = str(Path(__file__).parent.parent / "catalog" / "user_activity")
+    argv = ["read", path, "--operator", "fixture-source", "--state", "SourceReaderState"]
+    assert main(argv) == 0
+    assert "value_py" not in capsys.readouterr().out
+    assert main([*argv, "--pickled"]) == 0
+    assert "not a pickle" in capsys.readouterr().out
+    assert main([*argv, "--json", "--pickled"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert rows and all(r["value_py"] is None and r["value_py_reason"].startswith("not a pickle")
+                        for r in rows)
+
+
+def test_pickled_in_sql(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``statequery.sql(..., pickled=True)`` / ``sql --pickled``: state tables with the *_py
+    columns, queryable as JSON; the key push-down still reads one key group."""
+    from statequery.catalog import Catalog
+    from statequery.cli import main
+
+    (tmp_path / "pyt").symlink_to(fixture_dir("pyflink-process-hashmap-canonical"))
+    cat = Catalog(str(tmp_path))
+    t = statequery.sql(
+        "SELECT key_py, value_py, value_py_reason FROM pyt.py_pickled__python_state_pair_count",
+        cat, pickled=True)
+    got = {tuple(json.loads(r["key_py"])): r for r in t.to_pylist()}
+    assert set(got) == set(pm.pair_counts())
+    # process mode: the value is a one-element list of coder bytes (int64), not a pickle
+    assert all(r["value_py"] == "[null]" and "not a pickle" in r["value_py_reason"]
+               for r in got.values())
+    blob = statequery.sql(
+        "SELECT key.f0 AS u, get_json_object(value_py, '$[0].name') AS name "
+        "FROM pyt.py_typed__python_state_blob WHERE key = '{\"f0\": \"user-3\"}'",
+        cat, pickled=True)
+    assert blob.to_pylist() == [{"u": "user-3", "name": "user-3"}]
+    with pytest.raises(statequery.exceptions.InvalidOptionError, match="value_py"):
+        statequery.sql("SELECT value_py FROM pyt.py_typed__python_state_blob", cat)
+    assert main(["sql", "SELECT key.f0 AS u, value_py FROM pyt.py_typed__python_state_blob "
+                 "ORDER BY u", "--catalog", str(tmp_path), "--json", "--pickled"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    model = pm.typed_state()
+    assert len(rows) == len(model)
+    for r in rows:
+        want = model[r["u"]]["blob"]
+        if not isinstance(want, pm.Point):
+            assert json.loads(r["value_py"]) == [_plain(want)]

@@ -173,11 +173,11 @@ class _State:
         kend = self.key(composite, prefix, end)
         nstart = kend
         if self.ambiguous:
-            nstart = _length_suffix(composite, kend, kend - prefix, "key")
+            nstart = _length_suffix(composite, kend, end, kend - prefix, "key")
         nend = self.ns(composite, nstart, end)
         k = (kg, composite[nstart:nend], composite[prefix:kend])
         if self.ambiguous:
-            nend = _length_suffix(composite, nend, nend - nstart, "namespace")
+            nend = _length_suffix(composite, nend, end, nend - nstart, "namespace")
         if self.kind == _MAP:
             m = self.entries.setdefault(k, {})
             m[composite[nend:]] = value

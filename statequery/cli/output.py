@@ -170,11 +170,19 @@ def _write_out(table: Any, out: str) -> None:
 
 def _console() -> Any:
     """A rich Console: the terminal's width (or ``$COLUMNS``); a pipe or file gets 240 columns
-    instead of 80 columns of wrapped cells."""
+    instead of 80 columns of wrapped cells.
+
+    A closed pipe (``statequery read ... | head -1``) raises :class:`BrokenPipeError`, which
+    :func:`statequery.cli.main` turns into a quiet exit 0; rich's own handling would exit 1."""
     import os
 
     from rich.console import Console
 
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError(32, "Broken pipe")
+
     if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit():
-        return Console()
-    return Console(width=240)
+        return _Console()
+    return _Console(width=240)

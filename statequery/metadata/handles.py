@@ -529,8 +529,13 @@ class HandleResolver:
                 f"state handle names {path!r}, which statequery refuses to read: {refused} "
                 f"(looked in the savepoint's own tree at {', '.join(tried) or 'nothing'})"
             )
+        hint = ""
+        if "/shared/" in path.replace("\\", "/"):
+            hint = ("; an incremental checkpoint's files are in the job directory's shared/ "
+                    "folder, beside chk-N: copy or point at the whole job directory")
         raise StorageError(
             f"state file {path} not found (also looked at {', '.join(tried[:-1]) or 'nothing'})"
+            + hint
         )
 
     def location(self, handle: StreamHandle) -> str | None:

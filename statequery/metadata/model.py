@@ -1098,6 +1098,7 @@ def _schema() -> pa.Schema:
             ("table_name", pa.string()),
             ("changelog_changes", pa.int64()),
             ("declared_ttl_ms", pa.int64()),
+            ("pickled_columns", pa.list_(pa.string())),
         ]
     )
 
@@ -1149,7 +1150,23 @@ def state_meta_table(
             rows["table_name"].append(s.table_name)
             rows["changelog_changes"].append(s.changes)
             rows["declared_ttl_ms"].append((declared_ttl or {}).get((op.operator_id, s.name)))
+            rows["pickled_columns"].append(_pickled_columns(s))
     return pa.Table.from_pydict(rows, schema=_schema())
+
+
+def _pickled_columns(state: StateInfo) -> list[str]:
+    """The columns of the state's rows that hold bytes (a PyFlink job's pickles, maybe): what a
+    ``pickled`` read renders. From the types only (no state data is read)."""
+    from statequery.arrow.schemas import state_schema
+    from statequery.pickled import pickled_columns
+
+    layout = state.layout
+    if not (layout.keyed or layout.kind in OPERATOR_KINDS):
+        return []
+    try:
+        return pickled_columns(state_schema(layout))
+    except StatequeryError:  # no rows to read (its reason says why)
+        return []
 
 
 STATE_META_COLUMNS = (
@@ -1178,4 +1195,5 @@ STATE_META_COLUMNS = (
     "table_name",
     "changelog_changes",
     "declared_ttl_ms",
+    "pickled_columns",
 )
