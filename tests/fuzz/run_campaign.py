@@ -53,7 +53,8 @@ FIXTURES = ROOT / "tests" / "fixtures"
 
 #: the fixtures mutated by default: every container format and serializer family the compiled
 #: path decodes (canonical, hashmap checkpoint plain and snappy, RocksDB native, incremental,
-#: canonical snappy and heap timers, changelog, SQL RowData, CEP, TTL + Kryo, the edge values)
+#: canonical snappy and heap timers, changelog, SQL RowData, CEP, TTL + Kryo, the edge values,
+#: length-suffixed composite keys)
 DEFAULT_FIXTURES = [
     "datastream-hashmap-canonical",
     "datastream-hashmap-checkpoint",
@@ -73,6 +74,7 @@ DEFAULT_FIXTURES = [
     "edge-datastream-hashmap-canonical",
     "edge-sql-rocksdb-native",
     "sql-aggs-hashmap-canonical",
+    "labels-rocksdb-native",
 ]
 
 OPS = ["bitflip", "bitflips", "byteset", "truncate", "inflate", "dup", "delete"]
