@@ -1608,9 +1608,9 @@ def feed_key_group(EntrySink sink, it, int prefix_len, pending, bytes stop, want
     object per entry beyond the iterator's own pair.
 
     Returns ``(key group, entries, next pair or None)``; key group -1 when ``it`` is exhausted.
-    Keys of key groups not in ``wanted`` (a set, or None for all) are skipped; a key >= ``stop``
-    ends the iteration. A decoding error is a :class:`DecodeError` naming the key group and the
-    entry key.
+    Keys of key groups not in ``wanted`` (a set, or None for all) are skipped. ``it`` is bounded
+    by ``stop``: a key >= ``stop`` (a table whose keys are out of order) is a
+    :class:`DecodeError`, as is a decoding error (naming the key group and the entry key).
     """
     cdef int kg = -1, k2, i
     cdef Py_ssize_t entries = 0, klen, vlen
@@ -1626,8 +1626,10 @@ def feed_key_group(EntrySink sink, it, int prefix_len, pending, bytes stop, want
         key = <bytes>item[0]
         value = <bytes>item[1]
         if stop is not None and key >= stop:
-            sink._finish_open()
-            return kg, entries, None
+            # the iterator is bounded by ``stop`` (RocksDB's iterate_upper_bound, the SST
+            # reader's stop): a key past it comes from a table whose keys are out of order
+            raise DecodeError(f"entry key {key.hex()} lies at or after the end of its range "
+                              f"({stop.hex()}): the table's keys are out of order", 0)
         klen = len(key)
         kb = <const uint8_t*><char*>key
         if klen < prefix_len:
