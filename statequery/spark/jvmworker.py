@@ -14,9 +14,10 @@ JVM to worker: ``S`` (schema of options), ``P`` (plan: options and schema), ``R`
 partition), each with a JSON payload; during a read, single bytes ``N`` (one more batch may be
 sent) and ``C`` (stop; also the last byte of every read).
 
-Worker to JVM: ``J`` (a JSON result), ``E`` (an error: its Python type and message), and for a
-read ``A`` (the Arrow schema of the columns read), ``B`` (one Arrow IPC record batch message),
-``K`` (the row count of a batch when no column is read: ``count(*)``), ``Z`` (the end).
+Worker to JVM: ``H`` (once, at start: the protocol version), ``J`` (a JSON result), ``E`` (an
+error: its Python type and message), and for a read ``A`` (the Arrow schema of the columns read),
+``B`` (one Arrow IPC record batch message), ``K`` (the row count of a batch when no column is
+read: ``count(*)``), ``Z`` (the end).
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ import sys
 import traceback
 from collections import OrderedDict
 from typing import Any, BinaryIO
+
+#: the frame protocol's version, which the JVM checks (PythonWorker.PROTOCOL)
+PROTOCOL = 1
 
 _HEADER = struct.Struct(">cI")
 _COUNT = struct.Struct(">q")
@@ -186,20 +190,49 @@ def _expected_schema(text: str | None) -> Any:
     return to_arrow_schema(StructType.fromJson(json.loads(text)), timezone="UTC")
 
 
+#: ``STATEQUERY_JVMWORKER_TRACE=1``: one line on standard error per request: its wall clock, the
+#: worker's CPU time and its time runnable but waiting for a core (Linux), for benchmarks
+_TRACE = os.environ.get("STATEQUERY_JVMWORKER_TRACE") == "1"
+
+
+def _trace(kind: bytes, start: float) -> None:
+    import time
+
+    try:
+        with open("/proc/self/schedstat") as f:
+            waited = int(f.read().split()[1]) / 1e9  # time runnable but waiting for a core
+    except OSError:
+        waited = 0.0
+    print(f"statequery-worker {os.getpid()} {kind.decode()} start {start:.4f} "
+          f"end {time.time():.4f} cpu {time.process_time():.4f} waited {waited:.4f}",
+          file=sys.stderr, flush=True)
+
+
 def serve(inp: BinaryIO, out: BinaryIO) -> None:
     """Answer the JVM's requests until it closes the pipe."""
+    import time
+
+    import statequery
+
+    _write(out, b"H", json.dumps(
+        {"protocol": PROTOCOL, "statequery": getattr(statequery, "__version__", "?")}
+    ).encode())
+    out.flush()
     handlers = {b"S": schema, b"P": plan}
     while True:
         try:
             kind, payload = _read_frame(inp)
         except _Closed:
             return
+        start = time.time()
         request = json.loads(payload)
         if kind == b"R":
             try:
                 read(request, inp, out)
             except _Closed:
                 return
+            if _TRACE:
+                _trace(kind, start)
             continue
         try:
             result = handlers[kind](request)
@@ -208,11 +241,20 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
         else:
             _write(out, b"J", json.dumps(result).encode())
         out.flush()
+        if _TRACE:
+            _trace(kind, start)
 
 
 def main() -> None:
     # the frames own the real standard output; anything printed goes to standard error
-    out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=1 << 16)
+    fd = os.dup(sys.stdout.fileno())
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, 1031, 1 << 20)  # F_SETPIPE_SZ (Linux): fewer wake-ups per batch
+    except (ImportError, OSError):
+        pass
+    out = os.fdopen(fd, "wb", buffering=1 << 16)
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     inp = os.fdopen(os.dup(sys.stdin.fileno()), "rb", buffering=1 << 16)
     serve(inp, out)

@@ -174,7 +174,9 @@ def _error(df_or_call: Any) -> str:
 def test_errors_are_the_python_ones(spark, options, message) -> None:  # type: ignore[no-untyped-def]
     path = str(fixture_dir(CANONICAL))
     for fmt in ("statequery", "statequery_python"):
-        text = _error(lambda: spark.read.format(fmt).options(**options).load(path).collect())
+        text = _error(
+            lambda fmt=fmt: spark.read.format(fmt).options(**options).load(path).collect()
+        )
         assert message in text, (fmt, text[:2000])
         if fmt == "statequery":
             assert "statequery.exceptions." in text  # the Python error's type
@@ -185,7 +187,7 @@ def test_a_changed_savepoint_is_refused(spark) -> None:  # type: ignore[no-untyp
     tests/spark/test_attach.py) raises the same typed error through the JVM path."""
     path = str(fixture_dir(CANONICAL))
     for fmt in ("statequery", "statequery_python"):
-        text = _error(lambda: spark.read.format(fmt).option("table", "user_state__count")
+        text = _error(lambda fmt=fmt: spark.read.format(fmt).option("table", "user_state__count")
                       .option("fingerprint", "0" * 64).load(path).count())
         assert "is not the savepoint this table was set up over" in text, (fmt, text[:2000])
         if fmt == "statequery":

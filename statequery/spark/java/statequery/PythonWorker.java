@@ -23,6 +23,8 @@ import org.apache.spark.SparkEnv;
  */
 final class PythonWorker implements AutoCloseable {
   static final ObjectMapper JSON = new ObjectMapper();
+  /** The frame protocol's version: statequery.spark.jvmworker.PROTOCOL. */
+  static final int PROTOCOL = 1;
   private static final int MAX_IDLE = 8;
   private static final ArrayDeque<PythonWorker> IDLE = new ArrayDeque<>();
   private static volatile boolean hookAdded;
@@ -50,6 +52,26 @@ final class PythonWorker implements AutoCloseable {
     this.process = builder.start();
     this.in = new DataInputStream(new BufferedInputStream(process.getInputStream(), 1 << 16));
     this.out = new DataOutputStream(new BufferedOutputStream(process.getOutputStream(), 1 << 12));
+    try {
+      char kind = (char) in.readByte();
+      byte[] payload = new byte[in.readInt()];
+      in.readFully(payload);
+      JsonNode hello = JSON.readTree(payload);
+      if (kind != 'H' || hello.path("protocol").asInt(-1) != PROTOCOL) {
+        throw new IOException("the statequery Python worker of " + python + " speaks protocol "
+            + hello.path("protocol").asText("?") + " (statequery " + hello.path("statequery")
+            .asText("?") + "), this jar " + PROTOCOL + ": use the jar that statequery builds "
+            + "(statequery.spark.jvm.jar_path())");
+      }
+    } catch (IOException e) {
+      process.destroy();
+      if (e instanceof java.io.EOFException) {
+        throw new IOException("the Python worker (" + python + " -m statequery.spark.jvmworker) "
+            + "exited at start: is statequery installed for that Python? Its error is on this "
+            + "JVM's standard error (an executor's log on a cluster)", e);
+      }
+      throw e;
+    }
   }
 
   private static String conf(String key, String fallback) {
