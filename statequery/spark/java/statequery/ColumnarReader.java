@@ -24,10 +24,13 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
 
 /**
  * Reads one partition: a pooled Python worker decodes it and streams Arrow record batches of the
- * columns asked for (or row counts when none is), at most two ahead of this reader.
+ * columns asked for (or row counts when none is), a few ahead of this reader.
  */
 final class ColumnarReader implements PartitionReader<ColumnarBatch> {
-  private static final int AHEAD = 2;
+  /** Batches a worker may send ahead of this reader: few (a LIMIT drains them), many for
+   *  row counts (no column read: a few bytes each). The pipe holds back the rest. */
+  private static final int AHEAD = 4;
+  private static final int AHEAD_COUNTS = 256;
   private static final ColumnVector[] NO_COLUMNS = new ColumnVector[0];
 
   private final PythonWorker worker;
@@ -65,7 +68,8 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
       if (payload.length > 0) {
         schema = MessageSerializer.deserializeSchema(channel(payload));
       }
-      for (int i = 0; i < AHEAD; i++) {
+      int ahead = columns.length == 0 ? AHEAD_COUNTS : AHEAD;
+      for (int i = 0; i < ahead; i++) {
         worker.out.writeByte('N');
       }
       worker.out.flush();

@@ -62,7 +62,8 @@ public final class DefaultSource implements TableProvider, DataSourceRegister {
       Map<String, String> values = new HashMap<>();
       values.put("action", action);
       values.put("type", "statequery");
-      values.put("msg", e.getMessage());
+      // the message on a line of its own, as in a Python traceback (Spark appends SQLSTATE)
+      values.put("msg", e.getMessage() + "\n");
       scala.collection.immutable.Map<String, String> params =
           scala.collection.immutable.Map$.MODULE$.from(
               scala.jdk.javaapi.CollectionConverters.asScala(values));
