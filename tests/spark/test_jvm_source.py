@@ -106,9 +106,14 @@ def test_the_jvm_path_is_columnar_and_prunes_columns(spark) -> None:  # type: ig
     assert df.count() == 20
 
 
-@pytest.mark.parametrize("name", [CANONICAL, ROCKSDB])
-def test_states_and_modes(spark, name: str) -> None:  # type: ignore[no-untyped-def]
-    path = str(fixture_dir(name))
+def test_rocksdb_native(spark) -> None:  # type: ignore[no-untyped-def]
+    path = str(fixture_dir(ROCKSDB))
+    assert _same(spark, path, operator="user-state", state="recent-categories") > 0
+    assert _same(spark, path, operator="user-state") > 20
+
+
+def test_states_and_modes(spark) -> None:  # type: ignore[no-untyped-def]
+    path = str(fixture_dir(CANONICAL))
     assert _same(spark, path) > 10  # state_meta
     for state, mode in (("count", None), ("profile", None), ("recent-categories", None),
                         ("recent-categories", "flat"), ("amount-by-category", None),
