@@ -10,7 +10,9 @@ that runs on ``--spark-dir``), then runs, each ``--repeat`` times one after the 
   for), and the part the command itself reports for the server (``ran on the server ... in``);
 * ``python -c "import statequery.cli.spark, statequery.cli.connect"`` plus the imports the
   client path makes (grpc, pyarrow): the client's own start-up;
-* the same query through ``statequery.cli.connect.run_sql`` in this process (no start-up).
+* the same query through ``statequery.cli.connect.run_sql`` in this process (no start-up);
+* ``statequery shell -e "SHOW DATABASES"`` as a fresh process, start to exit: the shell on
+  Spark Connect, and ``--beeline`` (the JDBC shell, a JVM), taking turns.
 
 Prints the load average before and after: the machine's 2 cores are shared, so compare only
 figures of one run. Stops the server it started.
@@ -103,6 +105,19 @@ def main() -> int:
             inproc.append(time.monotonic() - t)
             assert table.to_pylist() == [{"key": "user-3", "value": 10}]
         figures["query_in_process_s"] = _summary(inproc)
+
+        databases = ["default", "user_activity", "user_activity_rocksdb", "word_counts"]
+        shells: dict[str, list[float]] = {"shell_e_connect_s": [], "shell_e_beeline_s": []}
+        for _ in range(args.repeat):
+            for key, extra in (("shell_e_connect_s", []), ("shell_e_beeline_s", ["--beeline"])):
+                t = time.monotonic()
+                run = _cli(["shell", *extra, "-S", "-e", "SHOW DATABASES"], env)
+                shells[key].append(time.monotonic() - t)
+                assert run.returncode == 0, run.stderr
+                assert [ln for ln in run.stdout.splitlines() if ln.strip()] == databases, \
+                    run.stdout
+        for key, values in shells.items():
+            figures[key] = _summary(values)
     finally:
         if started_here:
             _cli(["serve", "--stop"], env)

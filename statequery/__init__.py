@@ -60,6 +60,7 @@ def open(  # noqa: A001
     snapshot: str | None = None,
     max_workers: int | None = None,
     plan: str | None = None,
+    rederive: bool = False,
 ) -> Savepoint:
     """Open a savepoint or checkpoint: its directory, its ``_metadata`` file, or any fsspec URI.
 
@@ -76,4 +77,5 @@ def open(  # noqa: A001
         snapshot=snapshot,
         max_workers=DEFAULT_WORKERS if max_workers is None else max_workers,
         plan=plan,
+        rederive=rederive,
     )

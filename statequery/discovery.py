@@ -22,6 +22,7 @@ __all__ = [
     "find_metadata",
     "find_metadata_dir",
     "require_default_catalog",
+    "why_not_found",
 ]
 
 METADATA_FILE = "_metadata"
@@ -131,8 +132,50 @@ def find_metadata(io: FileIO, location: str) -> str:
                 if found is not None:
                     return join_location(found, METADATA_FILE)
     raise SavepointNotFoundError(
-        f"no savepoint or checkpoint at {location}: expected a directory holding _metadata, "
-        "the _metadata file, a job directory with chk-N checkpoints, a folder holding one "
-        "savepoint directory, or a database of the default catalog "
-        f"({default_catalog() or 'none: set ' + CATALOG_ENV})"
+        f"no savepoint or checkpoint at {location}: {why_not_found(io, location, original)}"
     )
+
+
+def why_not_found(io: FileIO, location: str, original: str) -> str:
+    """What ``location`` is instead of a savepoint: missing, empty, still being written (Flink
+    writes ``_metadata`` last), a file, or a folder without one."""
+    expected = (
+        "expected a directory holding _metadata, the _metadata file, a job directory with "
+        "chk-N checkpoints, a folder holding one savepoint directory, or a database of the "
+        f"default catalog ({default_catalog() or 'none: set ' + CATALOG_ENV})"
+    )
+    try:
+        is_dir = io.is_dir(location)
+        entries = [e for e in io.list_dir(location) if not e.startswith(".")] if is_dir else []
+    except StorageError:
+        return expected
+    if not is_dir:
+        try:
+            is_file = io.new_input(location).exists()
+        except StorageError:
+            is_file = False
+        if is_file:
+            return f"it is a file, not a {METADATA_FILE} file or a directory holding one"
+        if "/" not in original and os.sep not in original and "://" not in original:
+            return f"no such file or directory, nor database of the default catalog " \
+                f"({default_catalog() or 'none: set ' + CATALOG_ENV})"
+        return "no such file or directory"
+    if not entries:
+        return "the directory is empty"
+    chks = sorted((int(m.group(1)), e) for e in entries if (m := _CHK.match(e)) is not None)
+    if chks:
+        names = ", ".join(e for _, e in chks[-3:])
+        return (f"none of its checkpoints ({names}) holds a {METADATA_FILE} file: Flink writes "
+                "it last, when a checkpoint completes (still running, or failed)")
+    try:
+        files = [e for e in entries if not io.is_dir(join_location(location, e))]
+    except StorageError:
+        files = []
+    if files:
+        return (f"the directory holds no {METADATA_FILE} file: Flink writes it last, so this "
+                "savepoint or checkpoint is still being written, or was never completed")
+    pending = [e for e in entries if e.startswith("savepoint-")]
+    if pending:
+        return (f"{', '.join(pending[:3])} holds no {METADATA_FILE} file: Flink writes it last, "
+                "so that savepoint is still being written, or was never completed")
+    return expected

@@ -58,6 +58,7 @@ from statequery.serializers.spec import (
     EnumSpec,
     NullableSpec,
     PojoSpec,
+    PrimitiveArraySpec,
     PrimitiveSpec,
     RowDataSpec,
     RowSpec,
@@ -492,6 +493,9 @@ def _convert(value: Any, spec: FieldType | None, path: str, original: str, text:
                 return _convert_sql(value, inner, text)
             if isinstance(inner, PrimitiveSpec):
                 return _convert_primitive(value, inner, text)
+            if isinstance(inner, PrimitiveArraySpec) and inner.element == "byte":
+                # byte[] (PyFlink's pickled keys, ROW<f0 BYTES>): bytes, {"$bytes"}, base64 text
+                return _as_bytes(value, text)
             return value
         except _Inexact as e:
             detail = f" ({e})" if str(e) else ""

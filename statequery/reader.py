@@ -64,11 +64,17 @@ def list_states(savepoint: Savepoint | str, operator: Any) -> list[StateInfo]:
 
 
 def schema_of(
-    savepoint: Savepoint | str, operator: Any, state: str | None = None, mode: str | None = None
+    savepoint: Savepoint | str, operator: Any, state: str | None = None, mode: str | None = None,
+    pickled: bool = False,
 ) -> pa.Schema:
-    """The Arrow schema :func:`read_state` produces for this state and mode."""
+    """The Arrow schema :func:`read_state` produces for this state, mode and ``pickled``."""
     sp = _as_savepoint(savepoint)
-    return state_schema(_state(sp, operator, state, "schema_of").layout, mode)
+    schema = state_schema(_state(sp, operator, state, "schema_of").layout, mode)
+    if pickled:
+        from statequery.pickled import python_schema
+
+        schema = python_schema(schema)
+    return schema
 
 
 def read_state(
@@ -79,13 +85,15 @@ def read_state(
     key_groups: Iterable[int] | None = None,
     mode: str | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
+    pickled: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """The rows of one state as RecordBatches of at most ``batch_size`` rows (see
-    :func:`statequery.scan.read_batches`); ``key`` reads only the key group that can hold it."""
+    :func:`statequery.scan.read_batches`); ``key`` reads only the key group that can hold it;
+    ``pickled``: with the ``*_py`` columns (:meth:`Savepoint.read`)."""
     sp = _as_savepoint(savepoint)
     info = _state(sp, operator, state, "read_state")
     return sp.read_batches(
-        info, key=key, key_groups=key_groups, mode=mode, batch_size=batch_size
+        info, key=key, key_groups=key_groups, mode=mode, batch_size=batch_size, pickled=pickled
     )
 
 

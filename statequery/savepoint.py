@@ -34,12 +34,15 @@ from statequery.metadata.model import (
 from statequery.metadata.plan import CompiledPlan, PlanNode, parse_plan
 from statequery.metadata.runindex import RunIndex
 from statequery.metadata.statemeta import (
+    FORMAT_VERSION,
     SNAPSHOT_FILE_NAME,
     JobInfo,
+    KeptParts,
     OperatorInfo,
     SnapshotVersionError,
     StateInfo,
     StateMeta,
+    kept_parts,
     loads,
     write_snapshot,
 )
@@ -71,6 +74,7 @@ class Savepoint:
         state_meta: StateMeta | None = None,
         max_workers: int = DEFAULT_WORKERS,
         plan: CompiledPlan | None = None,
+        job: JobInfo | None = None,
     ) -> None:
         self.io = io
         self.metadata_location = metadata_location
@@ -78,7 +82,7 @@ class Savepoint:
         self.resolver = HandleResolver(io, self.location)
         #: what this savepoint holds (operators, states, tables): lazy, thread-safe
         self.model = SavepointModel(
-            self.resolver, metadata_location, metadata_bytes, state_meta, max_workers, plan
+            self.resolver, metadata_location, metadata_bytes, state_meta, max_workers, plan, job
         )
         #: where each state's run lies in each key group of the canonical streams: from the
         #: snapshot's index, and recorded by every walk of a whole key group
@@ -105,43 +109,69 @@ class Savepoint:
         snapshot: str | None = None,
         max_workers: int = DEFAULT_WORKERS,
         plan: str | None = None,
+        rederive: bool = False,
     ) -> Savepoint:
         """Open the savepoint/checkpoint at ``location`` (directory, ``_metadata`` or URI).
 
         ``snapshot`` names a StateMeta snapshot file (default: ``_statequery_meta.msgpack`` next
         to ``_metadata``); it is used only if ``use_snapshot`` and it matches ``_metadata``.
-        ``plan`` is the location of a Flink SQL compiled plan (JSON) of the job that took the
-        savepoint: its column names replace ``f0, f1, ...`` (docs/decoding.md); a snapshot
-        written with a plan brings its own.
+        A matching snapshot of an older format is not used (with a
+        :class:`~statequery.exceptions.SnapshotIgnoredWarning`): the model is derived again,
+        keeping what the snapshot holds that cannot be derived (its plan, the job it was
+        captured from: :class:`~statequery.metadata.statemeta.KeptParts`). ``rederive``: the
+        same with a current snapshot, silently (what ``statequery snapshot`` does before writing
+        it again). ``plan`` is the location of a Flink SQL compiled plan (JSON) of the job that
+        took the savepoint: its column names replace ``f0, f1, ...`` (docs/decoding.md); a
+        snapshot written with a plan brings its own.
         """
         io = io or FileIO(storage_options)
         metadata_location = find_metadata(io, location)
         data = io.new_input(metadata_location).read()
         meta = None
-        if use_snapshot:
+        kept: KeptParts | None = None
+        if use_snapshot or rederive:
             snap_loc = snapshot or join_location(
                 location_parent(metadata_location), SNAPSHOT_FILE_NAME
             )
             f = io.new_input(snap_loc)
             if f.exists():
+                raw = f.read()
                 try:
-                    candidate = loads(f.read(), f.location)
+                    candidate = loads(raw, f.location)
+                    if candidate.matches(data):
+                        if rederive:
+                            kept = KeptParts(FORMAT_VERSION, candidate.plan, candidate.job)
+                        else:
+                            meta = candidate
+                    elif snapshot is not None and not rederive:
+                        warnings.warn(
+                            f"ignoring the StateMeta snapshot {f.location}: it was written for "
+                            f"another _metadata than {metadata_location}; reading the "
+                            "state-file headers instead", SnapshotIgnoredWarning, stacklevel=2,
+                        )
                 except SnapshotVersionError:
-                    candidate = None
+                    kept = _older_snapshot(raw, data, f.location, warn=not rederive)
                 except CorruptStateError as e:  # damaged or tampered: derive from _metadata
                     warnings.warn(
                         f"ignoring the StateMeta snapshot, reading _metadata instead: {e}",
                         SnapshotIgnoredWarning,
                         stacklevel=2,
                     )
-                    candidate = None
-                if candidate is not None and candidate.matches(data):
-                    meta = candidate
+            elif snapshot is not None and not rederive:  # named, not there (a typo costs reads)
+                warnings.warn(
+                    f"no StateMeta snapshot at {f.location}: reading the state-file headers "
+                    "instead", SnapshotIgnoredWarning, stacklevel=2,
+                )
         compiled = None
         if plan is not None:
             f = io.new_input(plan)
             compiled = parse_plan(f.read(), f.location)
-        return cls(io, metadata_location, data, meta, max_workers, compiled)
+        elif kept is not None and kept.plan:
+            compiled = parse_plan(
+                kept.plan, f"the plan of the StateMeta snapshot (format {kept.format_version})"
+            )
+        job = kept.job if kept is not None else None
+        return cls(io, metadata_location, data, meta, max_workers, compiled, job)
 
     def __repr__(self) -> str:
         return f"Savepoint({self.location!r})"
@@ -286,13 +316,15 @@ class Savepoint:
         key_groups: Iterable[int] | None = None,
         mode: str | None = None,
         split: int | None = None,
+        pickled: bool = False,
     ) -> list[Any]:
         """The :class:`~statequery.scan.ScanTask` list that reads one state (see
-        :func:`statequery.scan.plan`); run each with :func:`statequery.scan.execute`."""
+        :func:`statequery.scan.plan`); run each with :func:`statequery.scan.execute`.
+        ``pickled`` as in :meth:`read`."""
         info = self._resolve_state(operator, state)
         return scan.plan(
             self.model, self.context, info, keys=keys, key_groups=key_groups, mode=mode,
-            split=split,
+            split=split, pickled=pickled,
         )
 
     def close(self) -> None:
@@ -319,6 +351,7 @@ class Savepoint:
         key: Any = None,
         key_groups: Iterable[int] | None = None,
         mode: str | None = None,
+        pickled: bool = False,
     ) -> pa.Table:
         """The rows of one state as a Table.
 
@@ -329,11 +362,17 @@ class Savepoint:
         key type); ``key_groups`` restricts the read to those key groups; ``mode`` is ``rows``,
         ``flat`` (list elements) or ``nested`` (one map per key). Columns:
         :mod:`statequery.arrow.schemas`. For large states use :meth:`read_batches`.
+        ``pickled``: add ``key_py``/``user_key_py``/``value_py`` (and ``*_py_reason``) after
+        the columns of a bytes type, the Python values PyFlink pickled there as JSON text,
+        decoded without running code (:func:`statequery.pickled.add_python_columns`); which
+        columns get them depends on the state's types only (``state_meta``'s
+        ``pickled_columns``).
         """
         info = self._resolve_state(operator, state)
         keys = None if key is None else [key]
         return scan.read_table(
-            self.model, self.context, info, keys=keys, key_groups=key_groups, mode=mode
+            self.model, self.context, info, keys=keys, key_groups=key_groups, mode=mode,
+            pickled=pickled,
         )
 
     def read_batches(
@@ -344,13 +383,15 @@ class Savepoint:
         key_groups: Iterable[int] | None = None,
         mode: str | None = None,
         batch_size: int = 65536,
+        pickled: bool = False,
     ) -> Iterator[pa.RecordBatch]:
-        """Like :meth:`read`, streamed as RecordBatches (memory bounded by one coalesced read)."""
+        """Like :meth:`read`, streamed as RecordBatches (memory bounded by one coalesced read);
+        ``pickled`` as in :meth:`read`."""
         info = self._resolve_state(operator, state)
         keys = None if key is None else [key]
         return scan.read_batches(
             self.model, self.context, info, keys=keys, key_groups=key_groups, mode=mode,
-            batch_size=batch_size,
+            batch_size=batch_size, pickled=pickled,
         )
 
     def operator_states(
@@ -445,17 +486,24 @@ class Savepoint:
             for s in infos
         }
 
-    def lookup(self, key: Any, operator: str | None = None) -> dict[tuple[str, str], pa.Table]:
+    def lookup(
+        self, key: Any, operator: str | None = None, pickled: bool = False
+    ) -> dict[tuple[str, str], pa.Table]:
         """Everything every keyed state holds for ``key``: ``{(operator, state): Table}``.
 
         Reads only the key group that can hold the key, computed as Flink computes it. ``operator``
         (uid, name or id) limits the search to one operator. ``key`` as :meth:`read` takes it;
         :class:`~statequery.exceptions.InvalidKeyError` when it does not fit the key type of the
-        operator (or, without ``operator``, of any operator).
+        operator (or, without ``operator``, of any operator). ``pickled`` as in :meth:`read`.
         """
         from statequery.display import LookupResult
 
-        result = LookupResult(scan.lookup(self.model, self.context, key, operator))
+        found = scan.lookup(self.model, self.context, key, operator)
+        if pickled:
+            from statequery.pickled import add_python_columns
+
+            found = {k: add_python_columns(t) for k, t in found.items()}
+        result = LookupResult(found)
         result.key = key
         return result
 
@@ -500,3 +548,29 @@ class Savepoint:
         """The key group Flink assigned to ``key`` in this state's operator
         (:func:`statequery.keys.resolve_key`: the spellings every ``key=`` accepts)."""
         return scan.state_key_group(self._resolve_state(state, name), key)
+
+
+def _older_snapshot(raw: bytes, metadata: bytes, source: str, warn: bool) -> KeptParts | None:
+    """What a snapshot of another format keeps (:func:`kept_parts`), with a warning saying the
+    model is derived again and what is kept; None (and silence) for a snapshot of a newer format
+    or of another ``_metadata``."""
+    try:
+        kept = kept_parts(raw, metadata, source)
+    except CorruptStateError as e:
+        warnings.warn(
+            f"ignoring the StateMeta snapshot, reading _metadata instead: {e}",
+            SnapshotIgnoredWarning,
+            stacklevel=3,
+        )
+        return None
+    if kept is not None and warn:
+        parts = [p for p, v in (("SQL plan", kept.plan), ("captured job", kept.job)) if v]
+        warnings.warn(
+            f"{source}: StateMeta snapshot format {kept.format_version}, this statequery writes "
+            f"{FORMAT_VERSION}: the states are derived from _metadata and the state-file headers"
+            + (f", keeping its {' and '.join(parts)}" if parts else "")
+            + "; `statequery snapshot` writes it again in the current format",
+            SnapshotIgnoredWarning,
+            stacklevel=3,
+        )
+    return kept

@@ -21,7 +21,7 @@ Spark source all go through here.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
@@ -144,6 +144,9 @@ class ScanTask:
     raw: bool = False
     #: ``HeaderInfo.layout``: "heap" or "canonical" when the handle alone cannot tell
     stream_layout: str | None = None
+    #: also the ``*_py`` columns: PyFlink's pickles in byte columns as JSON text
+    #: (:func:`statequery.pickled.add_python_columns`)
+    pickled: bool = False
 
     @property
     def keyed(self) -> bool:
@@ -156,7 +159,12 @@ class ScanTask:
         raise KeyError(name)
 
     def schema(self, name: str | None = None) -> pa.Schema:
-        return state_schema(self.layout(name or self.wanted[0]), self.mode)
+        schema = state_schema(self.layout(name or self.wanted[0]), self.mode)
+        if self.pickled:
+            from statequery.pickled import python_schema
+
+            schema = python_schema(schema)
+        return schema
 
 
 # -- keys ----------------------------------------------------------------------------------------
@@ -299,13 +307,15 @@ def plan(
     key_groups: Iterable[int] | None = None,
     mode: str | None = None,
     split: int | None = None,
+    pickled: bool = False,
 ) -> list[ScanTask]:
     """The tasks that read ``state``: keyed state one per subtask handle holding wanted key
     groups (``split`` cuts a handle's range into tasks of at most that many key groups);
     operator state one per subtask stream holding it (broadcast: the first copy only).
 
     ``keys`` restricts keyed state to those keys (their key groups only), ``key_groups`` to
-    those key groups; both are errors for operator state.
+    those key groups; both are errors for operator state. ``pickled``: the tasks' batches have
+    the ``*_py`` columns too (:attr:`ScanTask.pickled`).
     """
     layout = state.layout
     resolve_mode(layout, mode)
@@ -314,10 +324,12 @@ def plan(
         if keys is not None or key_groups is not None:
             raise InvalidOptionError(f"state {state.name!r} is operator state: it has no keys")
         op = model.operator(state.operator_id)
-        return _plan_operator(op, layout, op.display_name, ctx.resolver.metadata_dir)
-    return plan_states(
-        model, ctx, [state], keys=keys, key_groups=key_groups, mode=mode, split=split
-    )
+        tasks = _plan_operator(op, layout, op.display_name, ctx.resolver.metadata_dir)
+    else:
+        tasks = plan_states(
+            model, ctx, [state], keys=keys, key_groups=key_groups, mode=mode, split=split
+        )
+    return [replace(t, pickled=True) for t in tasks] if pickled else tasks
 
 
 def _check_readable(state: StateInfo) -> None:
@@ -553,10 +565,15 @@ def execute(
         ctx = ReadContext(resolver) if resolver is not None else ReadContext.of(
             ctx or FileIO(), task.metadata_dir
         )
-    if task.keyed:
-        yield from _execute_keyed(task, ctx, batch_size)
-    else:
-        yield from _execute_operator(task, ctx.resolver, batch_size)
+    pairs = (_execute_keyed(task, ctx, batch_size) if task.keyed
+             else _execute_operator(task, ctx.resolver, batch_size))
+    if not task.pickled:
+        yield from pairs
+        return
+    from statequery.pickled import add_python_columns
+
+    for name, batch in pairs:
+        yield name, add_python_columns(batch)
 
 
 def keyed_backend(task: ScanTask, ctx: ReadContext) -> Any:
@@ -748,12 +765,14 @@ def read_batches(
     key_groups: Iterable[int] | None = None,
     mode: str | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
+    pickled: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """The rows of one state, task after task (planned now: bad options raise here; bytes are
-    read as the batches are consumed)."""
+    read as the batches are consumed); ``pickled``: with the ``*_py`` columns."""
     if batch_size <= 0:
         raise InvalidOptionError(f"batch_size must be positive, got {batch_size}")
-    tasks = plan(model, ctx, state, keys=keys, key_groups=key_groups, mode=mode)
+    tasks = plan(model, ctx, state, keys=keys, key_groups=key_groups, mode=mode,
+                 pickled=pickled)
     return _run(ctx, tasks, batch_size)
 
 
@@ -773,13 +792,17 @@ def read_table(
     keys: Sequence[Any] | None = None,
     key_groups: Iterable[int] | None = None,
     mode: str | None = None,
+    pickled: bool = False,
 ) -> pa.Table:
     """:func:`read_batches` collected into one Table."""
     _check_readable(state)  # before the schema: a state without rows says why
     schema = state_schema(state.layout, mode)
-    batches = list(
-        read_batches(model, ctx, state, keys=keys, key_groups=key_groups, mode=mode)
-    )
+    if pickled:
+        from statequery.pickled import python_schema
+
+        schema = python_schema(schema)
+    batches = list(read_batches(model, ctx, state, keys=keys, key_groups=key_groups, mode=mode,
+                                pickled=pickled))
     return pa.Table.from_batches(batches, schema=schema)
 
 

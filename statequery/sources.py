@@ -179,7 +179,7 @@ def _recognise(values: list[bytes], where: str) -> str:
         raise InvalidOptionError(
             f"{where}: cannot tell the source's split serializer from the bytes "
             f"({'several layouts fit: ' + ', '.join(fits) if fits else 'no known layout fits'}); "
-            f"name it with source= (one of {', '.join(SOURCE_KINDS)})"
+            f"name it (statequery splits --source, or source=): one of {', '.join(SOURCE_KINDS)}"
         )
     return fits[0]
 

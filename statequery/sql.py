@@ -42,7 +42,9 @@ if TYPE_CHECKING:
 
     from statequery.catalog import Catalog
 
-__all__ = ["ALLOWED_FUNCTIONS", "ALLOWED_NAMED_FUNCTIONS", "QueryLimits", "sql"]
+__all__ = [
+    "ALLOWED_FUNCTIONS", "ALLOWED_NAMED_FUNCTIONS", "SPARK_ONLY_FUNCTIONS", "QueryLimits", "sql",
+]
 
 #: the SQL dialect queries are written in (what Spark users type); DuckDB runs the transpiled tree
 DIALECT = "spark"
@@ -100,12 +102,23 @@ ALLOWED_FUNCTIONS = frozenset({
     "VarMap", "MapKeys", "MapContainsKey", "MapFromEntries", "Struct", "StructExtract",
 })
 
-#: functions sqlglot does not model (parsed as ``Anonymous``), by lower-case name
+#: functions sqlglot does not model (parsed as ``Anonymous``), by lower-case name. Spark's
+#: ``timestamp_seconds/millis/micros``, ``isnull``, ``isnotnull``, ``every``, ``some`` and
+#: ``bround`` are not DuckDB's: they are translated (:func:`_rewrite`)
 ALLOWED_NAMED_FUNCTIONS = frozenset({
     "cardinality", "date_part", "make_date", "map_values", "map_entries", "mean", "now",
-    "pmod", "bround", "isnull", "isnotnull", "every", "some", "element_at", "timestamp_seconds",
-    "timestamp_millis", "timestamp_micros", "array_union", "arrays_overlap", "forall",
+    "bround", "isnull", "isnotnull", "every", "some", "element_at", "timestamp_seconds",
+    "timestamp_millis", "timestamp_micros",
 })
+
+#: Spark functions DuckDB does not have and statequery does not translate (their meaning differs
+#: at the edges): refused with what to write instead
+SPARK_ONLY_FUNCTIONS = {
+    "pmod": "((a % n) + n) % n (pmod(a, n) for n > 0)",
+    "array_union": "array_distinct(concat(a, b))",
+    "arrays_overlap": "size(array_intersect(a, b)) > 0",
+    "forall": "size(filter(a, x -> NOT p(x))) = 0",
+}
 
 
 def _function_refusal(node: exp.Expr) -> str | None:
@@ -116,6 +129,9 @@ def _function_refusal(node: exp.Expr) -> str | None:
         name = str(node.name)
         if name.lower() in ALLOWED_NAMED_FUNCTIONS:
             return None
+        if name.lower() in SPARK_ONLY_FUNCTIONS:
+            return (f"{name.lower()}() is a Spark SQL function DuckDB does not have; write "
+                    f"{SPARK_ONLY_FUNCTIONS[name.lower()]}")
     else:
         if type(node).__name__ in ALLOWED_FUNCTIONS:
             return None
@@ -245,6 +261,7 @@ class _Source:
     table: str
     node: exp.Table
     keys: list[Any] | None = None  # pushed-down keys (parsed), None: the whole table
+    pickled: bool = False  # state tables with the *_py columns (statequery.pickled)
     types: dict[str, pa.DataType] = field(default_factory=dict)  # top-level columns, lower-cased
 
 
@@ -303,13 +320,496 @@ def _parse(query: str) -> tuple[exp.Expr, bool]:
             refused = _function_refusal(node)
             if refused:
                 raise InvalidOptionError(refused)
+        if isinstance(node, exp.Bracket):
+            _check_index(node)
         if isinstance(node, (exp.Lateral, exp.From, exp.Join)) and isinstance(
             node.this, exp.Func
         ) and not isinstance(node.this, (exp.Explode, exp.Unnest, exp.Inline)):
             raise InvalidOptionError(
                 f"only catalog tables can be read, not {node.this.sql(DIALECT)!r}"
             )
-    return tree, explain
+    return _rewrite(tree), explain
+
+
+#: functions whose value is the length of their argument (Spark's ``size``/``array_size``/
+#: ``cardinality``, and ``len``/``length``/``array_length`` as DuckDB users write them)
+_LENGTH_FUNCTIONS = ("Length", "ArraySize")
+_LENGTH_NAMES = ("cardinality", "array_length", "len", "length")
+
+
+def _check_index(node: exp.Bracket) -> None:
+    """``x[len(x)]``: arrays are indexed from 0 here (Spark SQL), so the index one past the
+    last element is always NULL; a query writing it means the last element (DuckDB's and SQL's
+    1-based arrays). Refused with the ways to say that."""
+    from sqlglot import exp
+
+    if len(node.expressions) != 1 or node.args.get("offset"):
+        return
+    index = node.expressions[0]
+    length = type(index).__name__ in _LENGTH_FUNCTIONS or (
+        isinstance(index, exp.Anonymous) and str(index.name).lower() in _LENGTH_NAMES)
+    if not length or not index.args.get("this") and not index.expressions:
+        return
+    arg = index.args.get("this") if not isinstance(index, exp.Anonymous) else index.expressions[0]
+    if not isinstance(arg, exp.Expr) or arg != node.this:
+        return
+    x = node.this.sql(DIALECT)
+    raise InvalidOptionError(
+        f"{node.sql(DIALECT)} is past the end: arrays are indexed from 0 in statequery.sql "
+        f"(Spark SQL), so the last element is {x}[size({x}) - 1] or element_at({x}, -1)"
+    )
+
+
+#: Spark's ``timestamp_seconds/millis/micros`` (not in DuckDB) as sqlglot's UNIX_TO_TIME scales
+_EPOCH_SCALES = {"timestamp_seconds": 0, "timestamp_millis": 3, "timestamp_micros": 6}
+
+
+def _rewrite(tree: exp.Expr) -> exp.Expr:
+    """What the Spark SQL text means, in the tree DuckDB's SQL is generated from:
+
+    * a struct field named in double quotes, ``value."avg_amount.count"`` (a name with a dot,
+      as plan-named accumulators have), is the field (Spark reads ``"..."`` as a string, which
+      after a dot names nothing);
+    * ``timestamp_seconds/millis/micros(n)`` are ``UNIX_TO_TIME`` at that scale (DuckDB's
+      ``to_timestamp``, ``epoch_ms``, ``make_timestamp``), a ``TIMESTAMP`` as in Spark; Spark's
+      ``isnull``, ``isnotnull``, ``every``, ``some`` and ``bround`` (HALF_EVEN) are what DuckDB
+      calls ``IS NULL``, ``IS NOT NULL``, ``bool_and``, ``bool_or`` and ``round_even``;
+    * ``size(x)`` is DuckDB's ``cardinality(x)`` (an array's or a map's, as Spark's), and
+      ``array_distinct(a)`` keeps the first of each element in order, as Spark's;
+    * the index parameter of ``transform(a, (x, i) -> ...)`` / ``filter(a, (x, i) -> ...)``
+      counts from 0 (:func:`_lambda_indices`).
+    """
+    from sqlglot import exp
+
+    _lambda_indices(tree)
+    for node in list(tree.walk()):
+        if isinstance(node, exp.Column):
+            for part in ("this", "table", "db", "catalog"):
+                name = node.args.get(part)
+                if isinstance(name, exp.Literal) and name.is_string:
+                    node.set(part, exp.to_identifier(name.this, quoted=True))
+        elif isinstance(node, exp.Dot):
+            name = node.args.get("expression")
+            if isinstance(name, exp.Literal) and name.is_string:
+                node.set("expression", exp.to_identifier(name.this, quoted=True))
+        elif isinstance(node, exp.Anonymous) and str(node.name).lower() in _TRANSLATED:
+            node.replace(_translate(str(node.name).lower(), node.expressions))
+        elif isinstance(node, exp.ArraySize) and not node.args.get("expression"):
+            # Spark's size(): an array's or a map's; DuckDB's array_length takes no map
+            node.replace(exp.Anonymous(this="cardinality", expressions=[node.this]))
+        elif isinstance(node, exp.ArrayDistinct) and not node.args.get("expression"):
+            # Spark keeps the first of each element in order (one NULL included); DuckDB's
+            # list_distinct neither keeps the order nor the NULL
+            e, i = exp.to_identifier("__sq_e"), exp.to_identifier("__sq_i")
+            node.replace(exp.ArrayFilter(this=node.this, expression=exp.Lambda(
+                this=exp.EQ(this=exp.ArrayPosition(this=node.this.copy(), expression=e.copy()),
+                            expression=i.copy()),
+                expressions=[e, i])))
+    return tree
+
+
+def _lambda_indices(tree: exp.Expr) -> None:
+    """Spark's ``transform(a, (x, i) -> ...)`` and ``filter(a, (x, i) -> ...)`` count ``i`` from
+    0, DuckDB's from 1 (sqlglot passes the lambda through): ``i`` is ``(i - 1)`` in the body,
+    where it is this lambda's ``i`` (not an inner lambda's of the same name)."""
+    from sqlglot import exp
+
+    for lam in list(tree.find_all(exp.Lambda)):
+        if len(lam.expressions) != 2 or not isinstance(lam.parent, (exp.Transform,
+                                                                    exp.ArrayFilter)):
+            continue
+        name = str(lam.expressions[1].name).lower()
+        for node in list(lam.this.walk()) if isinstance(lam.this, exp.Expr) else []:
+            if isinstance(node, exp.Column) and (node.table or not isinstance(
+                node.this, exp.Identifier
+            )):
+                continue
+            if not isinstance(node, (exp.Column, exp.Identifier)) or isinstance(
+                node.parent, (exp.Column, exp.Dot)
+            ) and node.arg_key != "this" or str(node.name).lower() != name:
+                continue
+            if isinstance(node, exp.Identifier) and isinstance(node.parent, exp.Column):
+                continue  # the Column around it is the reference
+            nearest = _lambda_of(node)
+            if nearest is not None and nearest[0] is lam and nearest[1] == 1:
+                node.replace(exp.Paren(this=exp.Sub(this=node.copy(),
+                                                    expression=exp.Literal.number(1))))
+
+
+_TRANSLATED = ("timestamp_seconds", "timestamp_millis", "timestamp_micros", "isnull",
+               "isnotnull", "every", "some", "bround")
+
+
+def _translate(name: str, args: list[exp.Expr]) -> exp.Expr:
+    """Spark's ``name(args)`` in nodes DuckDB's SQL is generated from."""
+    from sqlglot import exp
+
+    arity = (1, 2) if name == "bround" else (1,)
+    if len(args) not in arity:
+        raise InvalidOptionError(
+            f"{name}() takes {' or '.join(map(str, arity))} argument(s), not {len(args)}")
+    if name in _EPOCH_SCALES:
+        scale = _EPOCH_SCALES[name]
+        new: exp.Expr = exp.UnixToTime(this=args[0], scale=exp.Literal.number(scale))
+        # DuckDB's to_timestamp gives a TIMESTAMP WITH TIME ZONE; Spark a TIMESTAMP (UTC here)
+        return exp.Cast(this=new, to=exp.DataType.build("TIMESTAMP")) if scale == 0 else new
+    if name == "isnull":
+        return exp.Paren(this=exp.Is(this=args[0], expression=exp.Null()))
+    if name == "isnotnull":
+        return exp.Paren(this=exp.Not(this=exp.Is(this=args[0], expression=exp.Null())))
+    if name == "every":
+        return exp.LogicalAnd(this=args[0])
+    if name == "some":
+        return exp.LogicalOr(this=args[0])
+    # bround: HALF_EVEN rounding, DuckDB's round_even (its scale is required)
+    return exp.Anonymous(this="round_even", expressions=[
+        args[0], args[1] if len(args) > 1 else exp.Literal.number(0)])
+
+
+def _path(node: exp.Expr) -> list[str] | None:
+    """``a.b.c`` (a column and the struct fields after it) as its names, else None."""
+    from sqlglot import exp
+
+    if isinstance(node, exp.Column):
+        parts = node.parts
+        if all(isinstance(p, exp.Identifier) for p in parts):
+            return [str(p.name) for p in parts]
+        return None
+    if isinstance(node, exp.Dot) and isinstance(node.expression, exp.Identifier):
+        base = _path(node.this)
+        return None if base is None else [*base, str(node.expression.name)]
+    return None
+
+
+def _arrow_type(node: exp.Expr, sources: list[_Source]) -> pa.DataType | None:
+    """The Arrow type of ``node`` when it names a catalog table's column (or a struct field in
+    it) read by the ``SELECT`` it stands in; None when that is not certain."""
+    import pyarrow as pa
+    from sqlglot import exp
+
+    path = _path(node)
+    select = node.find_ancestor(exp.Select)
+    if not path or select is None:
+        return None
+    here = [s for s in sources if s.node.find_ancestor(exp.Select) is select]
+    named = [s for s in here if len(path) > 1 and s.alias.lower() == path[0].lower()]
+    if named:
+        candidates, names = named, path[1:]
+    elif select.args.get("laterals"):
+        return None  # a LATERAL VIEW's column may have the name
+    else:
+        candidates, names = here, path
+    found = {str(s.types[names[0].lower()]): s.types[names[0].lower()]
+             for s in candidates if names[0].lower() in s.types}
+    if len(found) != 1:
+        return None
+    typ = next(iter(found.values()))
+    for name in names[1:]:
+        if not pa.types.is_struct(typ):
+            return None
+        fields = [typ.field(i) for i in range(typ.num_fields)
+                  if typ.field(i).name.lower() == name.lower()]
+        if len(fields) != 1:
+            return None
+        typ = fields[0].type
+    return typ
+
+
+def _spark_type(typ: pa.DataType) -> str:
+    """``typ`` as a Spark SQL type string for sqlglot's schema (field names lower-cased and
+    quoted: Spark resolves them case-insensitively); ``STRING`` where it is not worth saying
+    (``VOID`` would make sqlglot drop the whole struct's type)."""
+    import pyarrow as pa
+
+    if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ):
+        return f"ARRAY<{_spark_type(typ.value_type)}>"
+    if pa.types.is_map(typ):
+        return f"MAP<{_spark_type(typ.key_type)}, {_spark_type(typ.item_type)}>"
+    if pa.types.is_struct(typ):
+        fields = ", ".join(
+            "`" + typ.field(i).name.lower().replace("`", "``") + "` "
+            + _spark_type(typ.field(i).type) for i in range(typ.num_fields))
+        return f"STRUCT<{fields}>" if fields else "STRING"
+    for check, name in ((pa.types.is_boolean, "BOOLEAN"), (pa.types.is_int8, "TINYINT"),
+                        (pa.types.is_int16, "SMALLINT"), (pa.types.is_int32, "INT"),
+                        (pa.types.is_integer, "BIGINT"), (pa.types.is_float32, "FLOAT"),
+                        (pa.types.is_floating, "DOUBLE"), (pa.types.is_string, "STRING"),
+                        (pa.types.is_large_string, "STRING"), (pa.types.is_binary, "BINARY"),
+                        (pa.types.is_large_binary, "BINARY"), (pa.types.is_date, "DATE"),
+                        (pa.types.is_timestamp, "TIMESTAMP")):
+        if check(typ):
+            return name
+    if pa.types.is_decimal(typ):
+        return f"DECIMAL({typ.precision}, {typ.scale})"
+    return "STRING"
+
+
+#: functions whose value is always an array (sqlglot does not always say so)
+_ARRAY_RESULTS = ("Transform", "ArrayFilter", "MapKeys", "ArrayDistinct", "ArrayExcept",
+                  "ArrayIntersect", "ArrayRemove", "ArraySort", "ArraysZip", "Split",
+                  "RegexpSplit", "ArrayAgg", "ArrayUniqueAgg", "Array", "ArraySlice")
+_ARRAY_NAMES = ("map_values", "map_entries")
+
+
+def _container(node: exp.Expr, typ: exp.DataType | None) -> str | None:
+    """``"array"``, ``"map"`` or ``"struct"``: what the annotated expression ``node`` is, when
+    that is established, else None."""
+    from sqlglot import exp
+
+    if typ is not None:
+        for kind, dtype in (("array", exp.DType.ARRAY), ("map", exp.DType.MAP),
+                            ("struct", exp.DType.STRUCT)):
+            if typ.is_type(dtype):
+                return kind
+    if type(node).__name__ in _ARRAY_RESULTS or (
+        isinstance(node, exp.Anonymous) and str(node.name).lower() in _ARRAY_NAMES
+    ):
+        return "array"
+    if isinstance(node, exp.Concat) and any(
+        isinstance(a, exp.Expr) and a.type is not None and a.type.is_type(exp.DType.ARRAY)
+        for a in node.expressions
+    ):
+        return "array"
+    if isinstance(node, exp.FromJson) and isinstance(node.expression, exp.Literal):
+        try:
+            schema = exp.DataType.build(str(node.expression.this), dialect=DIALECT)
+        except Exception:  # noqa: BLE001 - a schema sqlglot cannot read: not established
+            return None
+        return _container(exp.Null(), schema) if schema.this != exp.DType.UNKNOWN else None
+    return None
+
+
+def _annotated(tree: exp.Expr, sources: list[_Source]) -> dict[int, str | None]:
+    """What the base of every Spark-style ``x[i]`` in ``tree`` is (``"array"``, ``"map"``,
+    ``"struct"``, or None: not established), by the bracket's ``meta["sq_bracket"]`` number.
+
+    A copy of the tree is qualified and its types annotated by sqlglot with a schema of the
+    catalog tables' Arrow types: a column is followed through subqueries, CTEs, aliases, joins,
+    set operations and ``LATERAL VIEW`` back to a catalog column or to the function that built
+    it."""
+    from sqlglot import exp
+    from sqlglot.optimizer.annotate_types import annotate_types
+    from sqlglot.optimizer.qualify import qualify
+    from sqlglot.schema import MappingSchema
+
+    tables: dict[str, object] = {}
+    for src in sources:
+        database: dict[str, object] = tables.setdefault(src.database, {})  # type: ignore[assignment]
+        database[src.table] = {name: _spark_type(typ) for name, typ in src.types.items()}
+    copy = tree.copy()
+    try:
+        schema = MappingSchema(tables, dialect=DIALECT)
+        copy = qualify(copy, schema=schema, dialect=DIALECT, validate_qualify_columns=False,
+                       quote_identifiers=False, identify=False)
+        annotate_types(copy, schema=schema, dialect=DIALECT)
+    except Exception:  # noqa: BLE001 - sqlglot's optimizer fails in its own ways: not established
+        return {}
+    laterals = {str(lat.alias).lower(): _lateral_columns(lat) for lat in copy.find_all(exp.Lateral)
+                if lat.alias and isinstance(lat.this, (exp.Explode, exp.ExplodeOuter, exp.Inline))}
+    kinds: dict[int, str | None] = {}
+    for node in copy.find_all(exp.Bracket):
+        number = node.meta.get("sq_bracket") if node.meta else None
+        if number is None:
+            continue
+        fields: list[str] = []
+        base = node.this
+        while isinstance(base, exp.Dot) and isinstance(base.expression, exp.Identifier):
+            fields.insert(0, str(base.expression.name))
+            base = base.this
+        lambda_param = _lambda_of(base)
+        if lambda_param is not None or (
+            isinstance(base, exp.Column) and base.table and base.table.lower() in laterals
+        ):
+            # sqlglot types a LATERAL VIEW's columns as the exploded array itself, or not at
+            # all, and a lambda's parameters not at all: what they are is read from the
+            # function's argument here
+            typ = (_lambda_param_type(*lambda_param) if lambda_param is not None
+                   else laterals[base.table.lower()].get(base.name.lower()))
+            for name in fields:
+                typ = _field_type(typ, name)
+            kinds[number] = _container(exp.Null(), typ) if typ is not None else _UNKNOWN
+        else:
+            kinds[number] = _container(node.this, node.this.type)
+    return kinds
+
+
+#: a base whose type is not established and must not be guessed from a catalog column's name
+_UNKNOWN = "unknown"
+
+
+def _field_type(typ: exp.DataType | None, name: str) -> exp.DataType | None:
+    """The type of the struct field ``name`` (case-insensitive) of ``typ``, else None."""
+    from sqlglot import exp
+
+    if typ is None or not typ.is_type(exp.DType.STRUCT):
+        return None
+    found = [f.args.get("kind") for f in typ.expressions
+             if isinstance(f, exp.ColumnDef) and f.name.lower() == name.lower()]
+    return found[0] if len(found) == 1 and isinstance(found[0], exp.DataType) else None
+
+
+def _lambda_of(node: exp.Expr) -> tuple[exp.Lambda, int] | None:
+    """The nearest lambda that has ``node`` (a bare name) as a parameter, and which one."""
+    from sqlglot import exp
+
+    if isinstance(node, exp.Column) and not node.table and isinstance(node.this, exp.Identifier):
+        name = node.name
+    elif isinstance(node, exp.Identifier):
+        name = str(node.name)
+    else:
+        return None
+    for lam in _ancestors(node, exp.Lambda):
+        params = [str(p.name).lower() for p in lam.expressions]
+        if name.lower() in params:
+            return lam, params.index(name.lower())
+    return None
+
+
+def _ancestors(node: exp.Expr, kind: type[exp.Lambda]) -> list[exp.Lambda]:
+    found = []
+    parent = node.parent
+    while parent is not None:
+        if isinstance(parent, kind):
+            found.append(parent)
+        parent = parent.parent
+    return found
+
+
+def _lambda_param_type(lam: exp.Lambda, position: int) -> exp.DataType | None:
+    """The type of parameter ``position`` of ``lam`` in ``transform(a, x -> ...)``,
+    ``filter(a, (x, i) -> ...)``, ``exists(a, x -> ...)``, ``aggregate(a, z, (acc, x) -> ...)``
+    and ``array_sort(a, (l, r) -> ...)``: an element of ``a`` (an index: INT), else None."""
+    from sqlglot import exp
+
+    func = lam.parent
+    array = func.this if isinstance(func, exp.Func) else None
+    if not isinstance(array, exp.Expr):
+        return None
+    outer = _lambda_of(array)
+    typ = _lambda_param_type(*outer) if outer is not None else array.type
+    if typ is None or not typ.is_type(exp.DType.ARRAY) or len(typ.expressions) != 1:
+        return None
+    element = typ.expressions[0]
+    if isinstance(func, exp.Reduce):
+        roles = {1: element}
+    elif isinstance(func, exp.ArraySort):
+        roles = {0: element, 1: element}
+    elif isinstance(func, (exp.Transform, exp.ArrayFilter, exp.Exists)):
+        roles = {0: element, 1: exp.DataType.build("INT")}
+    else:
+        return None
+    return roles.get(position)
+
+
+def _lateral_columns(lateral: exp.Lateral) -> dict[str, exp.DataType]:
+    """The columns of ``LATERAL VIEW [pos]explode[_outer](x) t [AS a, b]`` or
+    ``inline(x)`` by lower-cased name, with their types from ``x``'s annotated type (Spark's
+    names when the view names none: ``pos``, ``col``, ``key``, ``value``)."""
+    from sqlglot import exp
+
+    func = lateral.this
+    arg = func.this
+    typ = arg.type if isinstance(arg, exp.Expr) else None
+    if typ is None:
+        return {}
+    names: list[str]
+    types: list[exp.DataType]
+    if isinstance(func, exp.Inline):
+        element = typ.expressions[0] if typ.is_type(exp.DType.ARRAY) and typ.expressions else None
+        if not isinstance(element, exp.DataType) or not element.is_type(exp.DType.STRUCT):
+            return {}
+        defs = [f for f in element.expressions if isinstance(f, exp.ColumnDef)]
+        names = [f.name for f in defs]
+        types = [f.args["kind"] for f in defs]
+    elif typ.is_type(exp.DType.ARRAY) and len(typ.expressions) == 1:
+        names, types = ["col"], list(typ.expressions)
+    elif typ.is_type(exp.DType.MAP) and len(typ.expressions) == 2:
+        names, types = ["key", "value"], list(typ.expressions)
+    else:
+        return {}
+    if isinstance(func, (exp.Posexplode, exp.PosexplodeOuter)):
+        names, types = ["pos", *names], [exp.DataType.build("INT"), *types]
+    alias = lateral.args.get("alias")
+    given = [str(c.name) for c in alias.columns] if alias is not None else []
+    if given:
+        if len(given) != len(names):
+            return {}
+        names = given
+    return {n.lower(): t for n, t in zip(names, types, strict=True)
+            if isinstance(t, exp.DataType)}
+
+
+def _spark_bracket(node: exp.Bracket) -> bool:
+    """``x[i]`` written as Spark's index/key/field access (not ``element_at``, not JSON)."""
+    return (len(node.expressions) == 1 and not node.args.get("json_access")
+            and not node.args.get("offset"))
+
+
+def _type_brackets(tree: exp.Expr, sources: list[_Source]) -> None:
+    """Spark indexes arrays from 0 and maps by key, DuckDB arrays from 1; sqlglot shifts an
+    index only when it is an integer literal and it does not know the base is not an array.
+    Here every ``x[i]`` is decided by what ``x`` is (:func:`_annotated`, else a catalog column's
+    Arrow type): into an array the index is shifted whatever its type (``value[key_group % 3]``,
+    ``a[i]``), a negative one giving NULL as Spark's ``try_element_at``; into a map or a struct
+    it is a key, never shifted. Where what ``x`` is cannot be established, the query is refused
+    (an :class:`InvalidOptionError` with what to write instead) rather than guessed."""
+    import pyarrow as pa
+    from sqlglot import exp
+
+    brackets = [b for b in tree.find_all(exp.Bracket) if _spark_bracket(b)]
+    if not brackets:
+        return
+    for number, node in enumerate(brackets):
+        node.meta["sq_bracket"] = number
+    kinds = _annotated(tree, sources)
+    for number, node in enumerate(brackets):
+        node.meta.pop("sq_bracket", None)
+        kind = kinds.get(number)
+        if kind == _UNKNOWN:
+            kind = None
+        elif kind is None:
+            typ = _arrow_type(node.this, sources)
+            if typ is not None and (pa.types.is_list(typ) or pa.types.is_large_list(typ)
+                                    or pa.types.is_fixed_size_list(typ)):
+                kind = "array"
+            elif typ is not None and pa.types.is_map(typ):
+                kind = "map"
+            elif typ is not None and pa.types.is_struct(typ):
+                kind = "struct"
+            else:  # sqlglot's optimizer gave up: what the function that built it says
+                kind = _container(node.this, None)
+        index = node.expressions[0]
+        if kind is None:
+            if isinstance(index, exp.Literal) and index.is_string:
+                continue  # a key or a field name: never shifted, whatever x is
+            x, i = node.this.sql(DIALECT), index.sql(DIALECT)
+            literal = _literal_text(index) if isinstance(index, exp.Literal) else None
+            one = str(int(literal) + 1) if literal and literal.isdigit() else (
+                f"{i} + 1" if isinstance(index, (exp.Column, exp.Literal)) else f"({i}) + 1")
+            raise InvalidOptionError(
+                f"{node.sql(DIALECT)}: cannot tell whether {x} is an array (indexed from 0) or "
+                f"a map (looked up by key), so its index is not guessed; write "
+                f"element_at({x}, {one}) for the element at index {i} of an array "
+                f"(element_at counts from 1), element_at({x}, {i}) for the value of key {i} "
+                f"of a map, or CAST({x} AS ARRAY<...>) / CAST({x} AS MAP<...>)")
+        # the generator shifts by DuckDB's offset minus this one: 0, the index is written here
+        node.set("offset", 1)
+        if not isinstance(node.this, (exp.Column, exp.Dot, exp.Bracket, exp.Paren)):
+            node.set("this", exp.Paren(this=node.this))  # concat(a, b)[0] is DuckDB's (a || b)[1]
+        if kind != "array":
+            continue
+        literal = _literal_text(index)
+        if literal is not None and isinstance(index, (exp.Literal, exp.Neg)) and re.fullmatch(
+            r"-?\d+", literal
+        ):
+            n = int(literal)
+            node.set("expressions", [exp.Literal.number(n + 1 if n >= 0 else 0)])
+        else:  # a negative index is NULL (DuckDB's 0), never DuckDB's from-the-end
+            node.set("expressions", [exp.Add(
+                this=exp.Anonymous(this="greatest", expressions=[
+                    exp.Cast(this=index, to=exp.DataType.build("BIGINT")),
+                    exp.Literal.number(-1)]),
+                expression=exp.Literal.number(1))])
 
 
 def _is_key_column(node: exp.Expr, src: _Source, single: bool) -> bool:
@@ -402,8 +902,8 @@ def _read(cat: Catalog, src: _Source) -> pa.Table:
     if info.key_spec is not None:
         _push_down(src, info.key_spec)
     if src.keys is None:
-        return sp.read(info)
-    parts = [sp.read(info, key=k) for k in src.keys]
+        return sp.read(info, pickled=src.pickled)
+    parts = [sp.read(info, key=k, pickled=src.pickled) for k in src.keys]
     return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
 
 
@@ -459,9 +959,15 @@ def sql(
     timeout: float | None = None,
     max_rows: int | None = None,
     max_bytes: int | str | None = None,
+    pickled: bool = False,
 ) -> pa.Table:
     """Run a ``SELECT`` over the tables ``<database>.<table>`` of ``catalog`` (a
     :class:`~statequery.catalog.Catalog`, a folder, or the shipped default) as a pyarrow Table.
+
+    ``pickled``: state tables have ``key_py``, ``user_key_py``, ``value_py`` (and
+    ``*_py_reason``) after their bytes columns, the Python values a PyFlink job pickled there
+    as JSON text (:meth:`Savepoint.read`'s ``pickled``; ``state_meta``'s ``pickled_columns``
+    lists them); operator tables and ``state_meta`` are unchanged.
 
     The limits (:class:`QueryLimits`: memory cap, threads, wall-clock timeout, result rows and
     bytes) default to ``$STATEQUERY_SQL_*``, else to sizes from the machine.
@@ -497,7 +1003,7 @@ def sql(
             if node.args.get("catalog"):
                 raise NoSuchTableError(f"table {node.sql()!r}: name tables <database>.<table>")
             sources.append(_Source(f"__sq_t{len(sources)}", node.alias_or_name, node.db,
-                                   node.name, node))
+                                   node.name, node, pickled=pickled))
         if not sources:
             raise InvalidOptionError("the query reads no <database>.<table>")
         for src in sources:
@@ -507,6 +1013,7 @@ def sql(
                 raise NoSuchTableError(str(e)) from None
             src.types = {f.name.lower(): f.type for f in table.schema}
             con.register(src.name, table)
+        _type_brackets(tree, sources)
         for src in sources:
             src.node.replace(
                 exp.Table(this=exp.to_identifier(src.name, quoted=True),

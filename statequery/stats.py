@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from statequery.arrow.batches import BatchBuilder
 from statequery.arrow.jsonify import canonical_json, freeze, jsonify_column
+from statequery.exceptions import NoSuchStateError
 from statequery.hashing import split_key_groups
 from statequery.metadata.model import _partition_bytes
 from statequery.metadata.statemeta import OperatorInfo, StateInfo
@@ -289,6 +290,13 @@ def state_stats(
     splits the work)."""
     only = None if key_groups is None else {int(k) for k in key_groups}
     ops = [sp.model.operator(operator)] if operator is not None else list(sp.model.operators)
+    if state is not None and not any(state in (s.name, s.table_name)
+                                     for op in ops for s in op.states):
+        names = sorted({s.table_name or s.name for op in ops for s in op.states})
+        raise NoSuchStateError(
+            f"no state {state!r}" + (f" in operator {operator!r}" if operator else "")
+            + f" in {sp.model.location} (states: {', '.join(names) or 'none'})"
+        )
     accs: dict[tuple[str, str], _Acc] = {}
     maxp: dict[tuple[str, str], int] = {}
     par: dict[tuple[str, str], int] = {}

@@ -61,3 +61,23 @@ def test_plain_editable_install_lets_spark_find_the_source(tmp_path: Path) -> No
     assert doc["found"][:1] == [str(ROOT)]
     assert doc["file"] == str(ROOT / "pyspark_statequery.py")
     assert doc["name"] == "statequery"
+
+
+def test_pandas_stays_below_3_as_pyspark_asks() -> None:
+    """PySpark 4.x declares pandas>=2.2 but warns on pandas 3 ("does not yet fully support
+    pandas >= 3.0.0 ... use pandas < 3.0.0"): the extras that bring PySpark hold pandas below 3,
+    and the environment the install resolved draws no such warning."""
+    import warnings
+
+    import tomllib
+    from pyspark.sql.pandas.utils import require_minimum_pandas_version
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+        "optional-dependencies"]
+    with_pyspark = sorted(k for k, v in extras.items() if any(d.startswith("pyspark") for d in v))
+    assert with_pyspark == ["all", "spark", "test"]
+    for name in with_pyspark:
+        assert "pandas>=2.2,<3" in extras[name], name
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        require_minimum_pandas_version()

@@ -171,7 +171,7 @@ def test_waiting_partial_matches_in_sql(tmp_path: Path) -> None:
                  if r["state_name"] == "nfaStateName")
     got = statequery.sql(
         f"""SELECT key.f0 AS user_name, m.state_name AS waiting_in,
-                   from_unixtime(m.start_timestamp DIV 1000) AS since,
+                   timestamp_millis(m.start_timestamp) AS since,
                    array_join(m.version, '.') AS version
             FROM (SELECT key, explode(value.partial_matches) AS m FROM cep.`{table}`)
             WHERE m.start_event IS NOT NULL
@@ -188,7 +188,7 @@ def test_waiting_partial_matches_in_sql(tmp_path: Path) -> None:
     assert got and len(got) == len(want)
     epoch = datetime.datetime(1970, 1, 1)
     assert sorted((g["user_name"], g["waiting_in"], g["since"], g["version"])
-                  for g in got) == sorted((u, s, str(epoch + t * MS), v) for u, s, t, v in want)
+                  for g in got) == sorted((u, s, epoch + t * MS, v) for u, s, t, v in want)
 
 
 # -- SQL state TTL ---------------------------------------------------------------------------

@@ -6,7 +6,9 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 python="${PYTHON:-python3}"
 flink_lib="$("$python" -c 'import os, pyflink; print(os.path.join(os.path.dirname(pyflink.__file__), "lib"))')"
-cp="$flink_lib/*:$here/build"
+# opt/flink-python: PyFlink's serializers (ByteArrayWrapperSerializer) for the oracle dump of the
+# PyFlink fixtures' process-mode snapshots
+cp="$flink_lib/*:$flink_lib/../opt/flink-python-2.3.0.jar:$here/build"
 mkdir -p "$here/build"
 mapfile -t sources < <(find "$here/src" -name '*.java' | sort)
 javac -nowarn -encoding UTF-8 -d "$here/build" -cp "$flink_lib/*" "${sources[@]}" >&2

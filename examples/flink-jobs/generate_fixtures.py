@@ -130,6 +130,12 @@ MATRIX = [
     _fx("changelog-ops-rocksdb-checkpoint", "changelog-ops", "rocksdb", "checkpoint", "native",
         incremental=True, changelog="2s+log"),
     # ... the file-system change log snappy-compressed
+    # TTL'd value/list/map state and a variable-length (POJO) window namespace
+    # (ChangelogTtl.java): a base and a non-empty log, on the hashmap and on RocksDB
+    _fx("changelog-ttl-hashmap-checkpoint", "changelog-ttl", "hashmap", "checkpoint", "native",
+        changelog="2s+log"),
+    _fx("changelog-ttl-rocksdb-checkpoint", "changelog-ttl", "rocksdb", "checkpoint", "native",
+        incremental=True, changelog="2s+log"),
     _fx("changelog-hashmap-snappy-checkpoint", "datastream", "hashmap", "checkpoint", "native",
         changelog="1h@snappy"),
     # ... with the in-memory changelog storage: the change log inline in _metadata
@@ -166,6 +172,17 @@ MATRIX = [
     # the same job with the upsert materializer's MAP strategy (its linked sequenced multiset)
     _fx("sql-cep-map-hashmap-native", "sql-cep-map", "hashmap", "savepoint", "native",
         max_parallelism=8),
+    # every OVER aggregation function with fired frames and rows waiting for the watermark
+    # (sql_operators_job.py --job over)
+    _fx("sql-over-hashmap-canonical", "sql-over", "hashmap", "savepoint", "canonical",
+        max_parallelism=8),
+    _fx("sql-over-rocksdb-native", "sql-over", "rocksdb", "savepoint", "native",
+        max_parallelism=8),
+    # the DataStream CEP library (CepStreamJob.java): partial matches of Event POJOs
+    _fx("cep-stream-hashmap-canonical", "cep-stream", "hashmap", "savepoint", "canonical",
+        max_parallelism=8),
+    _fx("cep-stream-rocksdb-native", "cep-stream", "rocksdb", "savepoint", "native",
+        max_parallelism=8),
     # GROUP BY keys of every common SQL type, nulls included (sql_keys_job.py)
     _fx("keys-sql-hashmap-native", "sql-keys", "hashmap", "savepoint", "native"),
     _fx("keys-sql-hashmap-canonical", "sql-keys", "hashmap", "savepoint", "canonical"),
@@ -186,15 +203,27 @@ MATRIX = [
     _edge("sql", "hashmap", "checkpoint", "native", max_parallelism=300),
     _edge("sql", "rocksdb", "checkpoint", "native", max_parallelism=300),
     _edge("sql", "rocksdb", "checkpoint", "native", incremental=True, max_parallelism=300),
+    # PyFlink DataStream jobs (pyflink_job.py, pyflink_model.py): Python functions in thread mode
+    # (pemja, EmbeddedPython*Operator) and process mode (Beam, ExternalPython*Operator)
+    _fx("pyflink-thread-hashmap-canonical", "pyflink-thread", "hashmap", "savepoint",
+        "canonical"),
+    _fx("pyflink-thread-rocksdb-native", "pyflink-thread", "rocksdb", "savepoint", "native"),
+    _fx("pyflink-process-hashmap-canonical", "pyflink-process", "hashmap", "savepoint",
+        "canonical"),
+    _fx("pyflink-process-rocksdb-native", "pyflink-process", "rocksdb", "savepoint", "native"),
 ]
 SQL_OPERATOR_JOBS = {"sql-ops": "ops", "sql-minibatch": "minibatch", "sql-aggs": "aggs",
                      "sql-aggs-minibatch": "aggs-minibatch", "sql-cep": "cep",
-                     "sql-cep-map": "cep"}
+                     "sql-cep-map": "cep", "sql-over": "over"}
 # SQL jobs run from a compiled plan: operator ids from the plan
 PLAN_JOBS = {*SQL_OPERATOR_JOBS, "edge-sql"}
 # jobs whose manifest states come from the dump and whose expected file is a subset of it
-SUBSET_JOBS = {*PLAN_JOBS, "sql-keys", "changelog-ops"}
+SUBSET_JOBS = {*PLAN_JOBS, "sql-keys", "changelog-ops", "changelog-ttl", "cep-stream"}
 BY_NAME = {f["name"]: f for f in MATRIX}
+PYFLINK_JOBS = {"pyflink-thread", "pyflink-process"}
+# process mode: every value is in PyFlink's own (Beam) coder bytes; the model covers the
+# LONG, STRING and pickled states and the timers, the dump everything
+SUBSET_JOBS.add("pyflink-process")
 
 # Series: one job run, several snapshots (consecutive retained checkpoints chk-1..3 and a
 # canonical savepoint after them), each recorded as its own fixture "<series>-chk-N" /
@@ -402,6 +431,38 @@ def changelog_ops_expected() -> list[dict]:
     return entries
 
 
+def changelog_ttl_expected() -> list[dict]:
+    """The ``ttl`` operator of the changelog TTL pipeline (ChangelogTtl.java), replayed per
+    user (``last_access``: processing time, any); the ``labels`` windows (a POJO namespace) are
+    left to the oracle (subset)."""
+    entries: list[dict] = []
+    ids = {uid: operator_id_for_uid(uid) for uid in ("fixture-source", "ttl")}
+
+    def add(uid, state, kind, **fields):
+        entries.append({"operator_uid": uid, "operator_id": ids[uid], "state": state,
+                        "kind": kind, **fields})
+
+    source_expected(add)
+    for u in range(N_USERS):
+        mine = [ds_event(i) for i in range(u, N_EVENTS, N_USERS)]
+        history: list[str] = []
+        sums: dict[str, int] = {}
+        for e in mine:
+            history.append(e["category"])
+            if e["id"] % 7 == 6:
+                history = []
+            sums[e["category"]] = sums.get(e["category"], 0) + e["amount"]
+            if e["id"] % 9 == 8:
+                sums.pop(e["category"])
+        ks = {"key": f"user-{u}", "namespace": None}
+        add("ttl", "ttl-count", "value", value=ttl(len(mine)), **ks)
+        if history:
+            add("ttl", "ttl-list", "list", value=[ttl(c) for c in history], **ks)
+        for k, v in sums.items():
+            add("ttl", "ttl-map", "map", user_key=k, value=ttl(v), **ks)
+    return entries
+
+
 def source_expected(add) -> None:
     """fixture-source: the reader got split-0 then split-1 and read both to the end. Each list
     element is SimpleVersionedSerialization: int version, int length, then the split bytes
@@ -575,6 +636,37 @@ def ttl_kryo_expected() -> list[dict]:
 
 
 # --------------------------------------------------------------------------------------------
+# The DataStream CEP job, modelled (CepStreamJob.java): events 0..59 keyed by "k" + (id % 4),
+# watermark five minutes behind the last one. The model covers the source and the events still
+# queued for the watermark (ids 54..59, with one watermark callback each); the NFA and the shared
+# buffer are fixed by the oracle (tests/test_cep_stream.py asserts what they mean).
+# --------------------------------------------------------------------------------------------
+
+CEP_STREAM_EVENTS = 60
+CEP_STREAM_KEYS = 4
+CEP_STREAM_QUEUED = range(54, 60)  # ts > watermark = ts(59) - 5 min - 1 ms
+
+
+def cep_stream_expected() -> list[dict]:
+    entries: list[dict] = []
+    ids = {uid: operator_id_for_uid(uid) for uid in ("fixture-source", "cep-pattern")}
+
+    def add(uid, state, kind, **fields):
+        entries.append({"operator_uid": uid, "operator_id": ids[uid], "state": state,
+                        "kind": kind, **fields})
+
+    source_expected(add)
+    for i in CEP_STREAM_QUEUED:
+        e = {k: v for k, v in ds_event(i).items() if k != "u"}
+        key = f"k{i % CEP_STREAM_KEYS}"
+        add("cep-pattern", "eventQueuesStateName", "map", key=key, namespace=None,
+            user_key=e["ts"], value=[e])
+        add("cep-pattern", "_timer_state/event_watermark-callbacks", "event_timer", key=key,
+            namespace=None, timestamp=e["ts"])
+    return entries
+
+
+# --------------------------------------------------------------------------------------------
 # The raw-state job, modelled (RawStateJob.java)
 # --------------------------------------------------------------------------------------------
 
@@ -651,6 +743,149 @@ def edge_datastream_expected(fx: dict) -> list[dict]:
 # --------------------------------------------------------------------------------------------
 # The SQL job, modelled (sql_job.py)
 # --------------------------------------------------------------------------------------------
+
+def pyflink_states(mode: str) -> dict[str, list[dict]]:
+    """The states pyflink_job.py's Python operators register, as Flink records them (both modes
+    register every descriptor in ``open``, thread mode leaves ``tags`` and ``ts`` empty)."""
+    k, kb = "ROW<f0 STRING>", "ROW<f0 BYTES>"
+    p = "BYTES (pickle)"
+
+    def timers(key, ns="VOID", name="user"):
+        return [_st(f"_timer_state/event_{name}-timers", "event_timer", None, key, ns),
+                _st(f"_timer_state/processing_{name}-timers", "processing_timer", None, key, ns)]
+
+    if mode == "thread":
+        typed = [
+            _st("count", "value", "BIGINT", k, "VOID"),
+            _st("label", "value", "STRING", k, "VOID"),
+            _st("recent", "list", "BIGINT", k, "VOID"),
+            _st("detail-by-category", "map", p, k, "VOID", user_key_type="STRING"),
+            _st("sum", "value", "BIGINT (ReducingStateDescriptor)", k, "VOID"),
+            _st("avg", "value", p + " (AggregatingStateDescriptor, TUPLE accumulator)", k, "VOID"),
+            _st("dec", "value", "BIGDECIMAL", k, "VOID"),
+            _st("ts", "value", "BYTES (SQL_TIMESTAMP: unwritable in thread mode)", k, "VOID"),
+            _st("tags", "value", "BYTES (LIST: unwritable in thread mode)", k, "VOID"),
+            _st("attrs", "value", "MAP<STRING, BIGINT>", k, "VOID"),
+            _st("extremes", "value", p + " (ROW)", k, "VOID"),
+            _st("blob", "value", p, k, "VOID"),
+            _st("blobs", "list", p, k, "VOID"),
+            *timers(k),
+        ]
+        return {
+            "py-typed": typed,
+            "py-pickled": [_st("pair-count", "value", "BIGINT", kb, "VOID"), *timers(kb)],
+            "py-window": [_st("window-contents", "value", p + " (the reduced tuple)", k,
+                              "TimeWindow"), *timers(k, "TimeWindow", "window")],
+            "py-broadcast": [_st("rules", "broadcast", "STRING", user_key_type="STRING"),
+                             *timers(k)],
+        }
+    c = "BYTES (PyFlink coder)"
+    kinds = {"recent": "list", "blobs": "list", "detail-by-category": "map"}
+    typed = [_st(f"python-state-{n}", kinds.get(n, "list"), c, k, "VOID",
+                 user_key_type=c if n == "detail-by-category" else None)
+             for n in ("count", "label", "recent", "detail-by-category", "sum", "avg", "dec",
+                       "ts", "tags", "attrs", "extremes", "blob", "blobs")]
+    return {
+        "py-typed": [*typed, *timers(k)],
+        "py-pickled": [_st("python-state-pair-count", "list", c, kb, "VOID"), *timers(kb)],
+        "py-window": [_st("python-state-window-contents", "list", c, k, "TimeWindow"),
+                      *timers(k, "TimeWindow")],
+        "py-broadcast": [_st("python-state-rules", "broadcast", c, user_key_type=c), *timers(k)],
+    }
+
+
+def pyflink_expected(mode: str) -> list[dict]:
+    """pyflink_job.py's keyed and broadcast state (pyflink_model.py). Thread mode: the state
+    descriptors as PyFlink declares them to Java (pyflink/fn_execution/embedded/java_utils.py):
+    reducing and aggregating states are value states; ROW and TUPLE values, PICKLED_BYTE_ARRAY
+    and undeclared keys are ``pickle.dumps`` bytes. Process mode: every state is named
+    ``python-state-<name>``, value/reducing/aggregating states are list states of one element,
+    values are PyFlink's coder bytes (LONG int64, STRING int32 length + UTF-8, pickled: int32
+    length + ``pickle.dumps``), map and broadcast keys too (ByteArrayWrapper); undeclared keys
+    ``cloudpickle.dumps`` bytes (protocol 5, where thread mode's are ``pickle.dumps``, 4). The
+    process model covers the LONG, STRING and pickled states."""
+    import pickle
+
+    import cloudpickle
+    import pyflink_model as pm
+    from pyflink.common import Row
+
+    thread = mode == "thread"
+    prefix = "" if thread else "python-state-"
+    out: list[dict] = []
+    ids = {u: operator_id_for_uid(u) for u in ("py-typed", "py-pickled", "py-window",
+                                               "py-broadcast")}
+
+    def add(uid, state, kind, key, value=None, **extra):
+        e = {"operator_id": ids[uid], "operator_uid": uid, "state": state, "kind": kind,
+             "key": key, "namespace": extra.pop("namespace", None), **extra}
+        if value is not None or kind in ("value", "list", "map"):
+            e["value"] = value
+        out.append(e)
+
+    def long_(v: int):
+        return v if thread else b64(struct.pack(">q", v))
+
+    def string(v: str) -> bytes:
+        raw = v.encode("utf-8")
+        return struct.pack(">i", len(raw)) + raw
+
+    def pickled(v) -> dict:
+        if thread:
+            return b64(pickle.dumps(v))
+        data = pickle.dumps(v)
+        return b64(struct.pack(">i", len(data)) + data)
+
+    def one(v):  # process mode: a value state is a list state of one element
+        return v if thread else [v]
+
+    for user, s in sorted(pm.typed_state().items()):
+        key = {"f0": user}
+        u = pm.user_index(user)
+        add("py-typed", prefix + "count", "value" if thread else "list", key,
+            one(long_(s["count"])))
+        add("py-typed", prefix + "sum", "value" if thread else "list", key, one(long_(s["sum"])))
+        add("py-typed", prefix + "label", "value" if thread else "list", key,
+            s["label"] if thread else [b64(string(s["label"]))])
+        add("py-typed", prefix + "recent", "list", key, [long_(a) for a in s["recent"]])
+        add("py-typed", prefix + "blob", "value" if thread else "list", key,
+            one(pickled(s["blob"])))
+        add("py-typed", prefix + "blobs", "list", key, [pickled(b) for b in s["blobs"]])
+        if thread:
+            for cat, d in sorted(s["detail-by-category"].items()):
+                row = Row(d["total"], d["last"], Row(d["where"]["city"], d["where"]["zip"]))
+                add("py-typed", "detail-by-category", "map", key, pickled(row), user_key=cat)
+            add("py-typed", "avg", "value", key, pickled(tuple(s["avg"])))
+            add("py-typed", "dec", "value", key, format(s["dec"], "f"))
+            add("py-typed", "attrs", "value", key,
+                [{"key": k, "value": v} for k, v in sorted(s["attrs"].items())])
+            add("py-typed", "extremes", "value", key, pickled(Row(*s["extremes"])))
+        # process mode: ROW, TUPLE, BIG_DEC, SQL_TIMESTAMP, MAP and LIST values in PyFlink's
+        # coders are not modelled (the dump has them)
+        add("py-typed", "_timer_state/event_user-timers", "event_timer", key,
+            timestamp=pm.TIMER_BASE + u)
+        add("py-typed", "_timer_state/processing_user-timers", "processing_timer", key,
+            timestamp=pm.TIMER_BASE + 1000 + u)
+    for (user, parity), n in sorted(pm.pair_counts().items()):
+        k = (user, parity)
+        add("py-pickled", prefix + "pair-count", "value" if thread else "list",
+            {"f0": b64(pickle.dumps(k) if thread else cloudpickle.dumps(k))}, one(long_(n)))
+    timers = "_timer_state/event_window-timers" if thread else "_timer_state/event_user-timers"
+    for (user, start), reduced in sorted(pm.window_sums().items()):
+        ns = {"start": start, "end": start + pm.HOUR_MS}
+        if thread:
+            add("py-window", "window-contents", "value", {"f0": user}, pickled(reduced),
+                namespace=ns)
+        add("py-window", timers, "event_timer", {"f0": user}, namespace=ns,
+            timestamp=start + pm.HOUR_MS - 1)
+    for k, v in pm.RULES:
+        e = {"operator_id": ids["py-broadcast"], "operator_uid": "py-broadcast",
+             "state": prefix + "rules", "kind": "broadcast", "subtask": 0,
+             "user_key": k if thread else b64(string(k)),
+             "value": v if thread else b64(string(v))}
+        out.append(e)
+    return out
+
 
 SQL_ROWS = 500
 SQL_TS_BASE_NANOS = (int(dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc).timestamp())
@@ -794,6 +1029,7 @@ def sql_keys_expected(infos: list[dict]) -> list[dict]:
 OPS_EVENTS = 60
 OPS_USERS = 6
 OPS_CATEGORIES = ["books", "games", "music"]
+OPS_TS_BASE = 1_700_000_000_000
 
 
 def ops_event(i: int) -> dict:
@@ -943,6 +1179,48 @@ def sql_cep_expected(ids: dict[str, str]) -> list[dict]:
     return entries
 
 
+OVER_WATERMARK_ID = OPS_EVENTS - 1 - 5  # the watermark is five minutes behind: ids 0..54 fired
+
+
+def sql_over_expected(ids: dict[str, str]) -> list[dict]:
+    """The accumulators of the event-time OVER aggregations of ``--job over`` after the frames of
+    every row up to the watermark (ids 0..OVER_WATERMARK_ID) fired, and the last fired
+    timestamp of the bounded ones. The processing-time functions' states and the buffered rows
+    are left to the oracle (tests/test_sql_over.py asserts what they mean)."""
+    entries: list[dict] = []
+    fired = [{**ops_event(i), "ts": OPS_TS_BASE + i * 60_000} for i in range(OVER_WATERMARK_ID + 1)]
+    overs = sorted((u for u in ids if u.endswith("_over-aggregate")),
+                   key=lambda u: int(u.split("_")[0]))
+    rows3, range30, rows_unbounded, range_unbounded = overs[:4]
+
+    def add(uid, state, key, value):
+        entries.append({"operator_uid": uid, "operator_id": ids[uid], "state": state,
+                        "kind": "value", "key": {"f0": key}, "namespace": None, "value": value})
+
+    for u in range(OPS_USERS):
+        mine = [e for e in fired if e["user"] == f"user-{u}"]
+        last = mine[-1]
+        frame = mine[-3:]  # ROWS BETWEEN 2 PRECEDING AND CURRENT ROW
+        add(rows3, "accState", last["user"], {"f0": len(frame),
+                                              "f1": sum(e["amount"] for e in frame),
+                                              "f2": len(frame)})
+        add(rows3, "lastTriggeringTsState", last["user"], last["ts"])
+        # RANGE BETWEEN INTERVAL '30' MINUTE PRECEDING AND CURRENT ROW
+        frame = [e for e in mine if e["ts"] >= last["ts"] - 30 * 60_000]
+        amounts = [e["amount"] for e in frame]
+        add(range30, "accState", last["user"],
+            {"f0": {"max": max(amounts), "mapSize": len(set(amounts)), "map": None},
+             "f1": len(frame), "f2": sum(amounts), "f3": len(frame)})
+        add(range30, "lastTriggeringTsState", last["user"], last["ts"])
+        add(range_unbounded, "accState", last["user"],
+            {"f0": max(e["id"] for e in mine), "f1": len(mine)})
+    for cat in OPS_CATEGORIES:
+        mine = [e for e in fired if e["category"] == cat]
+        add(rows_unbounded, "accState", cat,
+            {"f0": min(e["amount"] for e in mine), "f1": len(mine)})
+    return entries
+
+
 # --------------------------------------------------------------------------------------------
 # Running Flink
 # --------------------------------------------------------------------------------------------
@@ -1082,13 +1360,13 @@ def run_job(fx: dict, scratch: Path, s3_endpoint: str | None = None) -> dict[str
         cmd = ["java", "-cp", build(), "statequery.fixtures.AsyncStateJob", "checkpoint",
                f"{base}/checkpoints", f"{base}/primary"]
         return _run(cmd, scratch / "job.log", env={"AWS_ENDPOINT_URL": s3_endpoint or ""})
-    if fx["job"] in ("datastream", "changelog-ops"):
+    if fx["job"] in ("datastream", "changelog-ops", "changelog-ttl"):
         kind = "checkpoint" if fx["snapshot"] == "checkpoint" else f"savepoint-{fx['format']}"
         cmd = ["java", "-cp", build(), "statequery.fixtures.DataStreamStateJob", fx["backend"],
                str(fx["incremental"]).lower(), str(fx["max_parallelism"]),
                str(fx["compression"]).lower(), str(fx["inline"]).lower(), kind, str(out),
                fx.get("timers", "rocksdb"), fx.get("changelog", "off"),
-               "ops" if fx["job"] == "changelog-ops" else "fixture"]
+               {"changelog-ops": "ops", "changelog-ttl": "ttl"}.get(fx["job"], "fixture")]
     elif fx["job"] == "async-datastream":
         kind = "checkpoint" if fx["snapshot"] == "checkpoint" else f"savepoint-{fx['format']}"
         cmd = ["java", "-cp", build(), "statequery.fixtures.AsyncStateJob", kind, str(out)]
@@ -1107,6 +1385,13 @@ def run_job(fx: dict, scratch: Path, s3_endpoint: str | None = None) -> dict[str
         cmd = ["java", "-cp", build(), "statequery.fixtures.EdgeDataStreamJob", fx["backend"],
                str(fx["incremental"]).lower(), str(fx["max_parallelism"]),
                str(fx.get("large", False)).lower(), kind, str(out)]
+    elif fx["job"] in PYFLINK_JOBS:
+        cmd = [sys.executable, str(HERE / "pyflink_job.py"), "--mode", fx["job"].split("-")[1],
+               "--backend", fx["backend"], "--kind", f"savepoint-{fx['format']}", "--out",
+               str(out), "--max-parallelism", str(fx["max_parallelism"])]
+    elif fx["job"] == "cep-stream":
+        cmd = ["java", "-cp", build(), "statequery.fixtures.CepStreamJob", fx["backend"],
+               f"savepoint-{fx['format']}", str(out)]
     elif fx["job"] == "ttl-kryo":
         cmd = ["java", "-cp", build(), "statequery.fixtures.TtlKryoJob", fx["backend"],
                f"savepoint-{fx['format']}", str(out)]
@@ -1265,15 +1550,22 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
 
         infos = snapshot_info(fixture_dir)
         if fx["job"] in ("datastream", "ttl-kryo", "raw-state", "edge-datastream",
-                         "changelog-ops", "async-datastream"):
+                         "changelog-ops", "changelog-ttl", "async-datastream", "cep-stream"):
             for info in infos:
                 if info["uid"] and info["operator_id"] != operator_id_for_uid(info["uid"]):
                     raise RuntimeError(f"operator id mismatch for uid {info['uid']}: {info}")
             entries = {"datastream": datastream_expected, "ttl-kryo": ttl_kryo_expected,
+                       "cep-stream": cep_stream_expected,
                        "raw-state": raw_state_expected,
                        "changelog-ops": changelog_ops_expected,
+                       "changelog-ttl": changelog_ttl_expected,
                        "async-datastream": async_datastream_expected,
                        "edge-datastream": lambda: edge_datastream_expected(fx)}[fx["job"]]()
+        elif fx["job"] in PYFLINK_JOBS:
+            for info in infos:
+                if info["uid"] and info["operator_id"] != operator_id_for_uid(info["uid"]):
+                    raise RuntimeError(f"operator id mismatch for uid {info['uid']}: {info}")
+            entries = pyflink_expected(fx["job"].split("-")[1])
         elif fx["job"] == "sql-keys":
             entries = sql_keys_expected(infos)
         elif fx["job"] in PLAN_JOBS:
@@ -1283,7 +1575,8 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
                        "sql-minibatch": sql_minibatch_expected,
                        "sql-aggs": sql_aggs_expected, "sql-aggs-minibatch": sql_aggs_expected,
                        "edge-sql": sql_edge_expected, "sql-cep": sql_cep_expected,
-                       "sql-cep-map": sql_cep_expected}[fx["job"]](ids)
+                       "sql-cep-map": sql_cep_expected,
+                       "sql-over": sql_over_expected}[fx["job"]](ids)
         else:
             aggs = [i for i in infos if i["name"].startswith("GroupAggregate")]
             if len(aggs) != 1:
@@ -1426,6 +1719,8 @@ def manifest_record(fx: dict, rel: str, infos: list[dict]) -> dict:
             states = RAW_STATES.get(info["uid"], [])
         elif fx["job"] == "edge-datastream":
             states = EDGE_DS_STATES.get(info["uid"], [])
+        elif fx["job"] in PYFLINK_JOBS:
+            states = pyflink_states(fx["job"].split("-")[1]).get(info["uid"], [])
         elif fx["job"] in SUBSET_JOBS:
             states = dump_states.get(info["operator_id"], [])
         elif fx["job"] == "sequence":

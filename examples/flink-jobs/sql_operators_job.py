@@ -8,13 +8,14 @@ deterministic: ``events`` (N_EVENTS JSON rows, ids in order) and a Debezium chan
 (for ChangelogNormalize), both read by the filesystem connector in continuous mode
 (``source.monitor-interval``), so the sources never finish and no operator is FINISHED when the
 savepoint is taken. The watermark trails event time by one day: no window, OVER frame, interval
-join, temporal join or MATCH_RECOGNIZE ever fires, all their input stays in state.
+join, temporal join or MATCH_RECOGNIZE ever fires, all their input stays in state (``--job cep``
+and ``--job over`` read the events with a watermark five minutes behind: see there).
 
 The job is compiled to a plan first (``StatementSet.compilePlan``; written to ``--plan``) and the
 compiled plan is executed, so the savepoint's operators carry the plan's node ids (operator names
 ``GroupAggregate[7]``, uids ``7_group-aggregate``...).
 
-    python sql_operators_job.py --job ops|minibatch --backend hashmap|rocksdb \
+    python sql_operators_job.py --job ops|minibatch|aggs|cep|over --backend hashmap|rocksdb \
         --kind savepoint-canonical|savepoint-native --out DIR --plan PLAN.json [--max-parallelism 8]
 
 Prints ``SNAPSHOT_PATH=<dir>`` and ``JOB_ID=<id>``.
@@ -356,9 +357,80 @@ CEP = [
 ]
 
 
+# --job over (fixtures sql-over-*): every OVER aggregation operator with fired frames. The input
+# is ``over_events``: the events with a watermark five minutes behind (the event-time functions
+# have fired every row but the last five, ids 55..59, still in ``inputState``) and processing
+# time (the processing-time functions compute each row on arrival). ``table.exec.state.ttl``
+# (OVER_TTL) makes each function keep its cleanup time and register processing-time cleanup
+# timers. One statement per Flink function (in the order of the plan's node ids):
+#   RowTimeRowsBoundedPrecedingFunction, RowTimeRangeBoundedPrecedingFunction,
+#   RowTimeUnboundedPrecedingOverFunctionV2 (ROWS and RANGE), ProcTimeRowsBoundedPrecedingFunction,
+#   ProcTimeRangeBoundedPrecedingFunction, ProcTimeUnboundedPrecedingFunction.
+OVER_SOURCE = """CREATE TABLE over_events (
+            id BIGINT, `user` STRING, amount INT, category STRING, ts BIGINT,
+            rowtime AS TO_TIMESTAMP_LTZ(ts, 3),
+            pt AS PROCTIME(),
+            WATERMARK FOR rowtime AS rowtime - INTERVAL '5' MINUTE
+        ) WITH ('connector' = 'filesystem', 'path' = 'file://{events_dir}', 'format' = 'json',
+                'source.monitor-interval' = '1s')"""
+
+OVER_TTL = "1 d"
+
+OVER = [
+    # event time, ROWS BETWEEN 2 PRECEDING: SUM is COUNT + $SUM0 in the plan
+    (sink("over_rows3", "`user` STRING, id BIGINT, sum3 INT, n3 BIGINT"),
+     """INSERT INTO over_rows3 SELECT `user`, id, SUM(amount) OVER w AS sum3,
+          COUNT(*) OVER w AS n3
+        FROM over_events
+        WINDOW w AS (PARTITION BY `user` ORDER BY rowtime
+                     ROWS BETWEEN 2 PRECEDING AND CURRENT ROW)"""),
+    # event time, RANGE BETWEEN INTERVAL '30' MINUTE PRECEDING: AVG keeps (sum, count)
+    (sink("over_range30", "`user` STRING, id BIGINT, max_30m INT, avg_30m INT"),
+     """INSERT INTO over_range30 SELECT `user`, id, MAX(amount) OVER w AS max_30m,
+          AVG(amount) OVER w AS avg_30m
+        FROM over_events
+        WINDOW w AS (PARTITION BY `user` ORDER BY rowtime
+                     RANGE BETWEEN INTERVAL '30' MINUTE PRECEDING AND CURRENT ROW)"""),
+    # event time, ROWS BETWEEN UNBOUNDED PRECEDING (per category)
+    (sink("over_rows_unbounded", "category STRING, id BIGINT, running_min INT, "
+                                 "running_cnt BIGINT"),
+     """INSERT INTO over_rows_unbounded SELECT category, id,
+          MIN(amount) OVER w AS running_min, COUNT(amount) OVER w AS running_cnt
+        FROM over_events
+        WINDOW w AS (PARTITION BY category ORDER BY rowtime
+                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"""),
+    # event time, RANGE UNBOUNDED PRECEDING
+    (sink("over_range_unbounded", "`user` STRING, id BIGINT, max_id BIGINT, seen BIGINT"),
+     """INSERT INTO over_range_unbounded SELECT `user`, id, MAX(id) OVER w AS max_id,
+          COUNT(*) OVER w AS seen
+        FROM over_events
+        WINDOW w AS (PARTITION BY `user` ORDER BY rowtime RANGE UNBOUNDED PRECEDING)"""),
+    # processing time, ROWS BETWEEN 3 PRECEDING
+    (sink("over_proc_rows4", "`user` STRING, id BIGINT, proc_max4 INT, proc_cnt4 BIGINT"),
+     """INSERT INTO over_proc_rows4 SELECT `user`, id, MAX(amount) OVER w AS proc_max4,
+          COUNT(*) OVER w AS proc_cnt4
+        FROM over_events
+        WINDOW w AS (PARTITION BY `user` ORDER BY pt ROWS BETWEEN 3 PRECEDING AND CURRENT ROW)"""),
+    # processing time, RANGE BETWEEN INTERVAL '1' HOUR PRECEDING (the whole run is in the frame)
+    (sink("over_proc_range", "category STRING, id BIGINT, proc_total BIGINT"),
+     """INSERT INTO over_proc_range SELECT category, id,
+          SUM(CAST(amount AS BIGINT)) OVER w AS proc_total
+        FROM over_events
+        WINDOW w AS (PARTITION BY category ORDER BY pt
+                     RANGE BETWEEN INTERVAL '1' HOUR PRECEDING AND CURRENT ROW)"""),
+    # processing time, unbounded preceding
+    (sink("over_proc_unbounded", "`user` STRING, id BIGINT, proc_max_id BIGINT"),
+     """INSERT INTO over_proc_unbounded SELECT `user`, id, MAX(id) OVER w AS proc_max_id
+        FROM over_events
+        WINDOW w AS (PARTITION BY `user` ORDER BY pt
+                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"""),
+]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--job", choices=["ops", "minibatch", "aggs", "aggs-minibatch", "cep"],
+    ap.add_argument("--job", choices=["ops", "minibatch", "aggs", "aggs-minibatch", "cep",
+                                      "over"],
                     required=True)
     ap.add_argument("--backend", choices=["hashmap", "rocksdb"], required=True)
     ap.add_argument("--kind", choices=["savepoint-canonical", "savepoint-native", "checkpoint"],
@@ -407,6 +479,11 @@ def main() -> None:
             "table.exec.sink.upsert-materialize": "FORCE",
             "table.exec.sink.upsert-materialize-strategy.type": args.upsert_strategy,
         })
+    elif args.job == "over":
+        settings.update({
+            "table.exec.mini-batch.enabled": "false",
+            "table.exec.state.ttl": OVER_TTL,
+        })
     elif args.job in ("minibatch", "aggs-minibatch"):
         settings.update({
             "table.exec.mini-batch.enabled": "true",
@@ -423,8 +500,10 @@ def main() -> None:
         t_env.execute_sql(stmt)
     if args.job == "cep":
         t_env.execute_sql(CEP_SOURCE.format(events_dir=events_dir))
+    if args.job == "over":
+        t_env.execute_sql(OVER_SOURCE.format(events_dir=events_dir))
     statements = {"ops": OPS, "minibatch": MINIBATCH, "aggs": AGGS,
-                  "aggs-minibatch": AGGS, "cep": CEP}[args.job]
+                  "aggs-minibatch": AGGS, "cep": CEP, "over": OVER}[args.job]
     j_set = t_env._j_tenv.createStatementSet()
     for ddl, insert in statements:
         t_env.execute_sql(ddl)

@@ -27,6 +27,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from statequery.backends.fastpath import flink_length
+from statequery.backends.keygroups import _length_suffix
 from statequery.exceptions import CorruptStateError, UnsupportedFormatError
 from statequery.metadata.changelog import (
     ADD,
@@ -84,6 +86,9 @@ class _State:
         self.key = skipper(key, self.name, "key")
         ns = meta.serializers.get("NAMESPACE_SERIALIZER")
         self.ns = skipper(ns, self.name, "namespace")
+        # RocksDB composite keys: key and namespace both of variable length carry length
+        # suffixes (SerializedCompositeKeyBuilder's "ambiguous" keys); the log's do not
+        self.ambiguous = flink_length(key) < 0 and flink_length(ns) < 0
         self.value = skipper(value, self.name, "value")
         if self.kind == _LIST:
             inner = value.inner if isinstance(value, TtlSpec) else value
@@ -157,15 +162,21 @@ class _State:
 
     def read_rocksdb(self, kg: int, composite: bytes, value: bytes, prefix: int) -> None:
         """One RocksDB entry of the base: key-group prefix, key, namespace (then the user key
-        of a map entry); list values are the elements joined by ``,``; map values the null flag
-        and the value; a timer's key is its element, its value empty."""
+        of a map entry), with a length suffix after the key and after the namespace when both
+        are of variable length; list values are the elements joined by ``,``; map values the
+        null flag and the value; a timer's key is its element, its value empty."""
         if self.kind == _QUEUE:
             self.entries[(kg, composite[prefix:])] = None
             return
         end = len(composite)
         kend = self.key(composite, prefix, end)
-        nend = self.ns(composite, kend, end)
-        k = (kg, composite[kend:nend], composite[prefix:kend])
+        nstart = kend
+        if self.ambiguous:
+            nstart = _length_suffix(composite, kend, kend - prefix, "key")
+        nend = self.ns(composite, nstart, end)
+        k = (kg, composite[nstart:nend], composite[prefix:kend])
+        if self.ambiguous:
+            nend = _length_suffix(composite, nend, nend - nstart, "namespace")
         if self.kind == _MAP:
             m = self.entries.setdefault(k, {})
             m[composite[nend:]] = value
@@ -317,8 +328,7 @@ def _heap_base(
 ) -> tuple[SerializerSpec, list[StateMetaInfo]]:
     """Read a hashmap base (type-12 key groups) into ``states`` (created from its header)."""
     from statequery.backends import HandleStream, _read_proxy, is_heap_layout
-    from statequery.backends.keygroups import iter_key_group_extents, read_key_group_spans
-    from statequery.backends.snappy import decompress_framed
+    from statequery.backends.heap import HeapKeyGroupStream
 
     if not is_heap_layout(base):
         raise UnsupportedFormatError(
@@ -333,17 +343,10 @@ def _heap_base(
         st = _State(meta, key)
         states[meta.name] = st
         by_id.append(st)
-    offsets = {base.start_key_group + i: o for i, o in enumerate(base.offsets)}
-    for kg, start, _end, data in read_key_group_spans(
-        stream, iter_key_group_extents(stream, offsets.items(), None, min_bytes=4)
-    ):
-        if _I32(data, 0)[0] != kg:
-            raise CorruptStateError(f"key group {kg} starts with another id", stream.name, start)
-        if proxy.compressed:
-            buf, pos = (decompress_framed(data[4:], stream.name, start + 4), 0) \
-                if len(data) > 4 else (b"", 0)
-        else:
-            buf, pos = data, 4
+    groups = HeapKeyGroupStream(
+        stream, {base.start_key_group + i: o for i, o in enumerate(base.offsets)},
+        proxy.compressed)
+    for kg, start, buf, pos in groups.key_group_bytes():
         while pos < len(buf):
             sid = struct.unpack_from(">H", buf, pos)[0]
             if sid >= len(by_id):
@@ -357,7 +360,6 @@ def _rocksdb_base(
 ) -> tuple[SerializerSpec, list[StateMetaInfo]]:
     """Read a RocksDB base (the handle of an incremental or full native snapshot) into
     ``states``: every column family's entries, from the table files (SST reader)."""
-    from statequery.backends.keygroups import flink_length
     from statequery.backends.rocksdb import RocksDBKeyedBackend
 
     backend = RocksDBKeyedBackend(base, context)
@@ -370,13 +372,6 @@ def _rocksdb_base(
         for meta in metas:
             st = _State(meta, key)
             states[meta.name] = st
-            if st.kind != _QUEUE:
-                ns = meta.serializers.get("NAMESPACE_SERIALIZER")
-                if flink_length(key) < 0 and flink_length(ns) < 0:
-                    raise UnsupportedFormatError(
-                        f"state {meta.name!r}: a RocksDB base whose key and namespace are both "
-                        "of variable length (length-suffixed composite keys) is not read "
-                        "under a change log yet")
             try:
                 for kv in db.entries(meta.name):
                     st.read_rocksdb(kv.key_group, kv.key, kv.value, prefix)

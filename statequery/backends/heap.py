@@ -424,9 +424,14 @@ class HeapKeyGroupStream:
         its int32 key-group id, so holds at least 4 bytes)."""
         return iter_key_group_extents(self.stream, self.offsets.items(), key_groups, min_bytes=4)
 
-    def scan(
-        self, blocks: Sequence[HeapBlockDecoder], key_groups: Iterable[int] | None = None
-    ) -> Iterator[int]:
+    def key_group_bytes(
+        self, key_groups: Iterable[int] | None = None
+    ) -> Iterator[tuple[int, int, bytes, int]]:
+        """``(kg, start, buf, pos)`` for the requested key groups, in file order: the key group's
+        id is checked against the one it starts with, and ``buf[pos:]`` holds its state blocks
+        (decompressed when the stream is; ``start`` is the key group's offset in the stream).
+        The one walk over a hashmap stream's key groups (:meth:`scan`, and the changelog
+        backend's materialized base)."""
         from statequery.backends.snappy import decompress_framed
 
         name = self.stream.name
@@ -444,9 +449,15 @@ class HeapKeyGroupStream:
                     if len(data) > 4
                     else b""
                 )
-                pos = 0
+                yield kg, start, buf, 0
             else:
-                buf, pos = data, 4
+                yield kg, start, data, 4
+
+    def scan(
+        self, blocks: Sequence[HeapBlockDecoder], key_groups: Iterable[int] | None = None
+    ) -> Iterator[int]:
+        name = self.stream.name
+        for kg, start, buf, pos in self.key_group_bytes(key_groups):
             try:
                 scan_heap_key_group(buf, pos, kg, blocks)
             except DecodeError as e:

@@ -17,7 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from statequery.discovery import default_catalog, find_metadata_dir, require_default_catalog
+from statequery.discovery import (
+    METADATA_FILE,
+    default_catalog,
+    find_metadata_dir,
+    require_default_catalog,
+    why_not_found,
+)
 from statequery.exceptions import NoSuchTableError, SavepointNotFoundError
 from statequery.io import FileIO, join_location
 from statequery.metadata.statemeta import sql_identifier
@@ -44,9 +50,25 @@ class Catalog:
         if not self.root:
             self.root = require_default_catalog()
 
+    def _children(self) -> list[str]:
+        """The entries of the catalog folder; a missing folder is a one-line error naming it."""
+        if not self.io.is_dir(self.root):
+            what = ("is a file, not a folder" if self.io.new_input(self.root).exists()
+                    else "does not exist")
+            raise SavepointNotFoundError(f"catalog {self.root} {what}")
+        return self.io.list_dir(self.root)
+
+    def _is_a_database(self) -> bool:
+        """Whether the catalog folder is itself one savepoint/checkpoint (a database), a common
+        mix-up: ``--catalog catalog/user_activity`` for ``--catalog catalog``."""
+        children = self._children()
+        return METADATA_FILE in children or any(
+            c.startswith(("savepoint-", "chk-")) for c in children
+        )
+
     def databases(self) -> list[str]:
         names = []
-        for child in self.io.list_dir(self.root):
+        for child in self._children():
             if child.startswith(".") or not self.io.is_dir(join_location(self.root, child)):
                 continue
             if find_metadata_dir(self.io, join_location(self.root, child)) is not None:
@@ -55,14 +77,25 @@ class Catalog:
 
     def location(self, database: str) -> str:
         """The directory holding the database's ``_metadata``."""
-        for child in self.io.list_dir(self.root):
+        pending = None
+        for child in self._children():
             if child == database or sql_identifier(child) == sql_identifier(database):
                 found = find_metadata_dir(self.io, join_location(self.root, child))
                 if found is not None:
                     return found
+                pending = join_location(self.root, child)
+        if pending is not None:  # the folder is there, without a savepoint (yet)
+            raise SavepointNotFoundError(
+                f"database {database!r} of catalog {self.root}: no savepoint or checkpoint at "
+                f"{pending}: {why_not_found(self.io, pending, pending)}"
+            )
+        hint = ""
+        if self._is_a_database():
+            hint = (f"; {self.root} is itself one savepoint or checkpoint (a database): "
+                    "name the folder that holds it as the catalog")
         raise SavepointNotFoundError(
             f"no savepoint database {database!r} in catalog {self.root} "
-            f"(databases: {', '.join(self.databases()) or 'none'})"
+            f"(databases: {', '.join(self.databases()) or 'none'}){hint}"
         )
 
     def savepoint(self, database: str) -> Savepoint:

@@ -7,21 +7,22 @@
                                            query's column names; --index: with the run index
                                            (reads of one state read only its runs)
     statequery read PATH TABLE | --operator OP --state NAME [--key K] [--mode M]
-                    [--limit N] [--json | --out FILE.parquet|.csv|.arrow]
-                                            the rows of one state
-    statequery lookup PATH KEY [--operator OP] [--json]
+                    [--limit N] [--json | --out FILE.parquet|.csv|.arrow] [--[no-]pickled]
+                                            the rows of one state (PyFlink's pickles shown
+                                            as JSON in the table view; --pickled for --json/--out)
+    statequery lookup PATH KEY [--operator OP] [--json] [--[no-]pickled]
                                             everything every state holds for one key
     statequery spark-views [--catalog DIR] [DATABASE ...]
                                             CREATE TEMPORARY VIEW statements for spark-sql
-    statequery sql "SELECT ..." [--catalog DIR] [--json] [--spark]
+    statequery sql "SELECT ..." [--catalog DIR] [--json] [--spark] [--pickled]
                                             a SELECT over <database>.<table> (no Spark, or
                                             in a local Spark with --spark)
     statequery attach [PATH] [--database NAME] [--replace] [--print]
                                             savepoints as persistent databases in Spark
     statequery detach DATABASE ...          drop them again (savepoints untouched)
-    statequery shell [-e SQL | -f FILE] [-- SPARK-SQL ARGS]
-                                            spark-sql with the catalog attached (or beeline
-                                            on the server)
+    statequery shell [-e SQL | -f FILE] [--beeline] [-- SPARK-SQL ARGS]
+                                            spark-sql with the catalog attached (on a running
+                                            server: a shell on its Spark Connect, no JVM)
     statequery serve [--stop | --status]    one warm local Spark (Spark Connect and JDBC on
                                             loopback) for shell, sql --spark and notebooks
     statequery diff OLD NEW [--operator OP] [--state NAME] [--key K] [--json]
@@ -42,7 +43,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from statequery.cli.output import (
     _console,
@@ -62,16 +63,38 @@ CLI_MAX_ROWS = 100_000
 CLI_MAX_BYTES = 256 << 20
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``statequery: <what is wrong> (see 'statequery CMD
+    --help')``, exit status 2, instead of the usage block above the message. Subcommand parsers
+    are of this class too (``add_subparsers`` uses the parent's class)."""
+
+    def error(self, message: str) -> NoReturn:
+        import difflib
+        import re
+
+        bad = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if bad:
+            close = difflib.get_close_matches(bad.group(1), re.findall(r"'([^']*)'",
+                                                                       bad.group(2)), n=1)
+            if close:
+                message += f"; did you mean '{close[0]}'?"
+        self.exit(2, f"statequery: {message} (see '{self.prog} --help')\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="statequery",
         description="Inspect the state inside Apache Flink savepoints and checkpoints (no JVM).",
+        epilog="Try it on the example catalog: statequery inspect user_activity; statequery "
+        "lookup user_activity user-3; statequery sql \"SELECT key, value FROM "
+        "user_activity.user_state__count WHERE key = 'user-3'\". 'statequery COMMAND --help' "
+        "lists a command's options.",
     )
     from statequery import __version__
 
     p.add_argument("--version", action="version", version=f"statequery {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
-    store = argparse.ArgumentParser(add_help=False)
+    store = _Parser(add_help=False)
     store.add_argument(
         "--storage-option", action="append", default=[], metavar="KEY=VALUE",
         help="an fsspec storage option for remote paths (repeatable; VALUE may be JSON), e.g. "
@@ -92,7 +115,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--plan",
         help="the job's Flink SQL compiled plan (COMPILE PLAN / EXPLAIN PLAN ... JSON): kept in "
-        "the snapshot, it names SQL state tables and their RowData columns",
+        "the snapshot, it names SQL state tables and their RowData columns (without it, the "
+        "plan of the snapshot being replaced is kept)",
     )
     s.add_argument(
         "--index",
@@ -112,6 +136,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="at most this many rows (default: 100 shown as a table, all otherwise)")
     r.add_argument("--json", action="store_true", help="print JSON lines")
     r.add_argument("--out", help="write all rows to a .parquet, .csv or .arrow file")
+    _pickled_arg(r)
 
     lk = sub.add_parser("lookup", help="everything every keyed state holds for one key",
                         parents=[store])
@@ -119,6 +144,7 @@ def _parser() -> argparse.ArgumentParser:
     lk.add_argument("key", help="the key (JSON array/object for composite keys)")
     lk.add_argument("--operator", help="only this operator (uid, name or id)")
     lk.add_argument("--json", action="store_true", help="print JSON lines")
+    _pickled_arg(lk)
 
     sv = sub.add_parser("spark-views", help="Spark SQL views for every table of a catalog")
     sv.add_argument("databases", nargs="*", help="only these databases (default: all)")
@@ -130,6 +156,10 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--json", action="store_true", help="print JSON lines")
     q.add_argument("--spark", action="store_true",
                    help="run it in a local Spark (the catalog attached as databases)")
+    q.add_argument("--pickled", action="store_true",
+                   help="state tables get key_py, user_key_py, value_py (and *_py_reason) "
+                        "after their bytes columns: PyFlink's pickles as JSON text "
+                        "(docs/decoding.md)")
     q.add_argument("--memory-limit", metavar="SIZE",
                    help="DuckDB's memory cap, e.g. 2GiB (default: $STATEQUERY_SQL_MEMORY_LIMIT, "
                         "else a quarter of the machine's memory, at most 8GiB)")
@@ -150,12 +180,52 @@ def _parser() -> argparse.ArgumentParser:
     _spark_args(q)
     from statequery.cli.extra import add_parsers as add_extra_parsers
 
-    add_extra_parsers(sub)
+    add_extra_parsers(sub, [store])
     add_parsers(sub)
     from statequery.cli.capture import add_parser as add_capture_parser
 
     add_capture_parser(sub, [store])
     return p
+
+
+def _pickled_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--pickled", action=argparse.BooleanOptionalAction, default=None,
+        help="add key_py, user_key_py, value_py (and *_py_reason) after bytes columns: the "
+             "Python values a PyFlink job pickled there, as JSON text, decoded without running "
+             "code (default: on in the table view, off for --json and --out, whose columns "
+             "stay those of Savepoint.read)",
+    )
+
+
+def _pickled(args: argparse.Namespace) -> bool:
+    """``--pickled``/``--no-pickled``, else on for a human (the table view) and off for files
+    and JSON lines (their columns are the Python API's)."""
+    if args.pickled is not None:
+        return bool(args.pickled)
+    return not (args.json or getattr(args, "out", None))
+
+
+def _for_display(table: Any, args: argparse.Namespace) -> Any:
+    """The table view with ``--pickled`` left to its default: a bytes column none of whose
+    shown values is a pickle (a Java ``byte[]``, a source's reader state) does not get its two
+    ``*_py`` columns, which would only say "not a pickle" on every row. Display only: the
+    columns of ``--json``/``--out`` and of an explicit ``--pickled`` follow the types."""
+    import pyarrow.compute as pc
+
+    if args.pickled is not None:
+        return table
+    names = table.column_names
+    drop: list[str] = []
+    for name in names:
+        if not name.endswith("_py") or f"{name}_reason" not in names:
+            continue
+        decoded = table.column(name).null_count < table.num_rows
+        reasons = table.column(f"{name}_reason")
+        not_pickles = pc.all(pc.fill_null(pc.starts_with(reasons, "not a pickle"), True))
+        if not decoded and not_pickles.as_py() is not False:
+            drop += [name, f"{name}_reason"]
+    return table.drop_columns(drop) if drop else table
 
 
 def _read(args: argparse.Namespace) -> int:
@@ -172,7 +242,7 @@ def _read(args: argparse.Namespace) -> int:
     else:
         raise InvalidOptionError("name the state: a table name, or --operator and --state")
     key = None if args.key is None else parse_key_text(args.key, info.key_spec)
-    table = sp.read(info, key=key, mode=args.mode)
+    table = sp.read(info, key=key, mode=args.mode, pickled=_pickled(args))
     total = table.num_rows
     if args.out:
         _write_out(table, args.out)
@@ -186,7 +256,8 @@ def _read(args: argparse.Namespace) -> int:
         for row in python_rows(table):
             sys.stdout.write(json.dumps(row, default=_json_default, ensure_ascii=False) + "\n")
     else:
-        _print_rows(table, f"{info.operator_uid or info.operator_name}/{info.name}", total)
+        _print_rows(_for_display(table, args),
+                    f"{info.operator_uid or info.operator_name}/{info.name}", total)
     return 0
 
 
@@ -196,8 +267,15 @@ def _lookup(args: argparse.Namespace) -> int:
 
     sp = Savepoint.open(args.path, storage_options=_storage_options(args))
     ops = [sp.operator(args.operator)] if args.operator else list(sp.operators)
+    pickled = _pickled(args)
     found = 0
     tried: list[str] = []  # per operator: how the key was read, or why it could not be
+    if not any(op.key_spec is not None for op in ops):
+        raise InvalidOptionError(
+            (f"operator {ops[0].display_name!r} has no" if args.operator else "no operator has")
+            + f" keyed state in {sp.location}: lookup reads keyed state (read shows operator "
+            "state)"
+        )
     for op in ops:
         if op.key_spec is None:
             continue
@@ -210,7 +288,7 @@ def _lookup(args: argparse.Namespace) -> int:
             continue  # this operator's key type cannot hold the key
         tried.append(f"{op.display_name}: read as {key_type_name(op.key_spec)} "
                      f"{json.dumps(key, default=_json_default, ensure_ascii=False)}")
-        for (op_label, state), table in sp.lookup(key, op.operator_id).items():
+        for (op_label, state), table in sp.lookup(key, op.operator_id, pickled).items():
             found += table.num_rows
             if args.json:
                 for row in python_rows(table):
@@ -218,7 +296,7 @@ def _lookup(args: argparse.Namespace) -> int:
                     sys.stdout.write(json.dumps(doc, default=_json_default, ensure_ascii=False)
                                      + "\n")
             else:
-                _print_rows(table, f"{op_label}/{state}")
+                _print_rows(_for_display(table, args), f"{op_label}/{state}")
     if not found:
         print(f"statequery: no state holds key {args.key!r} ({'; '.join(tried)})",
               file=sys.stderr)
@@ -296,6 +374,13 @@ def _print_table(doc: dict[str, Any]) -> None:
             f"changelog state backend: {sum(changes)} logged change(s) applied to "
             f"{len(changes)} keyed state(s) on top of the materialized base "
             "(per state: state_meta's changelog_changes)", highlight=False,
+        )
+    pickled = [r for r in doc["states"] if r.get("pickled_columns")]
+    if pickled:
+        console.print(
+            f"{len(pickled)} state(s) hold bytes (state_meta's pickled_columns): a PyFlink job's "
+            "pickles in them are shown as JSON by `statequery read` (--pickled with --json/--out; "
+            "`sql --pickled`, Spark option pickled)", highlight=False,
         )
     if console.width < _WIDE_LAYOUT:
         _print_blocks(console, doc)
@@ -426,7 +511,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    if not (sys.argv[1:] if argv is None else argv):  # plain `statequery`: what it can do
+        parser.print_help()
+        return 2
+    args = parser.parse_args(argv)
     try:
         from statequery.savepoint import Savepoint
 
@@ -451,6 +540,11 @@ def _main(argv: Sequence[str] | None) -> int:
 
             print("\n".join(view_statements(args.catalog, args.databases)))
             return 0
+        if args.command == "sql" and args.spark and args.pickled:
+            raise InvalidOptionError(
+                "sql --spark --pickled: in Spark the *_py columns are a table's own; attach "
+                "with `statequery attach --pickled`, or read spark.read.format('statequery')"
+                ".option('pickled', 'true')")
         from statequery.cli.spark import run as run_spark
 
         spark_status = run_spark(args)
@@ -462,7 +556,7 @@ def _main(argv: Sequence[str] | None) -> int:
             env = os.environ
             table = sql(
                 args.query, args.catalog, memory_limit=args.memory_limit, threads=args.threads,
-                timeout=args.timeout,
+                timeout=args.timeout, pickled=args.pickled,
                 max_rows=args.max_rows if args.max_rows is not None else (
                     None if env.get("STATEQUERY_SQL_MAX_ROWS") else CLI_MAX_ROWS),
                 max_bytes=args.max_bytes if args.max_bytes is not None else (
@@ -484,12 +578,23 @@ def _main(argv: Sequence[str] | None) -> int:
 
             return run_capture(args)
         if args.command == "snapshot":
+            if args.out and not os.path.isdir(os.path.dirname(os.path.abspath(args.out))) \
+                    and "://" not in args.out:
+                raise InvalidOptionError(f"--out {args.out}: the directory "
+                                         f"{os.path.dirname(os.path.abspath(args.out))} does "
+                                         "not exist")
+            # derived again; the plan and captured job of the snapshot it replaces are kept
             sp = Savepoint.open(
-                args.path, use_snapshot=False, plan=args.plan,
+                args.path, rederive=True, snapshot=args.out, plan=args.plan,
                 storage_options=_storage_options(args),
             )
             where = sp.write_snapshot(args.out, index=args.index)
-            named = f", {len(sp.plan_nodes)} operators named by the plan" if args.plan else ""
+            named = (
+                f", {len(sp.plan_nodes)} operators named by the plan"
+                + ("" if args.plan else " it kept")
+                if sp.sql_plan is not None
+                else ""
+            )
             indexed = (
                 f", run index of {sp.run_index.key_group_count} key groups" if args.index else ""
             )

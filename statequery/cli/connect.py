@@ -1,15 +1,17 @@
-"""A small Spark Connect client: one SQL statement to a Connect server, its rows as Arrow.
+"""A small Spark Connect client: SQL statements to a Connect server, their rows as Arrow.
 
-``statequery sql --spark`` on a running ``statequery serve`` uses it instead of PySpark's
-Connect client, whose import alone (pandas, numpy, PySpark's SQL package and its generated
-protocol modules) takes longer than the query on a warm server. It speaks the same protocol
-(``spark.connect.SparkConnectService`` over gRPC, Spark's ``base.proto``) with the few messages
-one statement needs, encoded here: ``ExecutePlan`` with a plan whose root is a ``SQL`` relation
-(Spark runs a command such as ``SHOW DATABASES`` eagerly and returns its rows, as
-``spark.sql(...)`` does), the Arrow IPC streams of the response's ``arrow_batch`` fields, then
-``ReleaseSession``. It imports only ``grpc`` and ``pyarrow``, both of which the ``spark`` extra
-brings. Anything else (DataFrames, notebooks) is for PySpark's client:
-``SparkSession.builder.remote(url)``.
+``statequery sql --spark`` and ``statequery shell`` (:mod:`statequery.cli.sqlshell`) on a
+running ``statequery serve`` use it instead of PySpark's Connect client, whose import alone
+(pandas, numpy, PySpark's SQL package and its generated protocol modules) takes longer than the
+query on a warm server. It speaks the same protocol (``spark.connect.SparkConnectService`` over
+gRPC, Spark's ``base.proto``) with the few messages a statement needs, encoded here:
+``ExecutePlan`` with a plan whose root is a ``SQL`` relation (Spark runs a command such as
+``SHOW DATABASES`` eagerly and returns its rows, as ``spark.sql(...)`` does), the Arrow IPC
+streams of the response's ``arrow_batch`` fields, ``Interrupt`` (Ctrl-C) and
+``ReleaseSession``. A :class:`ConnectSession` keeps one session for several statements (a
+``USE`` lasts) and names each operation, so that Ctrl-C interrupts that one. It imports only
+``grpc`` and ``pyarrow``, both of which the ``spark`` extra brings. Anything else (DataFrames,
+notebooks) is for PySpark's client: ``SparkSession.builder.remote(url)``.
 """
 
 from __future__ import annotations
@@ -19,13 +21,13 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["ConnectError", "run_sql"]
+__all__ = ["ConnectError", "ConnectSession", "Interrupted", "run_sql"]
 
 _SERVICE = "/spark.connect.SparkConnectService/"
 _CLIENT_TYPE = "statequery"
 
 # Field numbers of spark/connect/base.proto and relations.proto (Spark 4.x)
-_REQ_SESSION_ID, _REQ_USER_CONTEXT, _REQ_PLAN, _REQ_CLIENT_TYPE = 1, 2, 3, 4
+_REQ_SESSION_ID, _REQ_USER_CONTEXT, _REQ_PLAN, _REQ_CLIENT_TYPE, _REQ_OPERATION_ID = 1, 2, 3, 4, 6
 _USER_ID, _USER_NAME = 1, 2
 _PLAN_ROOT = 1
 _RELATION_SQL = 10
@@ -33,10 +35,18 @@ _SQL_QUERY = 1
 _RESP_ARROW_BATCH = 2
 _BATCH_DATA, _BATCH_CHUNK_INDEX, _BATCH_NUM_CHUNKS = 2, 4, 5
 _RELEASE_SESSION_ID, _RELEASE_USER_CONTEXT, _RELEASE_CLIENT_TYPE = 1, 2, 3
+_INTERRUPT_SESSION_ID, _INTERRUPT_USER_CONTEXT, _INTERRUPT_CLIENT_TYPE = 1, 2, 3
+_INTERRUPT_TYPE, _INTERRUPT_OPERATION_ID = 4, 6
+_INTERRUPT_TYPE_OPERATION_ID = 3
+_INTERRUPTED_IDS = 2
 
 
 class ConnectError(Exception):
     """The server refused the statement or could not be reached (its message, one line)."""
+
+
+class Interrupted(Exception):
+    """A statement stopped by Ctrl-C: the server was asked to interrupt it."""
 
 
 def _varint(n: int) -> bytes:
@@ -104,13 +114,14 @@ def _user_context() -> bytes:
     return _text(_USER_ID, user) + _text(_USER_NAME, user)
 
 
-def _execute_request(session_id: str, query: str) -> bytes:
+def _execute_request(session_id: str, query: str, operation_id: str | None = None) -> bytes:
     relation = _field(_RELATION_SQL, _text(_SQL_QUERY, query))
     return (
         _text(_REQ_SESSION_ID, session_id)
         + _field(_REQ_USER_CONTEXT, _user_context())
         + _field(_REQ_PLAN, _field(_PLAN_ROOT, relation))
         + _text(_REQ_CLIENT_TYPE, _CLIENT_TYPE)
+        + (_text(_REQ_OPERATION_ID, operation_id) if operation_id else b"")
     )
 
 
@@ -136,35 +147,90 @@ def _arrow_streams(responses: Any) -> Iterator[bytes]:
                 pending = []
 
 
+class ConnectSession:
+    """One session on a Spark Connect server: its statements share the current database and
+    settings (``USE``, ``SET``); a statement stopped by Ctrl-C is interrupted on the server.
+    ``close`` (or the end of a ``with`` block) releases the session."""
+
+    def __init__(self, host: str, port: int) -> None:
+        import grpc
+
+        self.session_id = str(uuid.uuid4())
+        options = [("grpc.max_receive_message_length", 128 * 1024 * 1024)]
+        self._channel = grpc.insecure_channel(f"{host}:{port}", options=options)
+        self._execute = self._channel.unary_stream(_SERVICE + "ExecutePlan")
+
+    def __enter__(self) -> ConnectSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def sql(self, query: str, timeout: float | None = None) -> Any:
+        """Run one statement; its rows as a ``pyarrow.Table`` (a table without columns when
+        it returns none). Ctrl-C (KeyboardInterrupt) cancels the call, asks the server to
+        interrupt the operation and raises :class:`Interrupted`."""
+        import grpc
+        import pyarrow as pa
+
+        operation_id = str(uuid.uuid4())
+        call = self._execute(_execute_request(self.session_id, query, operation_id),
+                             timeout=timeout)
+        tables = []
+        try:
+            for stream in _arrow_streams(call):
+                with pa.ipc.open_stream(stream) as reader:
+                    tables.append(reader.read_all())
+        except KeyboardInterrupt:
+            call.cancel()
+            stopped = self._interrupt(operation_id)
+            raise Interrupted(
+                "interrupted: the server stopped the statement" if stopped
+                else "interrupted: the server had no statement of ours running any more"
+            ) from None
+        except grpc.RpcError as e:
+            raise ConnectError(_rpc_message(e)) from None
+        if not tables:
+            return pa.table({})
+        return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+
+    def _interrupt(self, operation_id: str) -> bool:
+        """Ask the server to interrupt the operation; whether it says it did."""
+        import grpc
+
+        interrupt = self._channel.unary_unary(_SERVICE + "Interrupt")
+        try:
+            response = interrupt(_text(_INTERRUPT_SESSION_ID, self.session_id)
+                      + _field(_INTERRUPT_USER_CONTEXT, _user_context())
+                      + _text(_INTERRUPT_CLIENT_TYPE, _CLIENT_TYPE)
+                      + _varint(_INTERRUPT_TYPE << 3) + _varint(_INTERRUPT_TYPE_OPERATION_ID)
+                      + _text(_INTERRUPT_OPERATION_ID, operation_id), timeout=10)
+        except grpc.RpcError:
+            return False  # the server is gone: nothing of ours runs there any more
+        return any(
+            number == _INTERRUPTED_IDS and wire == 2 and bytes(value).decode() == operation_id
+            for number, wire, value in _fields(response)
+        )
+
+    def close(self) -> None:
+        import grpc
+
+        release = self._channel.unary_unary(_SERVICE + "ReleaseSession")
+        try:
+            release(_text(_RELEASE_SESSION_ID, self.session_id)
+                    + _field(_RELEASE_USER_CONTEXT, _user_context())
+                    + _text(_RELEASE_CLIENT_TYPE, _CLIENT_TYPE), timeout=10)
+        except grpc.RpcError:
+            pass  # the server drops idle sessions by itself
+        finally:
+            self._channel.close()
+
+
 def run_sql(host: str, port: int, query: str, timeout: float | None = None) -> Any:
     """Run ``query`` on the Spark Connect server at ``host:port`` in a session of its own;
     its rows as a ``pyarrow.Table`` (an empty table without columns when it returns none)."""
-    import grpc
-    import pyarrow as pa
-
-    session_id = str(uuid.uuid4())
-    options = [("grpc.max_receive_message_length", 128 * 1024 * 1024)]
-    with grpc.insecure_channel(f"{host}:{port}", options=options) as channel:
-        execute = channel.unary_stream(_SERVICE + "ExecutePlan")
-        tables = []
-        try:
-            for stream in _arrow_streams(execute(_execute_request(session_id, query),
-                                                 timeout=timeout)):
-                with pa.ipc.open_stream(stream) as reader:
-                    tables.append(reader.read_all())
-        except grpc.RpcError as e:
-            raise ConnectError(_rpc_message(e)) from None
-        finally:
-            release = channel.unary_unary(_SERVICE + "ReleaseSession")
-            try:
-                release(_text(_RELEASE_SESSION_ID, session_id)
-                        + _field(_RELEASE_USER_CONTEXT, _user_context())
-                        + _text(_RELEASE_CLIENT_TYPE, _CLIENT_TYPE), timeout=10)
-            except grpc.RpcError:
-                pass  # the server drops idle sessions by itself
-    if not tables:
-        return pa.table({})
-    return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    with ConnectSession(host, port) as session:
+        return session.sql(query, timeout=timeout)
 
 
 def _rpc_message(e: Any) -> str:

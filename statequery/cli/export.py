@@ -100,6 +100,9 @@ def export_operator(
     parent = os.path.dirname(os.path.abspath(directory))
     if not os.path.isdir(parent):
         raise OutputError(f"--out {directory}: the directory {parent} does not exist")
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise OutputError(f"--out {directory}: is a file; export writes one file per state "
+                          "into a directory")
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as e:

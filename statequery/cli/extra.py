@@ -21,11 +21,16 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from statequery.cli.output import _storage_options
+
 __all__ = ["COMMANDS", "add_parsers"]
 
 
-def add_parsers(sub: Any) -> None:
-    d = sub.add_parser("diff", help="what changed between two savepoints/checkpoints")
+def add_parsers(sub: Any, parents: list[argparse.ArgumentParser] | None = None) -> None:
+    """``parents``: the shared ``--storage-option`` flag of :mod:`statequery.cli`."""
+    parents = parents or []
+    d = sub.add_parser("diff", help="what changed between two savepoints/checkpoints",
+                       parents=parents)
     d.add_argument("old", help="the earlier savepoint/checkpoint (directory, _metadata or URI)")
     d.add_argument("new", help="the later savepoint/checkpoint")
     d.add_argument("--operator", help="only this operator (uid, name or id)")
@@ -36,7 +41,8 @@ def add_parsers(sub: Any) -> None:
     d.add_argument("--json", action="store_true", help="print JSON lines")
     d.add_argument("--out", help="write all rows to a .parquet, .csv or .arrow file")
 
-    st = sub.add_parser("stats", help="entries, keys and bytes per state and key group; skew")
+    st = sub.add_parser("stats", help="entries, keys and bytes per state and key group; skew",
+                        parents=parents)
     st.add_argument("path", help="savepoint/checkpoint directory, its _metadata, or a URI")
     st.add_argument("--operator", help="only this operator (uid, name or id)")
     st.add_argument("--state", help="only this state (name, or a table name)")
@@ -46,7 +52,8 @@ def add_parsers(sub: Any) -> None:
                     help="print the per-key-group table (the state_stats table)")
     st.add_argument("--json", action="store_true", help="print JSON")
 
-    sr = sub.add_parser("splits", help="the splits of a FLIP-27 source (where it resumes)")
+    sr = sub.add_parser("splits", help="the splits of a FLIP-27 source (where it resumes)",
+                        parents=parents)
     sr.add_argument("path", help="savepoint/checkpoint directory, its _metadata, or a URI")
     sr.add_argument("operator", help="the source operator (uid, name or id)")
     sr.add_argument("--source", help="number_sequence, file or kafka (default: recognised)")
@@ -57,13 +64,15 @@ def add_parsers(sub: Any) -> None:
         description="Write the states of one operator (default: every readable state) to one "
         "file per state, DIR/<table_name>.<format>. Each key group is read and walked once for "
         "all of them; files are streamed batch by batch and renamed into place when complete.",
+        parents=parents,
     )
     ex.add_argument("path", help="savepoint/checkpoint directory, its _metadata, or a URI")
     ex.add_argument("operator", help="the operator (uid, name or id)")
     ex.add_argument("--out", required=True, help="the directory to write into (created)")
     ex.add_argument("--state", action="append", default=None,
                     help="only this state (name or table name; repeatable)")
-    ex.add_argument("--format", choices=("parquet", "arrow", "csv"), default="parquet")
+    ex.add_argument("--format", choices=("parquet", "arrow", "csv"), default="parquet",
+                    help="the files' format (default: parquet)")
     ex.add_argument("--key", help="only this key (JSON array/object for composite keys)")
     ex.add_argument("--mode", choices=("rows", "flat", "nested"), help="list/map row shape")
 
@@ -78,8 +87,8 @@ def _diff(args: argparse.Namespace) -> int:
     from statequery.keys import parse_key_text
     from statequery.savepoint import Savepoint
 
-    old = Savepoint.open(args.old)
-    new = Savepoint.open(args.new)
+    old = Savepoint.open(args.old, storage_options=_storage_options(args))
+    new = Savepoint.open(args.new, storage_options=_storage_options(args))
     key = None
     if args.key is not None:
         spec = None
@@ -111,7 +120,8 @@ def _diff(args: argparse.Namespace) -> int:
             sys.stdout.write(json.dumps(row, ensure_ascii=False) + "\n")
         return 0
     columns = [c for c in DIFF_SCHEMA.names if shown[c].null_count < shown.num_rows]
-    _print_rows(shown.select(columns), f"{old.location} -> {new.location}", total)
+    if columns:  # no rows: no table (it would be a blank line)
+        _print_rows(shown.select(columns), f"{old.location} -> {new.location}", total)
     print(f"{total} differences" + (f": {summary}" if summary else ""))
     return 0
 
@@ -125,7 +135,7 @@ def _stats(args: argparse.Namespace) -> int:
 
     if args.parallelism is not None and args.parallelism <= 0:
         raise InvalidOptionError(f"--parallelism must be positive, got {args.parallelism}")
-    sp = Savepoint.open(args.path)
+    sp = Savepoint.open(args.path, storage_options=_storage_options(args))
     with progress_bar("stats", stats_work(sp, args.operator, args.state)) as advance:
         stats = state_stats(sp, args.operator, args.state, top=args.top, progress=advance)
     skew = skew_summary(stats, args.parallelism)
@@ -156,7 +166,7 @@ def _splits(args: argparse.Namespace) -> int:
     from statequery.savepoint import Savepoint
     from statequery.sources import source_splits
 
-    sp = Savepoint.open(args.path)
+    sp = Savepoint.open(args.path, storage_options=_storage_options(args))
     table = source_splits(sp, args.operator, args.source)
     if args.json:
         for row in table.to_pylist():
@@ -171,7 +181,7 @@ def _export(args: argparse.Namespace) -> int:
     from statequery.keys import parse_key_text
     from statequery.savepoint import Savepoint
 
-    sp = Savepoint.open(args.path)
+    sp = Savepoint.open(args.path, storage_options=_storage_options(args))
     key = None
     if args.key is not None:
         key = parse_key_text(args.key, sp.operator(args.operator).key_spec)

@@ -68,15 +68,18 @@ def _cell(value: Any) -> str:
     return str(value) if not isinstance(value, bytes) else _json_default(value)
 
 
-def _print_rows(table: Any, title: str, total: int | None = None) -> None:
+def _print_rows(table: Any, title: str | None, total: int | None = None) -> None:
     from rich.table import Table
 
     console = _console()
     view = Table(title=title)
-    for name in table.column_names:
+    names = table.column_names
+    for name in names:
         view.add_column(name, overflow="fold")
+    if len(set(names)) < len(names):  # Spark's results may repeat a name: cells by position
+        table = table.rename_columns([str(i) for i in range(len(names))])
     for row in python_rows(table):
-        view.add_row(*(_cell(row[c]) for c in table.column_names))
+        view.add_row(*(_cell(v) for v in row.values()))
     console.print(view)
     if total is not None and total > table.num_rows:
         console.print(f"{table.num_rows} of {total} rows shown (--limit, --out or --json for more)")
@@ -167,11 +170,19 @@ def _write_out(table: Any, out: str) -> None:
 
 def _console() -> Any:
     """A rich Console: the terminal's width (or ``$COLUMNS``); a pipe or file gets 240 columns
-    instead of 80 columns of wrapped cells."""
+    instead of 80 columns of wrapped cells.
+
+    A closed pipe (``statequery read ... | head -1``) raises :class:`BrokenPipeError`, which
+    :func:`statequery.cli.main` turns into a quiet exit 0; rich's own handling would exit 1."""
     import os
 
     from rich.console import Console
 
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError(32, "Broken pipe")
+
     if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit():
-        return Console()
-    return Console(width=240)
+        return _Console()
+    return _Console(width=240)

@@ -25,6 +25,9 @@ def add_parsers(sub: Any) -> None:
                    help="a savepoint, or a folder of savepoints (default: the shipped catalog/)")
     a.add_argument("--database", help="the database name (one savepoint only)")
     a.add_argument("--replace", action="store_true", help="re-attach an attached database")
+    a.add_argument("--pickled", action="store_true",
+                   help="state tables with bytes columns get key_py, user_key_py, value_py (and "
+                        "*_py_reason): PyFlink's pickles as JSON text (docs/decoding.md)")
     a.add_argument("--print", dest="print_sql", action="store_true",
                    help="print the SQL statements instead of running them (for spark-sql -f)")
     _spark_args(a)
@@ -34,15 +37,19 @@ def add_parsers(sub: Any) -> None:
     _spark_args(d)
 
     sh = sub.add_parser(
-        "shell", help="spark-sql with every savepoint of a catalog attached",
-        description="An interactive Spark SQL shell (spark-sql) on the local metastore, with "
-                    "every savepoint of the catalog attached as a database. -e, -f, -i, -S and "
-                    "--database are spark-sql's; anything after -- goes to spark-sql as it is. "
+        "shell", help="a Spark SQL shell with every savepoint of a catalog attached",
+        description="An interactive Spark SQL shell on the local metastore, with every savepoint "
+                    "of the catalog attached as a database: spark-sql, or, while statequery "
+                    "serve runs, a shell on its Spark Connect server that opens at once "
+                    "(--beeline: beeline on its JDBC server). -e, -f, -i, -S and --database are "
+                    "spark-sql's, and -e/-f print what spark-sql prints (tab-separated rows); "
+                    "anything after -- goes to spark-sql (or beeline) as it is. "
                     "Example: statequery shell -e \"SHOW DATABASES\"",
     )
     sh.add_argument("--catalog", help="the catalog folder (default: the shipped catalog/)")
     sh.add_argument("--print-command", action="store_true",
-                    help="print the spark-sql command line instead of running it")
+                    help="print the spark-sql command line (on a server: beeline's) instead of "
+                         "running it")
     sh.add_argument("-e", dest="sql_e", metavar="SQL",
                     help="run these statements (separated by ;) and exit")
     sh.add_argument("-f", dest="sql_f", metavar="FILE", help="run the statements of FILE and exit")
@@ -52,6 +59,9 @@ def add_parsers(sub: Any) -> None:
                     help="spark-sql's silent mode: results only, no timing lines")
     sh.add_argument("--database", dest="sql_database", metavar="NAME",
                     help="the database to start in (USE NAME)")
+    sh.add_argument("--beeline", action="store_true",
+                    help="on a running server: beeline (JDBC, a JVM) instead of the shell on "
+                         "Spark Connect")
     sh.add_argument("spark_sql_args", nargs=argparse.REMAINDER,
                     help="after --: passed on to spark-sql as they are")
     _spark_args(sh)
@@ -161,12 +171,13 @@ def _run(args: argparse.Namespace) -> int | None:
 
         path = args.path or DEFAULT_CATALOG
         if args.print_sql:
-            for plan in attach_plans(path, args.database):
+            for plan in attach_plans(path, args.database, args.pickled):
                 for statement in plan.statements(replace=args.replace):
                     print(statement + ";")
             return 0
         with _spark_session(args) as spark:
-            names = attach(spark, path, args.database, replace=args.replace)
+            names = attach(spark, path, args.database, replace=args.replace,
+                           pickled=args.pickled)
             for name in names:
                 tables = spark.sql(f"SHOW TABLES IN `{name.replace('`', '``')}`").count()
                 _say(f"attached database {name} ({tables} tables)")
@@ -262,7 +273,40 @@ def _beeline(info: dict[str, Any], extra: list[str], database: str | None = None
 
 
 def _shell_on_server(args: argparse.Namespace, info: dict[str, Any]) -> int:
-    """``statequery shell`` on a running server: beeline, spark-sql's options translated."""
+    """``statequery shell`` on a running server: the shell on its Spark Connect endpoint
+    (:mod:`statequery.cli.sqlshell`), or with ``--beeline`` (or a server without Connect)
+    beeline on its Thrift server."""
+    if args.beeline or args.print_command or not info.get("connect"):
+        return _beeline_shell(args, info)
+    rest = list(args.spark_sql_args)
+    if rest and rest[0] == "--":
+        rest = rest[1:]
+    if rest:
+        raise SparkCommandError(
+            f"{' '.join(rest)}: arguments after -- are for spark-sql (no server) or beeline "
+            "(statequery shell --beeline -- ...)"
+        )
+    from statequery.cli.sqlshell import run_shell
+
+    script = args.sql_e
+    if args.sql_f is not None:
+        script = _read_text(args.sql_f)
+    init = _read_text(args.sql_i) if args.sql_i is not None else None
+    return run_shell(info, args.sql_database, script, init, args.silent)
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as e:
+        raise SparkCommandError(f"{path}: cannot read it: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise SparkCommandError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
+def _beeline_shell(args: argparse.Namespace, info: dict[str, Any]) -> int:
+    """beeline on the server's Thrift JDBC server, spark-sql's options translated."""
     import subprocess
 
     extra: list[str] = []

@@ -14,11 +14,12 @@ The byte formats are described in docs/format-notes.md ("Changelog state backend
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from statequery.decoder import Decoder
+from statequery.decoder import DecodeError, Decoder
 from statequery.exceptions import CorruptStateError, StatequeryError, UnsupportedFormatError
 from statequery.metadata.handles import (
     ChangelogHandle,
@@ -27,7 +28,8 @@ from statequery.metadata.handles import (
     InMemoryChangelogHandle,
     KeyGroupsHandle,
 )
-from statequery.metadata.proxy import StateMetaInfo, _read_state_meta
+from statequery.metadata.javaser import TtlConfig, read_ttl_config
+from statequery.metadata.proxy import StateMetaInfo, _read_state_meta, _Unknown
 from statequery.serializers.readers import reader_for
 from statequery.serializers.spec import SerializerSpec, TimerSpec
 
@@ -62,6 +64,8 @@ class ChangeLog:
     changes: list[tuple[int, int, str, bytes]] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
     source: str = ""
+    #: state name -> its StateTtlConfig, as the metadata record carries it
+    ttl: dict[str, TtlConfig] = field(default_factory=dict)
 
     @property
     def key_spec(self) -> SerializerSpec | None:
@@ -153,9 +157,11 @@ def read_change_log(resolver: Any, handle: ChangelogHandle) -> ChangeLog:
         d = Decoder(change, source=name)
         d.pos = 1
         if op == METADATA:
-            meta, sid = _metadata_record(d)
+            meta, sid, ttl = _metadata_record(d)
             ids[sid] = meta.name
             log.states[meta.name] = meta
+            if ttl is not None:
+                log.ttl[meta.name] = ttl
             log.counts.setdefault(meta.name, 0)
             continue
         if op >= len(OPERATIONS):
@@ -173,30 +179,43 @@ def read_change_log(resolver: Any, handle: ChangelogHandle) -> ChangeLog:
     return log
 
 
-def _metadata_record(d: Decoder) -> tuple[StateMetaInfo, int]:
+def _metadata_record(d: Decoder) -> tuple[StateMetaInfo, int, TtlConfig | None]:
     """A METADATA record after its operation byte: int version, the ``StateMetaInfoSnapshot``,
     for key-value states the TTL flag (+ Java-serialized ``StateTtlConfig``) and the default
-    value flag (+ value), then the short state id and the byte backend state type."""
+    value flag (+ value), then the short state id and the byte backend state type. Returns the
+    meta-info, the state id and the TTL config (None without TTL)."""
     version = d.read_int()
     if version < 6:
         raise UnsupportedFormatError(
             f"{d.source}: change-log metadata record of state meta-info version {version}"
         )
-    meta = _read_state_meta(d, 0)
+    try:
+        meta = _read_state_meta(d, 0)
+    except _Unknown as e:  # the record has no length: nothing after an unknown payload is found
+        raise UnsupportedFormatError(
+            f"{d.source}: change-log metadata record of state {e.partial.name!r}: {e}") from e
     if meta.error:
         raise UnsupportedFormatError(f"{d.source}: state {meta.name!r}: {meta.error}")
+    ttl = None
     if meta.backend_type in ("KEY_VALUE", "KEY_VALUE_V2"):
         if d.read_bool():
-            raise UnsupportedFormatError(
-                f"{d.source}: state {meta.name!r} has a TTL config in the change log (a "
-                "Java-serialized StateTtlConfig), which statequery does not read"
-            )
+            # the Java-serialized StateTtlConfig (ObjectOutputStream, no length prefix): parsed
+            # by its stream structure; the values' layout does not depend on it (the value
+            # serializer in the meta-info snapshot is already the TtlSerializer)
+            ttl = read_ttl_config(d)
         if d.read_bool():
             value = meta.serializers.get("VALUE_SERIALIZER")
-            d.pos = skipper(value, meta.name, "default value")(d.buf, d.pos, len(d.buf))
+            skip = skipper(value, meta.name, "default value")
+            at = d.pos
+            try:
+                d.pos = skip(d.buf, d.pos, len(d.buf))
+            except (DecodeError, IndexError, struct.error) as e:
+                raise d.error(f"state {meta.name!r}: corrupt default value ({e})", at) from e
+            if d.pos > len(d.buf):
+                raise d.error(f"state {meta.name!r}: the default value runs past the record", at)
     sid = d.read_short()
     d.read_byte()  # the backend state type again
-    return meta, sid
+    return meta, sid, ttl
 
 
 def skipper(spec: SerializerSpec | None, state: str, what: str) -> Any:

@@ -237,21 +237,28 @@ def is_heap_stream(handle: Any, layout: str | None) -> bool:
     return is_heap_layout(handle) and layout != "canonical"
 
 
+def layout_probe(handle: Any) -> tuple[int, int] | None:
+    """``(offset, key group)`` of the 4 bytes :func:`layout_by_first_bytes` reads: the first key
+    group other than 0 in file order; None when the handle holds key group 0 alone."""
+    starts = sorted((o, handle.start_key_group + i) for i, o in enumerate(handle.offsets))
+    return next(((offset, kg) for offset, kg in starts if kg != 0), None)
+
+
 def layout_by_first_bytes(handle: Any, read: Callable[[int, int], bytes]) -> str | None:
     """"heap" or "canonical" for a key-groups stream whose handle cannot tell, from 4 bytes.
 
     A hashmap key group starts with its own id (int32, written before any compression); a
     canonical one with a u16 state id and the high half of an int32 key length, or a snappy
-    frame (0xFF...). The first key group other than 0 in file order decides; None when the
-    handle holds key group 0 alone (both layouts may start with int32 0 there:
-    ``statequery.backends.heap_layout_of`` walks it)."""
-    starts = sorted((o, handle.start_key_group + i) for i, o in enumerate(handle.offsets))
-    for offset, kg in starts:
-        if kg != 0:
-            head = read(offset, 4)
-            same = len(head) == 4 and int.from_bytes(head, "big", signed=True) == kg
-            return "heap" if same else "canonical"
-    return None
+    frame (0xFF...). The first key group other than 0 in file order decides
+    (:func:`layout_probe`); None when the handle holds key group 0 alone (both layouts may
+    start with int32 0 there: ``statequery.backends.heap_layout_of`` walks it)."""
+    probe = layout_probe(handle)
+    if probe is None:
+        return None
+    offset, kg = probe
+    head = read(offset, 4)
+    same = len(head) == 4 and int.from_bytes(head, "big", signed=True) == kg
+    return "heap" if same else "canonical"
 
 
 @dataclass(frozen=True)
@@ -522,8 +529,13 @@ class HandleResolver:
                 f"state handle names {path!r}, which statequery refuses to read: {refused} "
                 f"(looked in the savepoint's own tree at {', '.join(tried) or 'nothing'})"
             )
+        hint = ""
+        if "/shared/" in path.replace("\\", "/"):
+            hint = ("; an incremental checkpoint's files are in the job directory's shared/ "
+                    "folder, beside chk-N: copy or point at the whole job directory")
         raise StorageError(
             f"state file {path} not found (also looked at {', '.join(tried[:-1]) or 'nothing'})"
+            + hint
         )
 
     def location(self, handle: StreamHandle) -> str | None:

@@ -45,6 +45,7 @@ from statequery.metadata.handles import (
     is_heap_layout,
     is_heap_stream,
     layout_by_first_bytes,
+    layout_probe,
 )
 from statequery.metadata.kinds import OPERATOR_KINDS, layout_or_unknown
 from statequery.metadata.plan import (
@@ -63,6 +64,7 @@ from statequery.metadata.proxy import (
     OperatorBackendProxy,
     StateMetaInfo,
     read_header,
+    read_header_bytes,
     read_keyed_proxy,
     read_operator_proxy,
 )
@@ -126,6 +128,7 @@ class SavepointModel:
         state_meta: StateMeta | None = None,
         max_workers: int = DEFAULT_WORKERS,
         plan: CompiledPlan | None = None,
+        job: JobInfo | None = None,
     ) -> None:
         self.resolver = resolver
         self.metadata_location = metadata_location
@@ -139,6 +142,8 @@ class SavepointModel:
             plan = parse_plan(state_meta.plan, "the StateMeta snapshot's plan")
         #: the Flink SQL compiled plan naming the job's columns (``open(plan=...)`` or the snapshot)
         self.sql_plan = plan
+        #: the job a snapshot of an older format was captured from, kept for the derived model
+        self._job = job
         self._plan_nodes: dict[str, PlanNode] | None = None
         self.max_workers = max_workers
         # headers read so far and operators modelled one at a time (before the whole model)
@@ -166,6 +171,8 @@ class SavepointModel:
                     self.max_workers,
                     headers=self._headers,
                 )
+                if self._job is not None:
+                    self._meta = dataclasses.replace(self._meta, job=self._job)
                 self._lazy_operators.clear()
             if self.sql_plan is None and self._meta.job is None:
                 return self._meta
@@ -197,7 +204,7 @@ class SavepointModel:
     def job(self) -> JobInfo | None:
         """The job this savepoint was captured from (``statequery capture``), from its StateMeta
         snapshot; None when it was not captured."""
-        return self._meta.job if self._meta is not None else None
+        return self._meta.job if self._meta is not None else self._job
 
     @property
     def fingerprint(self) -> str:
@@ -277,7 +284,8 @@ class SavepointModel:
         raise NoSuchOperatorError(f"no operator {identifier!r} in {self.location} (have: {known})")
 
     def _operator_at(self, i: int) -> OperatorInfo:
-        if self._meta is not None:
+        if self._meta is not None or (self._job is not None and self.sql_plan is None):
+            # (a kept captured job names columns from the job graph: the whole model)
             return self.meta.operators[i]
         with self._lock:
             found = self._lazy_operators.get(i)
@@ -579,8 +587,7 @@ def read_headers(
     def run(job: _HeaderJob) -> KeyedBackendProxy | OperatorBackendProxy | RawKeyedHeader:
         # where data starts is known from the handle's offsets: read exactly the header
         if job.kind == "keyed":
-            proxy = read_header(resolver, job.handle, read_keyed_proxy, **_prefix(job.handle))
-            return _with_layout(proxy, job.handle, resolver)
+            return _keyed_header(resolver, job.handle)
         if job.kind == "raw_keyed":
             assert isinstance(job.handle, KeyGroupsHandle)
             return _raw_keyed_header(resolver, job.handle)
@@ -718,19 +725,50 @@ class _Facts:
     backend: str | None
 
 
+#: how far past the header's end the layout probe's 4 bytes may start and still come with the
+#: header's read (a key group 0 of a few KB before them costs less than a request of their own)
+PROBE_SLACK = 4 << 10
+
+
+def _keyed_header(resolver: HandleResolver, handle: StreamHandle) -> KeyedBackendProxy:
+    """A keyed stream's header, with its layout when the handle cannot tell (:func:`_with_layout`).
+
+    The offsets say where the header ends; the bytes that decide the layout come with the
+    header's read when they start at most :data:`PROBE_SLACK` bytes past its end (always for a
+    handle not starting at key group 0: its first key group follows the header)."""
+    prefix = _prefix(handle)
+    probe = layout_probe(handle) if _ambiguous(handle) else None
+    if probe is not None and prefix and probe[0] - prefix["prefix"] <= PROBE_SLACK:
+        prefix = {"prefix": probe[0] + 4}
+    proxy, head = read_header_bytes(resolver, handle, read_keyed_proxy, **prefix)
+    return _with_layout(proxy, handle, resolver, head)
+
+
+def _ambiguous(handle: StreamHandle) -> bool:
+    return isinstance(handle, KeyGroupsHandle) and is_heap_layout(handle)
+
+
 def _with_layout(
-    proxy: KeyedBackendProxy, handle: StreamHandle | KeyGroupsHandle, resolver: HandleResolver
+    proxy: KeyedBackendProxy,
+    handle: StreamHandle | KeyGroupsHandle,
+    resolver: HandleResolver,
+    head: bytes = b"",
 ) -> KeyedBackendProxy:
     """A type-12 stream with an offset for every key group is a hashmap checkpoint, or a Flink
     1.15 full RocksDB checkpoint whose every key group holds data: 4 bytes of a key group tell
-    which (:func:`~statequery.metadata.handles.layout_by_first_bytes`)."""
+    which (:func:`~statequery.metadata.handles.layout_by_first_bytes`), taken from ``head`` (the
+    stream's first bytes, already read) when it holds them."""
     if not isinstance(handle, KeyGroupsHandle) or not is_heap_layout(handle):
         return proxy
     delegate = handle.delegate
+
+    def read(start: int, n: int) -> bytes:
+        if start + n <= len(head):
+            return head[start : start + n]
+        return bytes(resolver.read(delegate, start, n))
+
     try:
-        layout = layout_by_first_bytes(
-            handle, lambda start, n: bytes(resolver.read(delegate, start, n))
-        )
+        layout = layout_by_first_bytes(handle, read)
     except StatequeryError:
         return proxy  # reading reports it; the listing keeps what the handle says
     return proxy if layout is None else dataclasses.replace(proxy, layout=layout)
@@ -1060,6 +1098,7 @@ def _schema() -> pa.Schema:
             ("table_name", pa.string()),
             ("changelog_changes", pa.int64()),
             ("declared_ttl_ms", pa.int64()),
+            ("pickled_columns", pa.list_(pa.string())),
         ]
     )
 
@@ -1111,7 +1150,23 @@ def state_meta_table(
             rows["table_name"].append(s.table_name)
             rows["changelog_changes"].append(s.changes)
             rows["declared_ttl_ms"].append((declared_ttl or {}).get((op.operator_id, s.name)))
+            rows["pickled_columns"].append(_pickled_columns(s))
     return pa.Table.from_pydict(rows, schema=_schema())
+
+
+def _pickled_columns(state: StateInfo) -> list[str]:
+    """The columns of the state's rows that hold bytes (a PyFlink job's pickles, maybe): what a
+    ``pickled`` read renders. From the types only (no state data is read)."""
+    from statequery.arrow.schemas import state_schema
+    from statequery.pickled import pickled_columns
+
+    layout = state.layout
+    if not (layout.keyed or layout.kind in OPERATOR_KINDS):
+        return []
+    try:
+        return pickled_columns(state_schema(layout))
+    except StatequeryError:  # no rows to read (its reason says why)
+        return []
 
 
 STATE_META_COLUMNS = (
@@ -1140,4 +1195,5 @@ STATE_META_COLUMNS = (
     "table_name",
     "changelog_changes",
     "declared_ttl_ms",
+    "pickled_columns",
 )

@@ -354,18 +354,53 @@ def _passes(expr: Any, index: int) -> str | None:
         for b, other_null in zip(branches, reversed(nulls), strict=True):
             if b is not None and other_null:
                 return b
+        if _is_count_guard(ops[0], index) and nulls[1] and _value_ref(ops[1]) not in (None, index):
+            # CASE WHEN count > 0 THEN sum ELSE NULL: the count the planner's SUM (over an OVER
+            # window: COUNT and $SUM0) is guarded by
+            return "count"
         return None
     if op == "/" and len(ops) == 2:
         top, bottom = _passes(ops[0], index), _passes(ops[1], index)
         if top == "value" and bottom is None:
             return "sum"
-        if bottom == "value" and top is None:
+        if bottom == "value" and top in (None, "count"):
             return "count"
     return None
 
 
+def _value_ref(expr: Any) -> int | None:
+    """The input column ``expr`` is (possibly under CAST), else None."""
+    if not isinstance(expr, dict):
+        return None
+    if expr.get("kind") == "INPUT_REF":
+        index = expr.get("inputIndex")
+        return index if isinstance(index, int) else None
+    ops = expr.get("operands") or []
+    if expr.get("kind") == "CALL" and len(ops) == 1 and _function(
+            {"internalName": expr.get("internalName") or expr.get("syntax") or ""}) == "CAST":
+        return _value_ref(ops[0])
+    return None
+
+
+def _is_count_guard(expr: Any, index: int) -> bool:
+    """Whether ``expr`` is ``<column index> > 0``."""
+    if not isinstance(expr, dict) or expr.get("kind") != "CALL":
+        return False
+    ops = expr.get("operands") or []
+    op = _function({"internalName": expr.get("internalName") or expr.get("syntax") or ""})
+    return (op == ">" and len(ops) == 2 and _value_ref(ops[0]) == index
+            and isinstance(ops[1], dict) and ops[1].get("kind") == "LITERAL"
+            and ops[1].get("value") == 0)
+
+
 #: plan nodes passing their input's rows on unchanged (column for column)
 _PASS_THROUGH = ("exchange", "mini-batch-assigner", "watermark-assigner", "drop-update-before")
+
+
+def _planner_name(name: str) -> bool:
+    """A column the planner named: ``$f1``, ``$3``, an OVER aggregation's ``w0$o1``, or
+    Calcite's ``EXPR$13`` for a select item without an alias."""
+    return name.startswith("$") or re.match(r"^(w\d+\$o|EXPR\$)\d+$", name) is not None
 
 
 def query_name(plan: CompiledPlan, node: PlanNode, index: int, depth: int = 0) -> str | None:
@@ -374,7 +409,7 @@ def query_name(plan: CompiledPlan, node: PlanNode, index: int, depth: int = 0) -
     planner rebuilt from ``$SUM0``/``COUNT``) to the first name that is not the planner's, or to
     the sink's column. None when it is used several ways or not at all."""
     out = node.output
-    if index < len(out) and not out[index].startswith("$"):
+    if index < len(out) and not _planner_name(out[index]):
         return out[index]
     if depth > 8:
         return None
@@ -417,9 +452,32 @@ def query_name(plan: CompiledPlan, node: PlanNode, index: int, depth: int = 0) -
     return None
 
 
+def _over_calls(node: PlanNode) -> list[tuple[Any, bool]] | None:
+    """The aggregate calls of an OVER aggregation, over all its window groups in order, each
+    with whether it retracts (a bounded frame: rows leave it), or None for another node."""
+    if node.kind != "over-aggregate":
+        return None
+    groups = _fields(node.raw, "overSpec", "groups")
+    if not isinstance(groups, list):
+        return None
+    out: list[tuple[Any, bool]] = []
+    for g in groups:
+        if not isinstance(g, dict) or not isinstance(g.get("aggCalls"), list):
+            return None
+        bounded = _fields(g, "lowerBound", "kind") == "BOUNDED_WINDOW"
+        out.extend((c, bounded) for c in g["aggCalls"])
+    return out
+
+
 def _call_name(node: PlanNode, plan: CompiledPlan | None, i: int, call: Any) -> str:
     """Aggregate call ``i``'s name, else its output column (aggregates follow the grouping
     columns) or the query's name of it."""
+    if node.kind == "over-aggregate":
+        # an OVER aggregation appends its calls' results (named w0$o0, ...) to its input row
+        first = len(node.output) - len(_over_calls(node) or [])
+        q = query_name(plan, node, first + i) if plan is not None else None
+        if q is not None:
+            return q
     if isinstance(call, dict) and call.get("name"):
         return str(call["name"])
     grouping = node.raw.get("grouping")
@@ -444,9 +502,16 @@ def accumulator_layouts(node: PlanNode, plan: CompiledPlan | None = None
     query's through ``plan`` (:func:`query_name`). Empty when a call keeps a number of fields
     statequery does not know (a user-defined function)."""
     calls = node.raw.get("aggCalls")
+    retracts = node.raw.get("aggCallNeedRetractions")
+    need_retraction = bool(node.raw.get("needRetraction"))
+    over = _over_calls(node)
+    if over is not None:
+        # OVER: one handler for the calls of all window groups; a bounded frame retracts
+        calls = [c for c, _ in over]
+        retracts = [r for _, r in over]
+        need_retraction = any(retracts)
     if not isinstance(calls, list):
         return []
-    retracts = node.raw.get("aggCallNeedRetractions")
 
     def name(i: int, call: Any) -> str:
         return _call_name(node, plan, i, call)
@@ -457,7 +522,7 @@ def accumulator_layouts(node: PlanNode, plan: CompiledPlan | None = None
         n = name(i, c)
         fn = _function(c)
         retract = bool(retracts[i]) if isinstance(retracts, list) and i < len(retracts) else \
-            bool(node.raw.get("needRetraction"))
+            need_retraction
         multi = _MULTI_FIELD.get((fn, retract))
         if "." in n and n.rsplit(".", 1)[1] in ("sum", "count"):
             names.append(n)  # a SUM/COUNT the planner split an AVG into
@@ -475,7 +540,7 @@ def accumulator_layouts(node: PlanNode, plan: CompiledPlan | None = None
     # Flink counts the input rows in the query's own COUNT(*) when it has one
     count_star = any(isinstance(c, dict) and _function(c) == "COUNT" and c.get("argList") == []
                      and not c.get("distinct") for c in calls)
-    if node.raw.get("needRetraction"):
+    if need_retraction:
         return [without] if count_star else [with_count]
     if "window" in node.kind:
         return [without, with_count]
@@ -657,8 +722,8 @@ def _unnamed_accumulator(plan: CompiledPlan, node: PlanNode, spec: Any) -> str |
     fields = [f.name for f in spec.type.fields]
     if fields != [f"f{i}" for i in range(len(fields))]:
         return None
-    if not isinstance(node.raw.get("aggCalls"), list):
-        return None  # an OVER aggregation's accumulators: not named from the plan
+    if not isinstance(node.raw.get("aggCalls"), list) and _over_calls(node) is None:
+        return None
     layouts = accumulator_layouts(node, plan)
     if not layouts:
         return ("accumulator column names not taken from the compiled plan: an aggregate call "

@@ -49,6 +49,7 @@ __all__ = [
     "OperatorBackendProxy",
     "StateMetaInfo",
     "read_header",
+    "read_header_bytes",
     "read_keyed_proxy",
     "read_operator_proxy",
 ]
@@ -446,6 +447,18 @@ def read_header(
     Starts with ``prefix`` bytes and doubles while parsing runs off the end of the prefix (and
     the stream is longer), so a 100 MB state file costs a few KB.
     """
+    return read_header_bytes(resolver, handle, parse, prefix)[0]
+
+
+def read_header_bytes(
+    resolver: HandleResolver,
+    handle: StreamHandle,
+    parse: Callable[[Decoder], H],
+    prefix: int = HEADER_PREFIX,
+) -> tuple[H, bytes]:
+    """:func:`read_header`, and the stream's first bytes it read (at least the header; as many
+    as ``prefix`` when the stream holds them), for a caller that wants bytes right after the
+    header without a request of its own."""
     source = resolver.source_name(handle)
     total = resolver.stream_size(handle)
     size = min(prefix, total) if total else prefix
@@ -464,7 +477,7 @@ def read_header(
             # an unknown snapshot's resync may need bytes past the prefix
             size = min(size * 4, total, MAX_HEADER)
             continue
-        return result
+        return result, data
 
 
 def _ran_off(e: CorruptStateError, n: int) -> bool:

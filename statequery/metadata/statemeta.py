@@ -68,11 +68,13 @@ __all__ = [
     "HeaderInfo",
     "JobInfo",
     "JobVertex",
+    "KeptParts",
     "OperatorInfo",
     "StateInfo",
     "StateMeta",
     "dumps",
     "fingerprint",
+    "kept_parts",
     "loads",
     "operator_label",
     "read_snapshot",
@@ -706,8 +708,7 @@ class SnapshotVersionError(StatequeryError):
     for :meth:`Savepoint.open`)."""
 
 
-def loads(data: bytes, source: str = "StateMeta snapshot") -> StateMeta:
-    """Parse snapshot bytes. Raises :class:`CorruptStateError` or :class:`SnapshotVersionError`."""
+def _envelope(data: bytes, source: str) -> dict[Any, Any]:
     if len(data) > MAX_SNAPSHOT_BYTES:
         raise CorruptStateError(f"{len(data)} bytes is too large for a StateMeta snapshot", source)
     try:
@@ -716,11 +717,11 @@ def loads(data: bytes, source: str = "StateMeta snapshot") -> StateMeta:
         raise CorruptStateError(f"not a StateMeta snapshot: {e}", source) from e
     if not isinstance(envelope, dict) or envelope.get("magic") != MAGIC:
         raise CorruptStateError("not a StateMeta snapshot (no magic)", source)
-    version = envelope.get("format_version")
-    if version != FORMAT_VERSION:
-        raise SnapshotVersionError(
-            f"{source}: StateMeta snapshot format {version}, this statequery reads {FORMAT_VERSION}"
-        )
+    return envelope
+
+
+def _body(envelope: Mapping[Any, Any], source: str) -> dict[Any, Any]:
+    """The checksummed document of an envelope (format 3 and later)."""
     body, digest = envelope.get("body"), envelope.get("sha256")
     if not isinstance(body, bytes) or not isinstance(digest, str):
         raise CorruptStateError("StateMeta snapshot without a checksummed body", source)
@@ -734,6 +735,18 @@ def loads(data: bytes, source: str = "StateMeta snapshot") -> StateMeta:
         raise CorruptStateError(f"StateMeta snapshot body is not msgpack: {e}", source) from e
     if not isinstance(doc, dict):
         raise CorruptStateError("StateMeta snapshot body is not a map", source)
+    return doc
+
+
+def loads(data: bytes, source: str = "StateMeta snapshot") -> StateMeta:
+    """Parse snapshot bytes. Raises :class:`CorruptStateError` or :class:`SnapshotVersionError`."""
+    envelope = _envelope(data, source)
+    version = envelope.get("format_version")
+    if version != FORMAT_VERSION:
+        raise SnapshotVersionError(
+            f"{source}: StateMeta snapshot format {version}, this statequery reads {FORMAT_VERSION}"
+        )
+    doc = _body(envelope, source)
     try:
         return StateMeta(
             checkpoint_id=doc["checkpoint_id"],
@@ -769,6 +782,45 @@ def _job_from(d: Any) -> JobInfo | None:
     if not isinstance(d, dict):
         raise TypeError("the job section is not a map")
     return JobInfo.from_doc(d)
+
+
+@dataclass(frozen=True)
+class KeptParts:
+    """What a StateMeta snapshot holds that ``_metadata`` and the state-file headers cannot give
+    back, kept when the model is derived again (a snapshot of an older format, or
+    ``statequery snapshot`` rewriting one): the SQL plan attached with ``--plan`` and the job it
+    was captured from (``statequery capture``). The run index is derivable (``--index``)."""
+
+    format_version: int
+    plan: str | None = None
+    job: JobInfo | None = None
+
+
+def kept_parts(
+    data: bytes, metadata_bytes: bytes, source: str = "StateMeta snapshot"
+) -> KeptParts | None:
+    """The :class:`KeptParts` of snapshot bytes of this format or an older one (formats 1 and 2
+    are the document itself, unchecksummed; 3 and later a checksummed body), when the snapshot
+    was derived from exactly ``metadata_bytes``; None for a snapshot of another ``_metadata``
+    or of a newer format (its layout is unknown). A damaged snapshot is a
+    :class:`CorruptStateError`."""
+    envelope = _envelope(data, source)
+    version = envelope.get("format_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version > FORMAT_VERSION:
+        return None
+    doc = envelope if version <= 2 and "body" not in envelope else _body(envelope, source)
+    try:
+        recorded = doc["metadata"]
+        if (recorded["size"], recorded["sha256"]) != fingerprint(metadata_bytes):
+            return None
+        plan = doc.get("plan")
+        if plan is not None and not isinstance(plan, str):
+            raise TypeError(f"the plan is a {type(plan).__name__}, not JSON text")
+        return KeptParts(version, plan or None, _job_from(doc.get("job")))
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise CorruptStateError(
+            f"malformed StateMeta snapshot (format {version}): {type(e).__name__}: {e}", source
+        ) from e
 
 
 def read_snapshot(io: FileIO, location: str) -> StateMeta:

@@ -232,6 +232,14 @@ _register(
     _simple(lambda c: PrimitiveArraySpec(snapshot_class=c, element="string")),
 )
 
+# PyFlink process mode (flink-python): the map and broadcast state keys of the Python operators,
+# a byte[] in a ByteArrayWrapper, written as a byte[] is (int32 length + bytes); empty payload
+_register(
+    "org.apache.flink.streaming.api.utils.ByteArrayWrapperSerializer"
+    "$ByteArrayWrapperSerializerSnapshot",
+    _simple(lambda c: PrimitiveArraySpec(snapshot_class=c, element="byte")),
+)
+
 
 def _ns(name: str) -> SnapshotReader:
     return _simple(lambda c: NamespaceSpec(snapshot_class=c, name=name))

@@ -29,6 +29,9 @@ Options (case-insensitive):
 ``pushdown``                    ``auto``/``false`` (accepted, no effect); ``true`` is refused
 ``fingerprint``                 the SHA-256 of the ``_metadata`` the read must find (set by
                                 ``attach`` and by ``CREATE TABLE ... USING statequery``)
+``pickled``                     ``true``: a state table gets ``key_py``, ``user_key_py``,
+                                ``value_py`` (and ``*_py_reason``) after its bytes columns,
+                                PyFlink's pickles as JSON text (:mod:`statequery.pickled`)
 ==============================  ===================================================================
 
 Key pruning comes only from the options of a read (``key``, ``key_groups``), never from the
@@ -93,6 +96,7 @@ class ReadOptions:
     batch_size: int = 65536
     pushdown: str = "auto"
     fingerprint: str | None = None
+    pickled: bool = False
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -177,6 +181,8 @@ class ReadOptions:
             )
         if "key_groups" in values:
             parse_key_group_list(values["key_groups"])  # refuse a bad list when the read is set up
+        if "pickled" in values:
+            values["pickled"] = _flag("pickled", values["pickled"])
         return values
 
     def to_json(self) -> str:
@@ -347,7 +353,7 @@ class StatequeryDataSource(DataSource):
         values = ReadOptions.parse_values(self.given)  # each option checked when the read is set up
         # only per-query options (a query's WITH (...) on a persistent table): the rest of the
         # read comes from the table's schema in reader()
-        self.per_query_only = bool(values) and set(values) <= PER_QUERY_OPTIONS
+        self.per_query_only = bool(values) and set(values) <= PER_QUERY_OPTIONS | {"pickled"}
 
     def _given(self) -> ReadOptions:
         """The given options, complete (a DataFrame read, a temporary view), or an error."""
@@ -406,6 +412,8 @@ def _with_query_options(stored: ReadOptions, given: Mapping[str, str]) -> ReadOp
     is refused, never widened.
     """
     values = ReadOptions.parse_values(given)
+    if values.get("pickled", stored.pickled) != stored.pickled:
+        raise _per_query_error(stored, _pickled_refusal(stored))
     for name in ("key", "key_groups"):
         mine = getattr(stored, name)
         if name in values and mine is not None and values[name] != mine:
@@ -429,6 +437,8 @@ def _same_table(options: Mapping[str, str], stored: ReadOptions) -> ReadOptions:
         given = ReadOptions.parse(options)
     except InvalidOptionError as e:
         raise _per_query_error(stored, f"the options {shown} ({e})") from None
+    if given.pickled != stored.pickled:
+        raise _per_query_error(stored, _pickled_refusal(stored))
     for name in _WHAT_OPTIONS:
         mine, theirs = getattr(stored, name), getattr(given, name)
         if name == "table" and mine is not None and theirs is not None:
@@ -494,7 +504,7 @@ def _arrow_schema(opts: ReadOptions) -> pa.Schema:
     if table is not None:
         return spark_arrow_schema(table.schema)
     assert operator is not None and state is not None  # ReadOptions.parse ensures both
-    return spark_arrow_schema(schema_of(sp, operator, state, opts.mode))
+    return spark_arrow_schema(schema_of(sp, operator, state, opts.mode, opts.pickled))
 
 
 def _with_options(
@@ -598,6 +608,7 @@ class StatequeryReader(DataSourceReader):
             tasks = sp.plan(
                 operator, state, keys=self.keys, key_groups=self.key_groups,
                 mode=self.opts.mode, split=self.opts.key_groups_per_partition,
+                pickled=self.opts.pickled,
             )
         if self.keys is not None or self.key_groups is not None:
             _report_pruning(sp, operator, state, self.opts, tasks)
@@ -627,6 +638,25 @@ class StatequeryReader(DataSourceReader):
                     yield _cast(batch, self.arrow_schema)
         finally:
             io.close()
+
+
+def _flag(name: str, value: Any) -> bool:
+    text = str(value).strip().lower()
+    if text not in ("true", "false"):
+        raise InvalidOptionError(f"option {name} must be true or false, got {value!r}")
+    return text == "true"
+
+
+def _pickled_refusal(stored: ReadOptions) -> str:
+    """Why a query's ``pickled`` cannot differ from a persistent table's own: the ``*_py``
+    columns are part of the table's schema, which Spark keeps."""
+    return (
+        f"option pickled {'false' if stored.pickled else 'true'} differs from the table's own "
+        f"({str(stored.pickled).lower()}): the *_py columns are part of a table's schema. "
+        "Attach with `statequery attach --pickled` (or CREATE TABLE ... USING statequery "
+        "OPTIONS (..., pickled 'true')), or read spark.read.format('statequery')"
+        ".option('pickled', 'true')"
+    )
 
 
 def parse_key_group_list(text: str) -> set[int]:

@@ -54,6 +54,9 @@ class AttachPlan:
     fingerprint: str
     comment: str
     tables: list[tuple[str, str]] = field(default_factory=list)  # (table, comment)
+    #: the state tables created with the option pickled (``attach(pickled=True)``: those with
+    #: bytes columns, state_meta's pickled_columns)
+    pickled: set[str] = field(default_factory=set)
 
     def create_database(self) -> str:
         props = {
@@ -71,6 +74,8 @@ class AttachPlan:
         out = []
         for table, comment in self.tables:
             options = {"path": self.location, "table": table, "fingerprint": self.fingerprint}
+            if table in self.pickled:
+                options["pickled"] = "true"
             out.append(
                 f"CREATE TABLE {quote_identifier(self.database)}.{quote_identifier(table)} "
                 "USING statequery OPTIONS ("
@@ -84,7 +89,7 @@ class AttachPlan:
         return (drop if replace else []) + [self.create_database(), *self.create_tables()]
 
 
-def _plan_one(sp: Savepoint, database: str) -> AttachPlan:
+def _plan_one(sp: Savepoint, database: str, pickled: bool = False) -> AttachPlan:
     what = sp.snapshot_type
     details = [f"checkpoint {sp.checkpoint_id}"]
     if sp.format:
@@ -102,6 +107,8 @@ def _plan_one(sp: Savepoint, database: str) -> AttachPlan:
         if row["kind"] == "raw":
             continue  # an operator's own raw bytes: a state_meta row (size, reason), no rows
         plan.tables.append((str(row["table_name"]), state_comment(row)))
+        if pickled and row["pickled_columns"]:
+            plan.pickled.add(str(row["table_name"]))
     for name, operator_id in sp.operator_tables().items():
         op = sp.operator(operator_id)
         plan.tables.append(
@@ -151,8 +158,12 @@ def state_comment(row: dict[str, Any]) -> str:
     return text
 
 
-def attach_plans(path_or_uri: str, database: str | None = None) -> list[AttachPlan]:
+def attach_plans(
+    path_or_uri: str, database: str | None = None, pickled: bool = False
+) -> list[AttachPlan]:
     """The databases attaching ``path_or_uri`` creates: one savepoint, or each of a catalog's.
+    ``pickled``: the state tables with bytes columns get the ``*_py`` columns (the option
+    ``pickled``: PyFlink's pickles as JSON text).
 
     A folder that holds a ``_metadata`` (or resolves to one, as a checkpoint folder does) is one
     savepoint; a folder of savepoint folders is a catalog and attaches every database in it.
@@ -175,7 +186,7 @@ def attach_plans(path_or_uri: str, database: str | None = None) -> list[AttachPl
     if is_savepoint:
         sp = statequery.open(location)
         name = database or sql_identifier(location.rstrip("/").rsplit("/", 1)[-1])
-        plans.append(_plan_one(sp, name))
+        plans.append(_plan_one(sp, name, pickled))
     else:
         cat = Catalog(location)
         dbs = cat.databases()
@@ -187,7 +198,7 @@ def attach_plans(path_or_uri: str, database: str | None = None) -> list[AttachPl
                     f"{path_or_uri} is neither a savepoint nor a folder of savepoints"
                 ) from None
             name = database or sql_identifier(location.rsplit("/", 1)[-1])
-            plans.append(_plan_one(sp, name))
+            plans.append(_plan_one(sp, name, pickled))
         else:
             if database is not None and len(dbs) > 1:
                 raise InvalidOptionError(
@@ -195,7 +206,7 @@ def attach_plans(path_or_uri: str, database: str | None = None) -> list[AttachPl
                     "can be given only when attaching one savepoint"
                 )
             for db in dbs:
-                plans.append(_plan_one(cat.savepoint(db), database or sql_identifier(db)))
+                plans.append(_plan_one(cat.savepoint(db), database or sql_identifier(db), pickled))
     seen: dict[str, str] = {}
     for plan in plans:
         if not re.fullmatch(r"[A-Za-z0-9_]+", plan.database):
@@ -246,6 +257,7 @@ def attach(
     database: str | None = None,
     replace: bool = False,
     keep_unchanged: bool = False,
+    pickled: bool = False,
 ) -> list[str]:
     """Attach a savepoint (or every savepoint of a catalog folder) to ``spark``'s catalog.
 
@@ -254,7 +266,7 @@ def attach(
     ``keep_unchanged``, a database already attached to the same location and ``_metadata``
     fingerprint is kept as it is (what ``statequery shell`` does at every start).
     """
-    plans = attach_plans(path_or_uri, database)
+    plans = attach_plans(path_or_uri, database, pickled)
     todo = []
     for plan in plans:
         drop = False

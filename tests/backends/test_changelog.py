@@ -15,7 +15,11 @@ directory, ``<job-id>/dstl/``), the DataStream fixture job (docs/fixtures.md):
   (``state.changelog.dstl.dfs.compression.enabled``), no base;
 * ``changelog-ops-{hashmap,rocksdb}-checkpoint``: the changes the fixture job never makes
   (``ChangelogOps.java``): clears, map-key and timer removals, list replacement, merging session
-  windows.
+  windows;
+* ``changelog-ttl-{hashmap,rocksdb}-checkpoint``: TTL'd value, list and map state (a
+  Java-serialized ``StateTtlConfig`` in each metadata record) and window contents in a POJO
+  window namespace (variable length: length-suffixed RocksDB composite keys), a base and a
+  non-empty log (``ChangelogTtl.java``).
 
 Every keyed entry must equal the fixture model (``expected/<name>.jsonl``, computed from the
 job's input) on both decode paths; ``state_meta`` lists every state with the changes applied.
@@ -127,6 +131,8 @@ def test_clears_removals_and_merges_equal_flinks_restore(name: str, decode_path:
     "changelog-rocksdb-checkpoint",
     "changelog-hashmap-memory-checkpoint",
     "changelog-hashmap-snappy-checkpoint",
+    "changelog-ttl-hashmap-checkpoint",
+    "changelog-ttl-rocksdb-checkpoint",
 ]))
 def test_every_state_flink_restores_is_listed(name: str) -> None:
     dumped = {
@@ -241,3 +247,185 @@ def test_operator_state_beside_the_change_log_reads_as_the_job_wrote_it() -> Non
                         for e in state_entries(sp.read(s), s.kind, s.name, op.uid,
                                                op.operator_id, False)]
     assert want and sorted(got) == want
+
+
+# -- TTL'd state and variable-length namespaces (ChangelogTtl.java) ----------------------------
+
+TTL_FIXTURES = ["changelog-ttl-hashmap-checkpoint", "changelog-ttl-rocksdb-checkpoint"]
+TTL_UIDS = ("ttl", "labels")
+
+
+@pytest.mark.parametrize("name", TTL_FIXTURES)
+def test_ttl_state_and_pojo_windows_equal_flinks_restore(name: str, decode_path: str) -> None:
+    # ttl-count/-list/-map: TTL'd value, list and map state (a Java-serialized StateTtlConfig
+    # in each metadata record); labels: window contents in a POJO namespace (on RocksDB the
+    # base's composite keys carry length suffixes after the key and the namespace)
+    sp = _open(name)
+    got = []
+    for op in sp.operators:
+        if op.uid not in TTL_UIDS:
+            continue
+        for s in op.states:
+            got += [canonical(e) for e in state_entries(
+                sp.read(s), s.kind, s.name, op.uid, op.operator_id, key_group=False)]
+    dump = _expected(name, "dump", TTL_UIDS)
+    assert len(dump) == 20 + 17 + 71 + 80
+    assert sorted(got) == dump
+    # the model (last_access: processing time, any) covers the ttl operator
+    from entries import mask_any
+
+    model = [json.loads(m) for m in _expected(name, "expected", ("ttl",))]
+    assert len(model) == 108
+    mine = [json.loads(g) for g in got if json.loads(g)["operator_uid"] == "ttl"]
+    assert sorted(canonical(e) for e in mask_any(mine, model)) == sorted(map(canonical, model))
+    # both parts of the checkpoint hold these states: the base and a non-empty change log
+    rows = {r["state_name"]: r for r in sp.state_meta().to_pylist()
+            if r["operator_uid"] in TTL_UIDS}
+    for state in ("ttl-count", "ttl-list", "ttl-map", "window-contents"):
+        assert rows[state]["decodable"] and rows[state]["changelog_changes"] > 0, state
+
+
+def test_ttl_state_reads_as_on_the_plain_backends() -> None:
+    # the same columns as TTL state of a hashmap or RocksDB savepoint (value + last_access)
+    plain = statequery.open(str(FIXTURES / next(
+        r for r in load_manifest()["fixtures"] if r["name"] == "ttl-kryo-hashmap-canonical"
+    )["path"]), use_snapshot=False)
+    for name in TTL_FIXTURES:
+        sp = _open(name)
+        for state in ("ttl-count", "ttl-list", "ttl-map"):
+            got = sp.read("ttl", state).schema
+            want = plain.read("ttl-kryo-state", state).schema
+            assert got.names == want.names and got.types == want.types, (name, state)
+
+
+def _metadata_records(name: str) -> dict[str, bytes]:
+    """state name -> its first METADATA record in the fixture's change-log files."""
+    from statequery.decoder import Decoder
+    from statequery.metadata.changelog import METADATA
+    from statequery.metadata.proxy import _read_state_meta
+
+    out: dict[str, bytes] = {}
+    root = FIXTURES / _record(name)["path"].split("/")[0]
+    for path in sorted(p for p in root.rglob("*") if p.parent.name == "dstl"):
+        data = path.read_bytes()[1:]
+        pos = 0
+        while pos < len(data):
+            d = Decoder(data, source=str(path))
+            d.pos = pos
+            for _ in range(d.read_int()):
+                n, _kg = d.read_int(), d.read_int()
+                for _ in range(n):
+                    change = d.read_bytes(d.read_int())
+                    if change[0] == METADATA:
+                        m = Decoder(change, source=str(path))
+                        m.pos = 5
+                        out.setdefault(_read_state_meta(m, 0).name, change)
+            pos = d.pos
+    return out
+
+
+def test_the_java_serialized_ttl_configs() -> None:
+    from statequery.decoder import Decoder
+    from statequery.metadata.changelog import _metadata_record
+
+    records = _metadata_records("changelog-ttl-hashmap-checkpoint")
+    got = {}
+    for state in ("ttl-count", "ttl-list", "ttl-map", "window-contents"):
+        d = Decoder(records[state], source=state)
+        d.pos = 1
+        meta, _sid, ttl = _metadata_record(d)
+        assert meta.name == state and d.pos == len(records[state])
+        got[state] = ttl
+    day = 86_400_000
+    assert got["window-contents"] is None
+    c, lst, m = got["ttl-count"], got["ttl-list"], got["ttl-map"]
+    assert (c.ttl_ms, c.update_type, c.visibility, c.time_characteristic, c.cleanup) == (
+        365 * day, "OnCreateAndWrite", "NeverReturnExpired", "ProcessingTime",
+        ("FULL_STATE_SCAN_SNAPSHOT",))
+    assert (lst.ttl_ms, lst.update_type, lst.visibility, lst.cleanup) == (
+        365 * day, "OnReadAndWrite", "ReturnExpiredIfNotCleanedUp", ("INCREMENTAL_CLEANUP",))
+    assert (m.ttl_ms, m.update_type, m.visibility, m.cleanup) == (
+        30 * day, "OnCreateAndWrite", "NeverReturnExpired", ("ROCKSDB_COMPACTION_FILTER",))
+    assert all(t.cleanup_in_background for t in (c, lst, m))
+
+
+def test_a_cut_or_altered_ttl_config_is_a_typed_error() -> None:
+    # every truncation and every single-byte change of a record: a typed error or a parse,
+    # never another exception (the reader is bounded: no recursion or allocation runs away)
+    from statequery.decoder import Decoder
+    from statequery.exceptions import CorruptStateError, UnsupportedFormatError
+    from statequery.metadata.changelog import _metadata_record
+
+    record = _metadata_records("changelog-ttl-hashmap-checkpoint")["ttl-map"]
+    variants = [record[:n] for n in range(len(record))]
+    variants += [record[:i] + bytes([record[i] ^ 0xFF]) + record[i + 1:]
+                 for i in range(0, len(record), 3)]
+    typed = 0
+    for v in variants:
+        d = Decoder(v, source="record")
+        d.pos = 1
+        try:
+            _metadata_record(d)
+        except (CorruptStateError, UnsupportedFormatError):
+            typed += 1
+    assert typed >= len(record)  # every truncation fails
+
+
+def test_the_java_serialization_reader_is_bounded() -> None:
+    # crafted streams: class descriptors nested 200 deep, a reference to a handle never made,
+    # a string of 2^40 bytes, an exception record: typed errors (no RecursionError, no
+    # allocation from a length)
+    import struct as _struct
+
+    from statequery.decoder import Decoder
+    from statequery.exceptions import CorruptStateError, UnsupportedFormatError
+    from statequery.metadata.javaser import read_object
+
+    desc = b"\x72\x00\x01A" + bytes(8) + b"\x02\x00\x00\x78"
+    cases = {
+        "deeper than": b"\xac\xed\x00\x05\x73" + desc * 200 + b"\x70",
+        "unknown handle": b"\xac\xed\x00\x05\x71\x00\x7e\x00\x05",
+        "string of": b"\xac\xed\x00\x05\x7c" + _struct.pack(">q", 1 << 40) + b"x",
+        "exception record": b"\xac\xed\x00\x05\x7b",
+        "no 0xACED": b"\xac\xee\x00\x05\x70",
+    }
+    for what, data in cases.items():
+        with pytest.raises((CorruptStateError, UnsupportedFormatError), match=what):
+            read_object(Decoder(data, source="crafted"))
+    # ... and a well-formed one: an object of a class with an int and a String field
+    obj = read_object(Decoder(
+        b"\xac\xed\x00\x05\x73\x72\x00\x01P" + bytes(8) + b"\x02\x00\x02I\x00\x01nL\x00\x01s"
+        b"\x74\x00\x12Ljava/lang/String;\x78\x70" + _struct.pack(">i", -7) + b"\x74\x00\x02hi",
+        source="crafted"))
+    assert (obj.class_name, obj.fields) == ("P", {"n": -7, "s": "hi"})
+
+
+def test_a_base_key_group_with_another_id_is_named(tmp_path: Path, decode_path: str) -> None:
+    # the materialized hashmap base is walked by the hashmap reader's own key-group iterator
+    # (HeapKeyGroupStream.key_group_bytes): a key group starting with another id is the same
+    # typed error, naming the base's file and the key group's offset
+    import shutil
+    import struct
+
+    from statequery.exceptions import CorruptStateError
+    from statequery.metadata.handles import KeyGroupsHandle
+
+    src = FIXTURES / _record("changelog-hashmap-checkpoint")["path"].split("/")[0]
+    shutil.copytree(src, tmp_path / "c")
+    path = next((tmp_path / "c").glob("*/chk-*"))
+    sp = statequery.open(str(path), use_snapshot=False)
+    handle = sp.operator("user-state").subtasks[0].keyed_handle
+    base = next(b for b in handle.materialized if isinstance(b, KeyGroupsHandle))
+    assert base.start_key_group == 0
+    offset = base.offsets[1]  # key group 1
+    name = base.delegate.path.rsplit("/", 1)[1]
+    file = next(p for p in (tmp_path / "c").rglob(name))
+    data = bytearray(file.read_bytes())
+    assert struct.unpack_from(">i", data, offset)[0] == 1
+    struct.pack_into(">i", data, offset, 99)
+    file.write_bytes(bytes(data))
+    sp = statequery.open(str(path), use_snapshot=False)
+    with pytest.raises(CorruptStateError) as e:
+        sp.read("user-state", "count")
+    assert "key group 1 starts with key group id 99" in str(e.value)
+    assert name in str(e.value) and str(offset) in str(e.value)

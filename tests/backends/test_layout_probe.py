@@ -85,3 +85,54 @@ def test_key_group_zero_alone_is_walked(name: str) -> None:
         break
     else:
         pytest.fail("no handle starts at key group 0")
+
+
+def _keyed_file_reads(name: str) -> tuple[dict[int, int], dict[int, str | None]]:
+    """Listing ``name`` from its bytes: the ranged reads (requests less opens) of each keyed
+    state file, by the start key group of its handle, and the layout each header recorded."""
+    import statequery
+    from statequery.io import FileIO
+
+    io = FileIO({})
+    try:
+        sp = statequery.open(str(fixture_dir(name)), io=io, use_snapshot=False, max_workers=1)
+        sp.state_meta()
+        reads, layouts = {}, {}
+        for op in sp.meta.operators:
+            for st in op.subtasks:
+                h = st.keyed_handle
+                if isinstance(h, KeyGroupsHandle) and is_heap_layout(h):
+                    loc = sp.resolver.location(h.delegate)
+                    reads[h.start_key_group] = io.stats.requests[loc] - io.stats.opens[loc]
+                    layouts[h.start_key_group] = st.keyed_header.layout
+        return reads, layouts
+    finally:
+        io.close()
+
+
+@pytest.mark.parametrize(
+    ("name", "layout"),
+    [
+        ("v1.15-datastream-rocksdb-full-checkpoint-maxpar6", "canonical"),
+        ("datastream-hashmap-checkpoint", "heap"),
+        ("datastream-hashmap-checkpoint-snappy", "heap"),
+    ],
+)
+def test_the_probe_rides_on_the_header_read(
+    name: str, layout: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At listing, the 4 bytes that decide come with the header's read: one ranged read per
+    keyed state file. Those of a handle not starting at key group 0 follow the header, so they
+    come with it even when nothing past the header may be read (``PROBE_SLACK`` 0); a handle
+    starting at key group 0 then reads them on their own (key group 0 lies between)."""
+    import statequery.metadata.model as model
+
+    reads, layouts = _keyed_file_reads(name)
+    assert len(reads) >= 2 and 0 in reads and any(kg != 0 for kg in reads)
+    assert reads == dict.fromkeys(reads, 1)
+    assert layouts == dict.fromkeys(reads, layout)
+
+    monkeypatch.setattr(model, "PROBE_SLACK", 0)
+    reads, layouts = _keyed_file_reads(name)
+    assert reads == {kg: 2 if kg == 0 else 1 for kg in reads}
+    assert layouts == dict.fromkeys(reads, layout)

@@ -85,3 +85,41 @@ def test_typed_key_options(spark) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(PySparkException) as e:
         _read_table(spark, "groupaggregate_12__accstate", "19723").collect()
     assert "InvalidKeyError" in str(e.value) and "not a day number" in str(e.value)
+
+
+def test_pickled_option(spark) -> None:  # type: ignore[no-untyped-def]
+    """The option ``pickled``: a DataFrame read, a table created as ``attach --pickled`` creates
+    it, and a query's ``WITH ('pickled' = ...)`` (which must agree with the table's own)."""
+    import json
+
+    from pyspark.errors import PySparkException
+
+    from statequery.spark.catalog import attach_plans
+    from tests.conftest import fixture_dir
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "flink-jobs"))
+    import pyflink_model as pm
+
+    path = str(fixture_dir("pyflink-thread-hashmap-canonical"))
+    df = (spark.read.format("statequery").option("table", "py_pickled__pair_count")
+          .option("pickled", "true").load(path))
+    assert df.columns == ["key_group", "key", "key_py", "key_py_reason", "namespace", "value"]
+    got = {tuple(json.loads(r[0])): r[1] for r in df.select("key_py", "value").collect()}
+    assert got == pm.pair_counts()
+
+    [plan] = attach_plans(path, "pyt_pickled", pickled=True)
+    made = {s.split("`.`", 1)[1].split("`", 1)[0]: s for s in plan.create_tables()}
+    assert "pickled 'true'" in made["py_pickled__pair_count"]
+    assert "pickled 'true'" not in made["py_typed__count"] + made["state_meta"]
+    spark.sql(plan.create_database())
+    try:
+        for table in ("py_pickled__pair_count", "py_typed__count"):
+            spark.sql(made[table])
+        rows = spark.sql("SELECT key_py FROM pyt_pickled.py_pickled__pair_count "
+                         "WITH ('pickled' = 'true', 'key_groups' = '5')").collect()
+        assert sorted(json.loads(r[0])[1] for r in rows) == [0]
+        with pytest.raises(PySparkException, match="attach --pickled"):
+            spark.sql("SELECT * FROM pyt_pickled.py_typed__count "
+                      "WITH ('pickled' = 'true')").collect()
+    finally:
+        spark.sql("DROP DATABASE pyt_pickled CASCADE")

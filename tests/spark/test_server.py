@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -139,14 +142,14 @@ spark.stop()
 
 
 def test_pyspark_connect_client_while_a_jdbc_shell_runs(server: dict[str, Any]) -> None:
-    """A notebook's client (``SparkSession.builder.remote``) and the shell (beeline on the
-    Thrift server) at the same time, on one server."""
+    """A notebook's client (``SparkSession.builder.remote``) and ``shell --beeline`` (beeline
+    on the Thrift server) at the same time, on one server."""
     info, env, tmp = server["info"], server["env"], server["tmp"]
     notebook = subprocess.Popen(
         [sys.executable, "-W", "ignore", "-c", _NOTEBOOK, info["connect"], KEY_QUERY],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp,
     )
-    shell = _run(["shell", "-S", "-e", f"SHOW DATABASES; {KEY_QUERY}"], env, tmp)
+    shell = _run(["shell", "--beeline", "-S", "-e", f"SHOW DATABASES; {KEY_QUERY}"], env, tmp)
     out, err = notebook.communicate(timeout=600)
     assert shell.returncode == 0, shell.stderr[-3000:]
     lines = [ln for ln in shell.stdout.splitlines() if ln.strip()]
@@ -157,3 +160,213 @@ def test_pyspark_connect_client_while_a_jdbc_shell_runs(server: dict[str, Any]) 
     count = statequery.open(str(REPO / "catalog" / "user_activity")).read("user_state__count")
     assert json.loads(out) == {"one": [{"key": "user-3", "value": 10}], "total": count.num_rows,
                                "three": [10]}
+
+
+#: a statement of every kind of value, over several lines, with a ``;`` in a string and in a
+#: comment; its line is what spark-sql 4.3 (``statequery shell -S -f`` without a server)
+#: printed for it, byte for byte
+_VALUES = """
+SELECT NULL AS n, 1.5D, 1e10D, CAST(1.10 AS DECIMAL(5,2)), array(1,2), map('b',1,'a',2),
+  named_struct('x',1,'y','s'), DATE'2024-01-02', TIMESTAMP'2024-01-02 03:04:05.5', true, X'6869',
+  1.5F, array(NULL), CAST(3 AS TINYINT), 0.0001D, TIMESTAMP_NTZ'2024-01-02 03:04:05',
+  0.1F, CAST(3.4e38 AS FLOAT), CAST('NaN' AS DOUBLE), -0.0D, 123456789.125D,
+  map(1, array(named_struct('a', CAST(NULL AS STRING)))), 'a;b' AS semi -- a ; in a comment
+;"""
+_VALUES_LINE = (
+    'NULL\t1.5\t1.0E10\t1.10\t[1,2]\t{"a":2,"b":1}\t{"x":1,"y":"s"}\t2024-01-02\t'
+    "2024-01-02 03:04:05.5\ttrue\thi\t1.5\t[null]\t3\t1.0E-4\t2024-01-02 03:04:05\t0.1\t3.4E38\t"
+    'NaN\t-0.0\t1.23456789125E8\t{1:[{"a":null}]}\ta;b'
+)
+_DATABASES = ["default", "user_activity", "user_activity_rocksdb", "word_counts"]
+
+
+def test_shell_e_and_f_print_what_spark_sql_prints(server: dict[str, Any]) -> None:
+    """``shell -e`` and ``-f`` on the server go through Spark Connect (no beeline, no JVM) and
+    print what spark-sql prints: rows as tab-separated lines, no header."""
+    env, tmp = server["env"], server["tmp"]
+    started = time.monotonic()
+    shell = _run(["shell", "-S", "-e", f"SHOW DATABASES; {KEY_QUERY}"], env, tmp)
+    took = time.monotonic() - started
+    assert shell.returncode == 0, shell.stderr[-3000:]
+    assert shell.stdout.splitlines() == [*_DATABASES, "user-3\t10"]
+    assert shell.stderr == ""  # -S: nothing but the results; beeline would say more
+    assert took < 60
+
+    # without -S: spark-sql's timing line for each statement, on standard error
+    timed = _run(["shell", "-e", "SHOW DATABASES"], env, tmp)
+    assert timed.returncode == 0, timed.stderr[-3000:]
+    assert timed.stdout.splitlines() == _DATABASES
+    assert timed.stderr.startswith("Time taken: ")
+    assert timed.stderr.rstrip().endswith(" seconds, Fetched 4 row(s)")
+
+    script = tmp / "script.sql"
+    script.write_text(
+        _VALUES + "\n-- the session keeps its database\nUSE user_activity;\nSHOW TABLES;\n"
+        "DESCRIBE user_state__count;\n"
+        "SELECT key, value FROM user_state__count WHERE key IN ('user-3', 'user-1') ORDER BY key"
+    )
+    ran = _run(["shell", "-S", "-f", str(script)], env, tmp)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    lines = ran.stdout.splitlines()
+    assert lines[0] == _VALUES_LINE
+    listed = _run(["sql", "--spark", "--json", "SHOW TABLES IN user_activity"], env, tmp)
+    names = [json.loads(ln)["tableName"] for ln in listed.stdout.splitlines()]
+    assert {"state_meta", "user_state__count", "window_agg"} <= set(names)
+    assert lines[1:1 + len(names)] == names  # SHOW TABLES: the names only
+    described = lines[1 + len(names):-2]
+    assert [ln.split("\t")[:2] for ln in described] == [
+        [f"{name:<20}", f"{kind:<20}"] for name, kind in (
+            ("key_group", "int"), ("key", "string"), ("namespace", "string"),
+            ("value", "bigint"))
+    ]
+    count = statequery.open(str(REPO / "catalog" / "user_activity")).read("user_state__count")
+    values = dict(zip(count.column("key").to_pylist(), count.column("value").to_pylist(),
+                      strict=True))
+    assert lines[-2:] == [f"user-1\t{values['user-1']}", f"user-3\t{values['user-3']}"]
+
+    # --database, and the statements of a standard input that is not a terminal
+    piped = subprocess.run(
+        [*CLI, "shell", "-S", "--database", "word_counts"], input="SELECT current_database();\n",
+        capture_output=True, text=True, timeout=300, env=env, cwd=tmp,
+    )
+    assert piped.returncode == 0, piped.stderr[-3000:]
+    assert piped.stdout == "word_counts\n" and piped.stderr == ""
+
+
+def test_shell_e_stops_at_an_error_in_one_line(server: dict[str, Any]) -> None:
+    env, tmp = server["env"], server["tmp"]
+    bad = _run(["shell", "-S", "-e", "SELECT 1; SELECT * FROM user_activity.nope; SELECT 2"],
+               env, tmp)
+    assert bad.returncode == 1
+    assert bad.stdout == "1\n"  # the statement after the error does not run
+    assert bad.stderr.startswith("statequery: [TABLE_OR_VIEW_NOT_FOUND] ")
+    assert len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
+    # statequery's own error, raised by the data source in the server's Python worker
+    refused = _run(["shell", "-S", "-e",
+                    "SELECT count(*) FROM user_activity.state_meta WITH ('key' = 'x')"], env, tmp)
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (
+        "statequery: the state_meta table has no keys: the options key and key_groups apply "
+        "to state tables and operator tables"
+    )
+    extra = _run(["shell", "-e", "SELECT 1", "--", "--hiveconf", "x=y"], env, tmp)
+    assert extra.returncode == 1
+    assert extra.stderr.strip() == (
+        "statequery: --hiveconf x=y: arguments after -- are for spark-sql (no server) or "
+        "beeline (statequery shell --beeline -- ...)"
+    )
+
+
+def _tmux(*args: str) -> str:
+    return subprocess.run(["tmux", *args], capture_output=True, text=True, check=True).stdout
+
+
+def _type(session: str, text: str, enter: bool = True) -> None:
+    """Type ``text`` as hexadecimal key codes (tmux would take a trailing ``;`` for its own)."""
+    _tmux("send-keys", "-t", session, "-H", *(f"{b:02x}" for b in text.encode()))
+    if enter:
+        _tmux("send-keys", "-t", session, "Enter")
+
+
+def _screen(session: str) -> str:
+    return _tmux("capture-pane", "-p", "-J", "-S", "-2000", "-t", session)
+
+
+def _wait_for(session: str, predicate: Callable[[str], bool], timeout: float = 120) -> str:
+    deadline = time.monotonic() + timeout
+    screen = ""
+    while time.monotonic() < deadline:
+        screen = _screen(session)
+        if predicate(screen):
+            return screen
+        time.sleep(0.2)
+    raise AssertionError(f"timed out; the screen:\n{screen[-4000:]}")
+
+
+def _prompts(screen: str) -> int:
+    return sum(1 for ln in screen.splitlines() if ln.startswith("statequery ("))
+
+
+def _cells(screen: str) -> list[list[str]]:
+    """The rows of the tables on the screen (rich's box lines), as their cells."""
+    return [[c.strip() for c in ln.strip().strip("│").split("│")]
+            for ln in screen.splitlines() if ln.startswith("│")]
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (apt-get install tmux)")
+def test_shell_interactive_on_connect(server: dict[str, Any]) -> None:
+    """The shell in a terminal: -i, tables drawn, a statement over three lines, USE, an error
+    in one line, Ctrl-C of a long statement (the server stops it) and of a half-typed line,
+    Ctrl-D; the history keeps the statements."""
+    env, tmp = server["env"], server["tmp"]
+    history = tmp / "history"
+    init = tmp / "init.sql"
+    init.write_text("USE word_counts;\n")
+    session = f"sq-{uuid.uuid4().hex[:8]}"
+    script = tmp / "shell.sh"
+    variables = dict(STATEQUERY_SPARK_DIR=env["STATEQUERY_SPARK_DIR"],
+                     STATEQUERY_SHELL_HISTORY=str(history),
+                     PYTHONPATH=env.get("PYTHONPATH", ""))
+    script.write_text(
+        # the Ctrl-C the test presses goes to this script too: it goes on (with Python's own
+        # handler, not an ignored signal, for the shell)
+        "#!/bin/sh\ntrap : INT\n" + " ".join(f"{k}='{v}'" for k, v in variables.items())
+        + f" {sys.executable} -m statequery.cli shell -i {init} 2>&1\necho SHELL-EXIT=$?\n"
+        "sleep 600\n"
+    )
+    script.chmod(0o755)
+    started = time.monotonic()
+    _tmux("new-session", "-d", "-s", session, "-x", "200", "-y", "60", "-c", str(tmp),
+          str(script))
+    try:
+        screen = _wait_for(session, lambda s: _prompts(s) >= 1, 60)
+        opened = time.monotonic() - started
+        assert "statequery (word_counts)> " in screen  # -i ran first
+        assert opened < 30, opened  # no JVM starts (beeline: seconds more)
+
+        _type(session, "SHOW DATABASES;")
+        screen = _wait_for(session, lambda s: _prompts(s) >= 2)
+        assert _cells(screen) == [[d] for d in _DATABASES]
+        assert "4 rows in " in screen
+
+        _type(session, "SELECT key, value")
+        _type(session, "  FROM user_activity.user_state__count")
+        _type(session, "  WHERE key = 'user-3';")
+        screen = _wait_for(session, lambda s: _prompts(s) >= 3)
+        assert ["user-3", "10"] in _cells(screen)
+
+        _type(session, "USE user_activity;")
+        screen = _wait_for(session, lambda s: "statequery (user_activity)> " in s)
+        _type(session, "SELECT * FROM nope;")
+        screen = _wait_for(session, lambda s: _prompts(s) >= 5)
+        errors = [ln for ln in screen.splitlines() if ln.startswith("Error: ")]
+        assert len(errors) == 1 and "Traceback" not in screen
+        assert errors[0].startswith("Error: [TABLE_OR_VIEW_NOT_FOUND] The table or view `nope`")
+
+        # Ctrl-C of a statement that would run for minutes: the server stops it
+        _type(session, "SELECT sum(id % 7) FROM range(0, 1000000000000);")
+        time.sleep(3)
+        assert _prompts(_screen(session)) == 5  # still running
+        pressed = time.monotonic()
+        _tmux("send-keys", "-t", session, "C-c")
+        screen = _wait_for(session, lambda s: _prompts(s) >= 6, 60)
+        assert time.monotonic() - pressed < 30
+        assert "Interrupted: the server stopped the statement" in screen
+
+        # Ctrl-C of a half-typed statement drops it
+        _type(session, "SELECT 1,")
+        _wait_for(session, lambda s: s.rstrip().splitlines()[-1].strip() == ">")  # goes on
+        _tmux("send-keys", "-t", session, "C-c")
+        _type(session, "SELECT 41 + 1 AS answer;")
+        screen = _wait_for(session, lambda s: ["42"] in _cells(s))
+        assert _cells(screen)[-1] == ["42"] and "┃ answer ┃" in screen
+
+        _tmux("send-keys", "-t", session, "C-d")
+        screen = _wait_for(session, lambda s: "SHELL-EXIT=" in s, 60)
+        assert "SHELL-EXIT=0" in screen
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+    kept = history.read_text().splitlines()
+    assert "SELECT key, value FROM user_activity.user_state__count WHERE key = 'user-3';" \
+        in kept
+    assert "USE user_activity;" in kept and "SELECT 41 + 1 AS answer;" in kept
