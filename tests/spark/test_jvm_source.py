@@ -34,7 +34,7 @@ class PythonPath(StatequeryDataSource):
 
 
 @pytest.fixture(scope="module")
-def spark():  # type: ignore[no-untyped-def]
+def spark(tmp_path_factory):  # type: ignore[no-untyped-def]
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
@@ -50,6 +50,7 @@ def spark():  # type: ignore[no-untyped-def]
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.jars", jar)
         .config("spark.statequery.python", sys.executable)
+        .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
         .getOrCreate()
     )
     from pyspark import cloudpickle
@@ -104,6 +105,23 @@ def test_the_jvm_path_is_columnar_and_prunes_columns(spark) -> None:  # type: ig
     assert df.where("value > 0").count() == 20
     assert len(df.limit(3).collect()) == 3  # a reader closed early gives its worker back
     assert df.count() == 20
+
+
+def test_persistent_table_takes_the_jvm_path(spark) -> None:  # type: ignore[no-untyped-def]
+    """``USING statequery`` (what ``statequery attach`` creates) with the same SQL: the JVM
+    class, also with a query's ``WITH ('key' = ...)``."""
+    path = str(fixture_dir(CANONICAL))
+    spark.sql(f"CREATE TABLE jvm_count USING statequery OPTIONS (path '{path}', "
+              "table 'user_state__count')")
+    try:
+        df = spark.table("jvm_count")
+        assert "BatchScan statequery" in _plan(df)
+        assert df.count() == 20
+        one = spark.sql("SELECT key, value FROM jvm_count WITH ('key' = 'user-3')")
+        assert "BatchScan statequery" in _plan(one)
+        assert [tuple(r) for r in one.collect()] == [("user-3", 10)]
+    finally:
+        spark.sql("DROP TABLE jvm_count")
 
 
 def test_rocksdb_native(spark) -> None:  # type: ignore[no-untyped-def]
