@@ -215,3 +215,17 @@ def test_a_changed_savepoint_is_refused(spark) -> None:  # type: ignore[no-untyp
         assert "is not the savepoint this table was set up over" in text, (fmt, text[:2000])
         if fmt == "statequery":
             assert "statequery.exceptions.SavepointChangedError" in text
+
+
+def test_without_javac_the_python_data_source_is_kept(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    from statequery.spark import jvm
+
+    monkeypatch.setenv("STATEQUERY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no javac here
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setattr(jvm, "_warned", False)
+    assert jvm.jar_path() is None
+    assert jvm.session_conf() == {}
+    assert capsys.readouterr().err.count("no javac") == 1  # said once
+    monkeypatch.setenv("STATEQUERY_SPARK_PATH", "python")
+    assert jvm.session_conf() == {}
