@@ -136,6 +136,14 @@ MATRIX = [
         changelog="2s+log"),
     _fx("changelog-ttl-rocksdb-checkpoint", "changelog-ttl", "rocksdb", "checkpoint", "native",
         incremental=True, changelog="2s+log"),
+    # the changelog TTL job without the changelog (PIPELINE labels: the labels operator keyed by
+    # the empty string, a NUL and a non-BMP character among others): String key + LabelWindow
+    # (POJO) namespace, both of variable length, so RocksDB's composite keys carry length suffixes
+    _fx("labels-rocksdb-native", "labels", "rocksdb", "savepoint", "native"),
+    _fx("labels-rocksdb-incremental-checkpoint", "labels", "rocksdb", "checkpoint", "native",
+        incremental=True),
+    _fx("labels-rocksdb-canonical", "labels", "rocksdb", "savepoint", "canonical"),
+    _fx("labels-hashmap-canonical", "labels", "hashmap", "savepoint", "canonical"),
     _fx("changelog-hashmap-snappy-checkpoint", "datastream", "hashmap", "checkpoint", "native",
         changelog="1h@snappy"),
     # ... with the in-memory changelog storage: the change log inline in _metadata
@@ -218,7 +226,7 @@ SQL_OPERATOR_JOBS = {"sql-ops": "ops", "sql-minibatch": "minibatch", "sql-aggs":
 # SQL jobs run from a compiled plan: operator ids from the plan
 PLAN_JOBS = {*SQL_OPERATOR_JOBS, "edge-sql"}
 # jobs whose manifest states come from the dump and whose expected file is a subset of it
-SUBSET_JOBS = {*PLAN_JOBS, "sql-keys", "changelog-ops", "changelog-ttl", "cep-stream"}
+SUBSET_JOBS = {*PLAN_JOBS, "sql-keys", "changelog-ops", "changelog-ttl", "labels", "cep-stream"}
 BY_NAME = {f["name"]: f for f in MATRIX}
 PYFLINK_JOBS = {"pyflink-thread", "pyflink-process"}
 # process mode: every value is in PyFlink's own (Beam) coder bytes; the model covers the
@@ -1360,13 +1368,14 @@ def run_job(fx: dict, scratch: Path, s3_endpoint: str | None = None) -> dict[str
         cmd = ["java", "-cp", build(), "statequery.fixtures.AsyncStateJob", "checkpoint",
                f"{base}/checkpoints", f"{base}/primary"]
         return _run(cmd, scratch / "job.log", env={"AWS_ENDPOINT_URL": s3_endpoint or ""})
-    if fx["job"] in ("datastream", "changelog-ops", "changelog-ttl"):
+    if fx["job"] in ("datastream", "changelog-ops", "changelog-ttl", "labels"):
         kind = "checkpoint" if fx["snapshot"] == "checkpoint" else f"savepoint-{fx['format']}"
         cmd = ["java", "-cp", build(), "statequery.fixtures.DataStreamStateJob", fx["backend"],
                str(fx["incremental"]).lower(), str(fx["max_parallelism"]),
                str(fx["compression"]).lower(), str(fx["inline"]).lower(), kind, str(out),
                fx.get("timers", "rocksdb"), fx.get("changelog", "off"),
-               {"changelog-ops": "ops", "changelog-ttl": "ttl"}.get(fx["job"], "fixture")]
+               {"changelog-ops": "ops", "changelog-ttl": "ttl",
+                "labels": "labels"}.get(fx["job"], "fixture")]
     elif fx["job"] == "async-datastream":
         kind = "checkpoint" if fx["snapshot"] == "checkpoint" else f"savepoint-{fx['format']}"
         cmd = ["java", "-cp", build(), "statequery.fixtures.AsyncStateJob", kind, str(out)]
@@ -1550,7 +1559,8 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
 
         infos = snapshot_info(fixture_dir)
         if fx["job"] in ("datastream", "ttl-kryo", "raw-state", "edge-datastream",
-                         "changelog-ops", "changelog-ttl", "async-datastream", "cep-stream"):
+                         "changelog-ops", "changelog-ttl", "labels", "async-datastream",
+                         "cep-stream"):
             for info in infos:
                 if info["uid"] and info["operator_id"] != operator_id_for_uid(info["uid"]):
                     raise RuntimeError(f"operator id mismatch for uid {info['uid']}: {info}")
@@ -1559,6 +1569,7 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
                        "raw-state": raw_state_expected,
                        "changelog-ops": changelog_ops_expected,
                        "changelog-ttl": changelog_ttl_expected,
+                       "labels": changelog_ttl_expected,
                        "async-datastream": async_datastream_expected,
                        "edge-datastream": lambda: edge_datastream_expected(fx)}[fx["job"]]()
         elif fx["job"] in PYFLINK_JOBS:

@@ -1016,6 +1016,28 @@ cdef class SqlArrayCol(ListCol):
         return 0
 
 
+cdef inline Py_ssize_t _length_suffix(const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end,
+                                      Py_ssize_t expected, str what) except -1:
+    """Skips the "variable int bytes" (little-endian, as few bytes as ``expected`` needs, at
+    least one) Flink writes after a key or namespace when both have variable length, checking
+    that they say ``expected`` (statequery.backends.keygroups._length_suffix)."""
+    cdef uint64_t value = 0
+    cdef int shift = 0
+    cdef Py_ssize_t n = 0
+    while True:
+        if pos + n >= end:
+            raise DecodeError(f"{what} length suffix runs past the end of the composite key", pos)
+        value |= (<uint64_t>buf[pos + n]) << shift
+        n += 1
+        shift += 8
+        if shift >= 64 or (<uint64_t>expected >> shift) == 0:
+            break
+    if value != <uint64_t>expected:
+        raise DecodeError(
+            f"{what} length suffix says {value}, the {what} took {expected} bytes", pos)
+    return pos + n
+
+
 cdef class EntrySink:
     """Decodes one state's composite-key entries (``kpos`` after the key-group prefix) into
     column buffers. Callable like a pure-Python entry handler.
@@ -1023,6 +1045,8 @@ cdef class EntrySink:
     ``key``, ``value``, ``user_key`` and ``ns`` are :class:`Col` instances (or type codes of
     scalar columns); ``ns`` None is the VoidNamespace (one 0 byte). ``ttl``: values are
     ``TtlValue``s (int64 last access, then the value), ``last_access`` is a column of its own.
+    ``suffixed``: key and namespace both have variable length, so each is followed by its
+    length (RocksDB's composite keys, ``SerializedCompositeKeyBuilder``; not timers).
     """
     cdef int kind
     cdef Col key
@@ -1035,14 +1059,16 @@ cdef class EntrySink:
     cdef Py_ssize_t rows
     cdef Py_ssize_t elements
     cdef bint skip
+    cdef bint suffixed
     cdef _Buf cur  # K_MAP_NESTED: the composite key prefix (key and namespace) of the open row
     cdef int cur_kg
     cdef bint open_row
 
     def __cinit__(self, int kind, key, value, user_key=None, ns=None, bint ttl=False,
-                  bint skip=False):
+                  bint skip=False, bint suffixed=False):
         self.kind = kind
         self.skip = skip
+        self.suffixed = suffixed
         self.key = _as_col(key)
         self.value = _as_col(value)
         self.user_key = _as_col(user_key)
@@ -1051,6 +1077,8 @@ cdef class EntrySink:
         if self.key is None or (kind != _K_TIMER and self.value is None) or (
                 (kind == _K_MAP or kind == _K_MAP_NESTED) and self.user_key is None):
             raise ValueError("an entry sink needs key, value (and user key) columns")
+        if suffixed and (self.ns is None or kind == _K_TIMER):
+            raise ValueError("length suffixes need a namespace column, and timers have none")
         self.kgs = _Buf()
         self.ints = _Buf()
         self.cur = _Buf()
@@ -1105,11 +1133,23 @@ cdef class EntrySink:
                 raise DecodeError(f"VoidNamespace byte is {buf[e]}, expected 0", e)
             self.key.slot(buf, kpos, e)
             return 0
-        p = self.key.read(buf, kpos, kend)
-        p = self.ns.read(buf, p, kend)
+        p = self._key_then_ns(buf, kpos, kend)
         if p != kend:
             raise DecodeError(left, p)
         return 0
+
+    cdef inline Py_ssize_t _key_then_ns(self, const uint8_t* buf, Py_ssize_t kpos,
+                                        Py_ssize_t kend) except -1:
+        """Key and (non-void) namespace from ``kpos``, with their length suffixes when
+        ``suffixed``; returns the position after them."""
+        cdef Py_ssize_t p, start
+        p = self.key.read(buf, kpos, kend)
+        if not self.suffixed:
+            return self.ns.read(buf, p, kend)
+        p = _length_suffix(buf, p, kend, p - kpos, "key")
+        start = p
+        p = self.ns.read(buf, p, kend)
+        return _length_suffix(buf, p, kend, p - start, "namespace")
 
     cdef inline Py_ssize_t _element(self, const uint8_t* vb, Py_ssize_t p,
                                     Py_ssize_t vend) except -1:
@@ -1145,15 +1185,15 @@ cdef class EntrySink:
             self._nested_entry(buf, kpos, kend, vb, vpos, vend, kg)
             return 0
         elif kind == _K_MAP:
-            p = self.key.read(buf, kpos, kend)
             if self.ns is None:
+                p = self.key.read(buf, kpos, kend)
                 if p >= kend:
                     raise DecodeError("key runs into the end of the composite key", p)
                 if buf[p] != 0:
                     raise DecodeError(f"VoidNamespace byte is {buf[p]}, expected 0", p)
                 p += 1
             else:
-                p = self.ns.read(buf, p, kend)
+                p = self._key_then_ns(buf, kpos, kend)
             self.user_key.slot(buf, p, kend)
             if vpos >= vend:
                 raise DecodeError("map value without its null flag", vpos)
@@ -1211,15 +1251,15 @@ cdef class EntrySink:
         """A map entry of a nested map: consecutive entries with the same key and namespace
         bytes (and key group) form one row."""
         cdef Py_ssize_t p, size
-        p = self.key.read(buf, kpos, kend)
         if self.ns is None:
+            p = self.key.read(buf, kpos, kend)
             if p >= kend:
                 raise DecodeError("key runs into the end of the composite key", p)
             if buf[p] != 0:
                 raise DecodeError(f"VoidNamespace byte is {buf[p]}, expected 0", p)
             p += 1
         else:
-            p = self.ns.read(buf, p, kend)
+            p = self._key_then_ns(buf, kpos, kend)
         size = p - kpos
         if (self.open_row and kg == self.cur_kg and size == self.cur.size
                 and memcmp(self.cur.data, buf + kpos, size) == 0):
@@ -1568,9 +1608,9 @@ def feed_key_group(EntrySink sink, it, int prefix_len, pending, bytes stop, want
     object per entry beyond the iterator's own pair.
 
     Returns ``(key group, entries, next pair or None)``; key group -1 when ``it`` is exhausted.
-    Keys of key groups not in ``wanted`` (a set, or None for all) are skipped; a key >= ``stop``
-    ends the iteration. A decoding error is a :class:`DecodeError` naming the key group and the
-    entry key.
+    Keys of key groups not in ``wanted`` (a set, or None for all) are skipped. ``it`` is bounded
+    by ``stop``: a key >= ``stop`` (a table whose keys are out of order) is a
+    :class:`DecodeError`, as is a decoding error (naming the key group and the entry key).
     """
     cdef int kg = -1, k2, i
     cdef Py_ssize_t entries = 0, klen, vlen
@@ -1586,8 +1626,10 @@ def feed_key_group(EntrySink sink, it, int prefix_len, pending, bytes stop, want
         key = <bytes>item[0]
         value = <bytes>item[1]
         if stop is not None and key >= stop:
-            sink._finish_open()
-            return kg, entries, None
+            # the iterator is bounded by ``stop`` (RocksDB's iterate_upper_bound, the SST
+            # reader's stop): a key past it comes from a table whose keys are out of order
+            raise DecodeError(f"entry key {key.hex()} lies at or after the end of its range "
+                              f"({stop.hex()}): the table's keys are out of order", 0)
         klen = len(key)
         kb = <const uint8_t*><char*>key
         if klen < prefix_len:

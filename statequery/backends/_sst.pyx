@@ -92,8 +92,9 @@ def block_tuples(bytes data, Py_ssize_t pos, Py_ssize_t limit, start, stop, glob
                     raise CorruptStateError("malformed varint", source, base)
             end_key = pos + <Py_ssize_t>non_shared
             end = end_key + <Py_ssize_t>value_len
+            # all unsigned: a 10-byte varint can hold 2**64 - 1, which as a Py_ssize_t is -1
             if non_shared > <uint64_t>limit or value_len > <uint64_t>limit or end > limit \
-                    or <Py_ssize_t>shared > keylen:
+                    or shared > <uint64_t>keylen:
                 raise CorruptStateError("block entry runs past the block", source, base + pos)
             if <Py_ssize_t>(shared + non_shared) > cap:
                 cap = <Py_ssize_t>(shared + non_shared) * 2 + 64
@@ -101,7 +102,8 @@ def block_tuples(bytes data, Py_ssize_t pos, Py_ssize_t limit, start, stop, glob
                 if grown == NULL:
                     raise MemoryError()
                 key = grown
-            memcpy(key + shared, p + pos, non_shared)
+            if non_shared:  # never memcpy to NULL (no key bytes yet), not even 0 bytes: UB
+                memcpy(key + shared, p + pos, non_shared)
             keylen = <Py_ssize_t>(shared + non_shared)
             pos = end
             ulen = keylen - 8

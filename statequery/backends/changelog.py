@@ -29,6 +29,7 @@ from typing import Any
 
 from statequery.backends.fastpath import flink_length
 from statequery.backends.keygroups import _length_suffix
+from statequery.decoder import DecodeError
 from statequery.exceptions import CorruptStateError, UnsupportedFormatError
 from statequery.metadata.changelog import (
     ADD,
@@ -172,11 +173,11 @@ class _State:
         kend = self.key(composite, prefix, end)
         nstart = kend
         if self.ambiguous:
-            nstart = _length_suffix(composite, kend, kend - prefix, "key")
+            nstart = _length_suffix(composite, kend, end, kend - prefix, "key")
         nend = self.ns(composite, nstart, end)
         k = (kg, composite[nstart:nend], composite[prefix:kend])
         if self.ambiguous:
-            nend = _length_suffix(composite, nend, nend - nstart, "namespace")
+            nend = _length_suffix(composite, nend, end, nend - nstart, "namespace")
         if self.kind == _MAP:
             m = self.entries.setdefault(k, {})
             m[composite[nend:]] = value
@@ -347,11 +348,17 @@ def _heap_base(
         stream, {base.start_key_group + i: o for i, o in enumerate(base.offsets)},
         proxy.compressed)
     for kg, start, buf, pos in groups.key_group_bytes():
-        while pos < len(buf):
-            sid = struct.unpack_from(">H", buf, pos)[0]
-            if sid >= len(by_id):
-                raise CorruptStateError(f"key group {kg}: state id {sid}", stream.name, start)
-            pos = by_id[sid].read_base(buf, pos + 2, kg)
+        try:
+            while pos < len(buf):
+                sid = struct.unpack_from(">H", buf, pos)[0]
+                if sid >= len(by_id):
+                    raise CorruptStateError(f"key group {kg}: state id {sid}", stream.name,
+                                            start)
+                pos = by_id[sid].read_base(buf, pos + 2, kg)
+        except (IndexError, struct.error, DecodeError) as e:
+            raise CorruptStateError(
+                f"key group {kg} of the materialized base: {_why(e)}", stream.name, start
+            ) from e
     return key, list(proxy.states)
 
 
@@ -382,6 +389,14 @@ def _rocksdb_base(
     finally:
         db.close()
     return key, metas
+
+
+def _why(e: Exception) -> str:
+    """A bounds error of the readers as text: a :class:`DecodeError`'s message and position,
+    else the exception's type and message (a short read ran past the end of the bytes)."""
+    if isinstance(e, DecodeError):
+        return f"{e.message} at byte {e.pos}"
+    return f"truncated ({type(e).__name__}: {e})"
 
 
 def merge(context: Any, handle: ChangelogHandle, key: SerializerSpec | None) -> Merged:
@@ -416,10 +431,10 @@ def merge(context: Any, handle: ChangelogHandle, key: SerializerSpec | None) -> 
     for kg, op, name, payload in log.changes:
         try:
             states[name].apply(kg, op, payload)
-        except (IndexError, struct.error) as e:
+        except (IndexError, struct.error, DecodeError) as e:
             raise CorruptStateError(
-                f"state {name!r}: change {OPERATIONS[op]} in key group {kg} is truncated "
-                f"({type(e).__name__}: {e})", log.source, 0) from e
+                f"state {name!r}: change {OPERATIONS[op]} in key group {kg} cannot be read "
+                f"({_why(e)})", log.source, 0) from e
     out = bytearray()
     offsets = []
     grouped = [(sid, states[m.name], states[m.name].by_key_group()) for sid, m in

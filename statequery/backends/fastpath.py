@@ -361,13 +361,14 @@ def entry_sink(layout: StateLayout, mode: str, schema: pa.Schema) -> Any | None:
     mod = compiled()
     if mod is None:
         return None
-    if (
+    # key and namespace both of variable length: RocksDB's composite keys carry a length after
+    # each (SerializedCompositeKeyBuilder; timers' keys do not)
+    suffixed = (
         not layout.is_timer
         and flink_length(layout.key) < 0
         and flink_length(layout.namespace) < 0
-    ):
-        return None  # key and namespace delimited by length suffixes: the pure path
-    return _sink(mod, layout, mode, schema, False)
+    )
+    return _sink(mod, layout, mode, schema, False, suffixed)
 
 
 def heap_sink(layout: StateLayout, mode: str, schema: pa.Schema | None) -> Any | None:
@@ -409,7 +410,14 @@ def _ttl_inner(spec: SerializerSpec | None, ttl: bool) -> SerializerSpec | None:
     return spec.inner if isinstance(spec, TtlSpec) else None
 
 
-def _sink(mod: ModuleType, layout: StateLayout, mode: str, schema: pa.Schema, skip: bool) -> Any:
+def _sink(
+    mod: ModuleType,
+    layout: StateLayout,
+    mode: str,
+    schema: pa.Schema,
+    skip: bool,
+    suffixed: bool = False,
+) -> Any:
     key_type = _field(schema, "key")
     if layout.is_timer:
         spec = layout.value
@@ -430,7 +438,7 @@ def _sink(mod: ModuleType, layout: StateLayout, mode: str, schema: pa.Schema, sk
         value = _column(mod, layout.value, _field(schema, "value"))
         if value is None:
             return None
-        return mod.EntrySink(mod.K_VALUE, key, value, None, ns, ttl, skip)
+        return mod.EntrySink(mod.K_VALUE, key, value, None, ns, ttl, skip, suffixed)
     if kind == "map" and mode == "nested":
         map_type = _field(schema, "map")
         if map_type is None or not pa.types.is_map(map_type):
@@ -448,25 +456,25 @@ def _sink(mod: ModuleType, layout: StateLayout, mode: str, schema: pa.Schema, sk
             value = _column(mod, layout.value, item)
         if value is None or user_key is None:
             return None
-        return mod.EntrySink(mod.K_MAP_NESTED, key, value, user_key, ns, False, skip)
+        return mod.EntrySink(mod.K_MAP_NESTED, key, value, user_key, ns, False, skip, suffixed)
     if kind == "map" and mode == "rows":
         value = _column(mod, layout.value, _field(schema, "value"))
         user_key = _column(mod, layout.user_key, _field(schema, "user_key"))
         if value is None or user_key is None:
             return None
-        return mod.EntrySink(mod.K_MAP, key, value, user_key, ns, ttl, skip)
+        return mod.EntrySink(mod.K_MAP, key, value, user_key, ns, ttl, skip, suffixed)
     if kind == "list":
         value_type = _field(schema, "value")
         if mode == "flat":
             value = _column(mod, layout.value, value_type)
             if value is None:
                 return None
-            return mod.EntrySink(mod.K_LIST_FLAT, key, value, None, ns, ttl, skip)
+            return mod.EntrySink(mod.K_LIST_FLAT, key, value, None, ns, ttl, skip, suffixed)
         if value_type is not None and pa.types.is_list(value_type):
             value = _column(mod, layout.value, value_type.value_type)
             if value is None:
                 return None
-            return mod.EntrySink(mod.K_LIST, key, value, None, ns, ttl, skip)
+            return mod.EntrySink(mod.K_LIST, key, value, None, ns, ttl, skip, suffixed)
     return None
 
 

@@ -92,11 +92,15 @@ def key_group_prefix_bytes(max_parallelism: int) -> int:
 # -- composite key/value entries ------------------------------------------------------------------
 
 
-def _length_suffix(buf: bytes, pos: int, expected: int, what: str) -> int:
-    """Skip the "variable int bytes" written after an ambiguous key or namespace, checking it."""
+def _length_suffix(buf: bytes, pos: int, end: int, expected: int, what: str) -> int:
+    """Skip the "variable int bytes" written after an ambiguous key or namespace, checking it
+    (little-endian, as few bytes as ``expected`` needs, at least one; within ``end``, the end of
+    the composite key)."""
     value = shift = 0
     n = 0
     while True:
+        if pos + n >= end:
+            raise DecodeError(f"{what} length suffix runs past the end of the composite key", pos)
         value |= buf[pos + n] << shift
         n += 1
         shift += 8
@@ -239,10 +243,10 @@ class CompositeEntryDecoder:
             def parse_ambiguous(buf: bytes, p: int, kend: int) -> tuple[Any, Any, int]:
                 start = p
                 key, p = key_read(buf, p, kend)
-                p = _length_suffix(buf, p, p - start, "key")
+                p = _length_suffix(buf, p, kend, p - start, "key")
                 start = p
                 ns, p = ns_read(buf, p, kend)
-                p = _length_suffix(buf, p, p - start, "namespace")
+                p = _length_suffix(buf, p, kend, p - start, "namespace")
                 return key, ns, p
 
             return parse_ambiguous

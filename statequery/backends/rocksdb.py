@@ -104,7 +104,7 @@ class DbFile:
 
     def __post_init__(self) -> None:
         name = self.local_path
-        if not name or "/" in name or "\\" in name or name in (".", ".."):
+        if not name or "/" in name or "\\" in name or "\x00" in name or name in (".", ".."):
             raise CorruptStateError(f"invalid RocksDB file name {name!r} in a state handle",
                                     self.location)
         if self.data is None and self.location is None:
@@ -262,6 +262,13 @@ class RocksDBState(_HandleReader):
                 table.apply_manifest_seqno(m.largest_seqno)
             self._open_table(f, os.path.join(root, f.local_path), table,
                              m.column_family if m is not None else None)
+            # every index and data block read (checksum verified, decompressed) and its entry
+            # area and restart array checked by the SST reader first: RocksDB trusts a block
+            # whose checksum matches and can crash the process on a malformed one (SIGSEGV in
+            # IndexValue::DecodeFrom, or on a restart offset outside the block, which it also
+            # reads nondeterministically: rows on one read, "bad entry in block" on the next)
+            for _, h in table.data_block_handles():
+                table.read_block(h)
         self._open_db(root, manifest)
         self.cache.evict()
 
@@ -1219,17 +1226,22 @@ class RocksDBKeyedBackend:
             # table walk in C, a comprehension over RocksDB's pairs), not by a decoder call
             # per timer
             try:
-                items, _ = db.items(layout.name, bounds, match=(raw, prefix + 8))
+                items, stop = db.items(layout.name, bounds, match=(raw, prefix + 8))
             except (StatequeryError, MemoryError):
                 raise
             except Exception as e:  # rocksdict raises plain Exception
                 raise db.wrap_error(layout.name, e) from e
         else:
-            items, _ = db.items(layout.name, bounds, key_prefix=seek)
+            items, stop = db.items(layout.name, bounds, key_prefix=seek)
         one = prefix == 1
         current = -1
         try:
             for key, value in items:
+                if stop and key >= stop:  # as the compiled feed (``_read.feed_key_group``)
+                    raise CorruptStateError(
+                        f"state {layout.name!r}, entry key {key.hex()} lies at or after the end "
+                        f"of its range ({stop.hex()}): the table's keys are out of order",
+                        db.describe(layout.name))
                 kg = key[0] if one else int.from_bytes(key[:prefix], "big")
                 if kg != current:
                     if current >= 0:

@@ -111,6 +111,8 @@ def normalize_location(location: str) -> str:
     """
     if not location:
         raise StorageError("empty location")
+    if "\x00" in location:  # no file system names one; os.* would raise a bare ValueError
+        raise StorageError(f"location {location!r} holds a NUL character")
     parts = urlsplit(location)
     scheme = parts.scheme.lower()
     if len(scheme) == 1:  # a Windows drive letter, not a scheme
@@ -215,7 +217,7 @@ def join_location(base: str, relative: str) -> str:
     Raises :class:`StorageError` when the result would escape ``base`` (a relative state handle
     must stay inside its savepoint directory).
     """
-    if not relative or relative.startswith("/") or urlsplit(relative).scheme:
+    if not relative or relative.startswith("/") or "\x00" in relative or urlsplit(relative).scheme:
         raise StorageError(f"not a relative path: {relative!r}")
     base = normalize_location(base)
     if _is_local(base):
