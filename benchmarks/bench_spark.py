@@ -4,12 +4,16 @@
     python benchmarks/bench_spark.py /tmp/statequery-bench/hashmap/savepoint-* [--cluster] [--json]
 
 Measures, next to the single-core Python API scan of the same state (``bench_canonical.py``'s
-child, in a fresh process):
+child, in a fresh process pinned to core 0; best of ``--api-runs``), for each data source path
+of ``--paths`` (``python``: the Python data source; ``jvm``: statequery's columnar JVM data
+source, :mod:`statequery.spark.jvm`):
 
 * a full scan of one state through Spark on ``local[2]`` (and with ``--cluster`` on a standalone
   cluster of two 1-core workers on loopback, tests/spark/cluster.py): the DataFrame is written to
   Spark's ``noop`` sink, so every row crosses from the Python reader into the JVM and nothing else
-  is done with it; best of ``--repeat`` scans after one warm-up scan;
+  is done with it; best and median of ``--repeat`` scans after a warm-up;
+* a warm ``count()`` of the same DataFrame (a new one each time: planning included), best and
+  median of ``--repeat``;
 * warm single-key queries: ``spark.read.format("statequery").option("key", k)...collect()`` for
   ``--lookups`` random keys in the same session (planning included: a new DataFrame each time);
 * ``spark-sql`` start-up to the first result: ``spark-sql -e "CREATE TEMPORARY VIEW ... USING
@@ -99,19 +103,31 @@ def child_spark(
     df = frame()
     partitions = df.rdd.getNumPartitions()
     rows = df.count()  # warm-up: page cache, Python workers, the savepoint's headers
+    frame().write.format("noop").mode("overwrite").save()
     warmup_s = time.perf_counter() - t
     # the processes doing the work: this driver's JVM and Python workers (local mode), or the
     # cluster's workers with their executors (STATEQUERY_BENCH_CPU_ROOTS)
     roots = [int(p) for p in os.environ.get("STATEQUERY_BENCH_CPU_ROOTS", "").split(",") if p]
     roots = roots or [os.getpid()]
-    scans, cpu = [], []
-    for _ in range(repeat):
-        before = _tree_cpu(roots)
-        t = time.perf_counter()
-        frame().write.format("noop").mode("overwrite").save()
-        scans.append(time.perf_counter() - t)
-        after = _tree_cpu(roots)
-        cpu.append({k: after[k] - before[k] for k in after})
+
+    def timed(run: Any) -> tuple[list[float], list[dict[str, float]]]:
+        walls, cpu = [], []
+        for _ in range(repeat):
+            before = _tree_cpu(roots)
+            t = time.perf_counter()
+            run()
+            walls.append(time.perf_counter() - t)
+            after = _tree_cpu(roots)
+            cpu.append({k: after[k] - before[k] for k in after})
+        return walls, cpu
+
+    def count() -> None:
+        assert frame().count() == rows
+
+    loads = [os.getloadavg()[0]]
+    scans, cpu = timed(lambda: frame().write.format("noop").mode("overwrite").save())
+    counts, count_cpu = timed(count)
+    loads.append(os.getloadavg()[0])
 
     rnd = random.Random(seed)
     keys = [f"user-{rnd.randrange(keys_total):07d}" for _ in range(lookups + 1)]
@@ -127,6 +143,12 @@ def child_spark(
     best = min(scans)
     return {
         "master": conf["spark.master"],
+        "path": "jvm" if "spark.jars" in conf else "python",
+        "load": loads,
+        "count_s": counts,
+        "count_cpu_s": count_cpu[counts.index(min(counts))],
+        "scan_s_median": statistics.median(scans),
+        "count_s_median": statistics.median(counts),
         "partitions": partitions,
         "rows": rows,
         "session_s": session_s,
@@ -142,13 +164,16 @@ def child_spark(
 
 
 def python_scan(path: str, operator: str, state: str) -> dict[str, Any]:
-    """The single-core Python API scan, measured as bench_canonical.py measures it."""
+    """The single-core Python API scan, measured as bench_canonical.py measures it, in a process
+    pinned to one core (``taskset -c 0`` where there is taskset)."""
     import resource
+    import shutil
 
+    pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(
-        [sys.executable, str(HERE / "bench_canonical.py"), "--child", "scan", path, operator,
-         state, "", "65536"],
+        [*pin, sys.executable, str(HERE / "bench_canonical.py"), "--child", "scan", path,
+         operator, state, "", "65536"],
         check=True, capture_output=True, text=True,
     )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -219,6 +244,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--cluster", action="store_true", help="also on a 2-worker cluster")
     ap.add_argument("--skip", default="", help="comma list of: python, local, cluster, sql")
+    ap.add_argument(
+        "--paths", default="python,jvm",
+        help="the data source paths to measure on Spark: python (the Python data source), jvm "
+             "(statequery's columnar JVM data source, statequery.spark.jvm)",
+    )
+    ap.add_argument("--api-runs", type=int, default=3,
+                    help="single-core Python API scans (fresh processes, pinned to core 0)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
@@ -226,16 +258,22 @@ def main(argv: list[str] | None = None) -> int:
               str(args.seed), str(args.keys)]
     out: dict[str, Any] = {"savepoint": args.savepoint, "state": args.state}
 
+    paths = [p.strip() for p in args.paths.split(",") if p.strip()]
     if "python" not in skip:
-        out["python"] = python_scan(args.savepoint, args.operator, args.state)
-        py = out["python"]
+        runs = [python_scan(args.savepoint, args.operator, args.state)
+                for _ in range(max(1, args.api_runs))]
+        out["python"] = py = min(runs, key=lambda r: r["seconds"])
+        py["seconds_all"] = [r["seconds"] for r in runs]
         print(f"python, 1 core : {py['rows']:,} rows in {py['seconds']:.2f} s = "
-              f"{py['rows_per_s']:,.0f} rows/s (scan CPU {py['cpu_s']:.2f} s)",
+              f"{py['rows_per_s']:,.0f} rows/s (scan CPU {py['cpu_s']:.2f} s; all runs "
+              + ", ".join(f"{r['seconds']:.2f}" for r in runs) + " s)",
               flush=True)
     if "local" not in skip:
-        conf = _spark_conf("local[2]", {})
-        out["local"] = res = _run_child([json.dumps(conf), *common])
-        _print_spark("spark local[2]", res)
+        for path in paths:
+            conf = _spark_conf("local[2]", _path_conf(path))
+            key = "local" if path == "python" else f"local_{path}"
+            out[key] = res = _run_child([json.dumps(conf), *common])
+            _print_spark(f"spark local[2], {path} path", res)
     if args.cluster and "cluster" not in skip:
         sys.path.insert(0, str(ROOT))
         from tests.spark.cluster import StandaloneCluster
@@ -243,11 +281,15 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         with StandaloneCluster(workers=2, cores=1, worker_memory="1g", lifetime=900) as c:
             start_s = time.perf_counter() - t
-            conf = _spark_conf(c.master_url, c.spark_conf(executor_memory="768m"))
             env = dict(c.env, STATEQUERY_BENCH_CPU_ROOTS=",".join(str(p.pid) for p in c.procs))
-            out["cluster"] = res = _run_child([json.dumps(conf), *common], env=env)
-            res["cluster_start_s"] = start_s
-        _print_spark("spark cluster 2x1", res)
+            for path in paths:
+                conf = _spark_conf(
+                    c.master_url, {**c.spark_conf(executor_memory="768m"), **_path_conf(path)}
+                )
+                key = "cluster" if path == "python" else f"cluster_{path}"
+                out[key] = res = _run_child([json.dumps(conf), *common], env=env)
+                res["cluster_start_s"] = start_s
+                _print_spark(f"spark cluster 2x1, {path} path", res)
         print(f"  (cluster start-up {start_s:.1f} s)")
     if "sql" not in skip:
         key = f"user-{random.Random(args.seed).randrange(args.keys):07d}"
@@ -259,6 +301,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(out, indent=2))
     return 0
+
+
+def _path_conf(path: str) -> dict[str, str]:
+    """The settings of a data source path: the JVM data source's jar, or nothing."""
+    if path == "python":
+        return {}
+    if path != "jvm":
+        raise SystemExit(f"--paths: unknown path {path!r} (python, jvm)")
+    sys.path.insert(0, str(ROOT))
+    from statequery.spark.jvm import session_conf
+
+    conf = session_conf(enabled=True)
+    if not conf:
+        raise SystemExit("the statequery Spark jar could not be built (javac?)")
+    return conf
 
 
 def _print_spark(label: str, res: dict[str, Any]) -> None:
@@ -273,7 +330,13 @@ def _print_spark(label: str, res: dict[str, Any]) -> None:
     )
     cpu = res["scan_cpu_s"]
     print(f"  best scan CPU: Python workers {cpu['python']:.2f} s, JVMs {cpu['jvm']:.2f} s "
-          f"(local: the driver; cluster: the executors and worker daemons)")
+          f"(local: the driver; cluster: the executors and worker daemons); "
+          f"median scan {res['scan_s_median']:.2f} s")
+    cpu = res["count_cpu_s"]
+    counts = ", ".join(f"{s:.2f}" for s in res["count_s"])
+    print(f"  count(*): {counts} s, best {min(res['count_s']):.2f} s, median "
+          f"{res['count_s_median']:.2f} s; best CPU: Python {cpu['python']:.2f} s, JVMs "
+          f"{cpu['jvm']:.2f} s; load average {res['load'][0]:.1f}-{res['load'][1]:.1f}")
 
 
 if __name__ == "__main__":

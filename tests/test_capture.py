@@ -367,11 +367,13 @@ def test_spark_attach_of_a_captured_savepoint(tmp_path: Path) -> None:
     from pyspark.sql import SparkSession
 
     from statequery.spark.catalog import attach
+    from statequery.spark.jvm import session_conf as jvm_session_conf
 
     result = _sql_capture(tmp_path)
     spark = (SparkSession.builder.master("local[1]").appName("statequery-capture")
              .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "1")
              .config("spark.sql.warehouse.dir", str(tmp_path / "warehouse"))
+             .config(map=jvm_session_conf())
              .getOrCreate())
     try:
         assert attach(spark, result.location, database="captured") == ["captured"]

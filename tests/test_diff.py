@@ -161,6 +161,7 @@ def test_spark_diff_equals_the_difference_of_the_flink_dumps() -> None:
     from pyspark.sql import SparkSession
 
     from statequery.spark.diff import diff_dataframe, diff_tasks
+    from statequery.spark.jvm import session_conf as jvm_session_conf
 
     old, new = str(series_dir("chk-2")), str(series_dir("savepoint"))
     tasks = diff_tasks(_open("chk-2"), _open("savepoint"))
@@ -170,6 +171,7 @@ def test_spark_diff_equals_the_difference_of_the_flink_dumps() -> None:
         .appName("statequery-diff-test")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
+        .config(map=jvm_session_conf())
         .getOrCreate()
     )
     df = diff_dataframe(spark, old, new)

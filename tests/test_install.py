@@ -158,6 +158,11 @@ def test_wheel_installs_and_looks_up_in_the_shipped_catalog(tmp_path: Path) -> N
     )
     assert built.returncode == 0, built.stderr
     (wheel,) = wheels.glob("statequery-*.whl")
+    import zipfile
+
+    shipped = set(zipfile.ZipFile(wheel).namelist())
+    # the Java sources of the Spark jar, which statequery.spark.jvm compiles on first use
+    assert "statequery/spark/java/statequery/DefaultSource.java" in shipped
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
                    timeout=120)

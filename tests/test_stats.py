@@ -139,6 +139,7 @@ def test_state_stats_is_a_sql_table_of_every_database() -> None:
 def test_spark_state_stats_equal_the_python_ones() -> None:
     from pyspark.sql import SparkSession
 
+    from statequery.spark.jvm import session_conf as jvm_session_conf
     from statequery.spark.stats import stats_dataframe
     from statequery.stats import STATE_STATS_SCHEMA, key_group_tasks
 
@@ -150,6 +151,7 @@ def test_spark_state_stats_equal_the_python_ones() -> None:
         .appName("statequery-stats-test")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
+        .config(map=jvm_session_conf())
         .getOrCreate()
     )
     df = stats_dataframe(spark, path, range_size=16)

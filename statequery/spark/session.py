@@ -72,20 +72,32 @@ def _pyspark_home() -> Path:
 
 
 def spark_sql_argv(folder: Path, master: str = "local[*]") -> list[str]:
-    """The ``spark-sql`` command line that opens the shared metastore."""
+    """The ``spark-sql`` command line that opens the shared metastore (with statequery's JVM
+    data source when its jar can be built: :func:`statequery.spark.jvm.session_conf`)."""
     argv = [str(_pyspark_home() / "bin" / "spark-sql"), "--master", master,
             "--driver-java-options", _driver_java_options(folder)]
-    for key, value in spark_sql_conf(folder).items():
+    for key, value in _with_jar(spark_sql_conf(folder)).items():
         argv += ["--conf", f"{key}={value}"]
     return argv
+
+
+def _with_jar(conf: dict[str, str]) -> dict[str, str]:
+    """``conf`` with statequery's JVM data source added (its jar after any ``spark.jars``)."""
+    from statequery.spark.jvm import session_conf
+
+    extra = session_conf()
+    out = {**extra, **conf}
+    if "spark.jars" in extra and conf.get("spark.jars"):
+        out["spark.jars"] = f"{conf['spark.jars']},{extra['spark.jars']}"
+    return out
 
 
 def local_session(
     folder: Path, master: str = "local[*]", app: str = "statequery",
     conf: dict[str, str] | None = None,
 ) -> Any:
-    """A local SparkSession on the shared metastore, with workers on this Python (``conf``:
-    more Spark settings)."""
+    """A local SparkSession on the shared metastore, with workers on this Python and
+    statequery's JVM data source when its jar can be built (``conf``: more Spark settings)."""
     folder.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -96,7 +108,9 @@ def local_session(
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(master).appName(app)
-    settings = {**spark_sql_conf(folder), "spark.ui.showConsoleProgress": "false", **(conf or {})}
+    settings = _with_jar(
+        {**spark_sql_conf(folder), "spark.ui.showConsoleProgress": "false", **(conf or {})}
+    )
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.enableHiveSupport().getOrCreate()

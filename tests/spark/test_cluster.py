@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 import statequery
+from statequery.spark.jvm import session_conf
 from tests.conftest import fixture_dir
 from tests.s3server import S3Server, moto_s3_server
 from tests.spark.cluster import StandaloneCluster, spark_home
@@ -84,6 +85,9 @@ def run(cluster: StandaloneCluster, s3: S3Server, tmp_path_factory: pytest.TempP
     for name, value in s3.env.items():
         conf[f"spark.executorEnv.{name}"] = value
     conf["spark.executorEnv.STATEQUERY_CACHE_DIR"] = os.environ["STATEQUERY_CACHE_DIR"]
+    # statequery's JVM data source (its jar shipped to the executors by spark.jars), unless
+    # STATEQUERY_SPARK_PATH=python
+    conf.update(session_conf())
     cmd = [str(spark_home() / "bin" / "spark-submit")]
     for key, value in conf.items():
         cmd += ["--conf", f"{key}={value}"]

@@ -19,11 +19,14 @@ def spark():  # type: ignore[no-untyped-def]
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
+    from statequery.spark.jvm import session_conf as jvm_session_conf
+
     session = (
         SparkSession.builder.master("local[1]")
         .appName("statequery-key-option")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "1")
+        .config(map=jvm_session_conf())
         .getOrCreate()
     )
     yield session

@@ -19,6 +19,8 @@ def test_hostile_folder_views_in_spark(tmp_path: Path) -> None:
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
+    from statequery.spark.jvm import session_conf as jvm_session_conf
+
     name = "wc'; CREATE TABLE pwn AS SELECT 1; --"
     (tmp_path / name).symlink_to(fixture_dir("sql-hashmap-canonical"))
     spark = (
@@ -26,6 +28,7 @@ def test_hostile_folder_views_in_spark(tmp_path: Path) -> None:
         .appName("statequery-views")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.warehouse.dir", str(tmp_path / "warehouse"))
+        .config(map=jvm_session_conf())
         .getOrCreate()
     )
     try:
