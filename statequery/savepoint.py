@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from statequery import scan
 from statequery.discovery import find_metadata
-from statequery.exceptions import CorruptStateError, SnapshotIgnoredWarning
+from statequery.exceptions import CorruptStateError, SnapshotIgnoredWarning, StatequeryError
 from statequery.io import FileIO, join_location, location_parent
 from statequery.metadata.checkpoint import CheckpointMetadata
 from statequery.metadata.handles import HandleResolver
@@ -278,7 +278,7 @@ class Savepoint:
     def state_meta(self) -> pa.Table:
         """One row per state (keyed, timers, operator list/union, broadcast): see the columns of
         :data:`STATE_META_COLUMNS`."""
-        return self.model.state_meta()
+        return self.model.state_meta(_pickled_columns)
 
     # -- snapshot --------------------------------------------------------------------------------
 
@@ -574,3 +574,20 @@ def _older_snapshot(raw: bytes, metadata: bytes, source: str, warn: bool) -> Kep
             stacklevel=3,
         )
     return kept
+
+
+def _pickled_columns(state: StateInfo) -> list[str]:
+    """The columns of the state's rows that hold bytes (a PyFlink job's pickles, maybe): what a
+    ``pickled`` read renders (``state_meta.pickled_columns``). From the types only (no state
+    data is read)."""
+    from statequery.arrow.schemas import state_schema
+    from statequery.metadata.kinds import OPERATOR_KINDS
+    from statequery.pickled import pickled_columns
+
+    layout = state.layout
+    if not (layout.keyed or layout.kind in OPERATOR_KINDS):
+        return []
+    try:
+        return pickled_columns(state_schema(layout))
+    except StatequeryError:  # no rows to read (its reason says why)
+        return []

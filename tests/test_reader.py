@@ -29,6 +29,8 @@ from statequery.exceptions import (
 )
 from statequery.hashing import key_group_of
 from statequery.io import FileIO
+from statequery.metadata.handles import layout_probe
+from statequery.metadata.model import PROBE_SLACK
 from statequery.reader import list_states, lookup, read_state, read_table, schema_of
 
 FIXTURES = fixture_names()
@@ -183,6 +185,10 @@ def _allowed_bytes(sp: Any, kg: int) -> dict[str, int]:
             # full RocksDB checkpoint: listing reads 4 bytes of a key group to tell which
             # (statequery.backends.heap_layout_of)
             probe = 4 if is_heap_layout(h) else 0
+            at = layout_probe(h) if probe else None
+            if at is not None and at[0] - header <= PROBE_SLACK:
+                # the probe rides on the header's read: the bytes up to it come along
+                probe = max(probe, at[0] + 4 - header)
             allowed[loc] = allowed.get(loc, 0) + header + extent + probe
             # listing an operator's states reads its operator-state header too (SQL window
             # operators keep their watermark there); that file holds no keyed state

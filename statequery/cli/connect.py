@@ -17,11 +17,12 @@ notebooks) is for PySpark's client: ``SparkSession.builder.remote(url)``.
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["ConnectError", "ConnectSession", "Interrupted", "run_sql"]
+__all__ = ["ConnectError", "ConnectSession", "Interrupted", "connect_error", "run_sql"]
 
 _SERVICE = "/spark.connect.SparkConnectService/"
 _CLIENT_TYPE = "statequery"
@@ -238,3 +239,12 @@ def _rpc_message(e: Any) -> str:
     code = e.code() if hasattr(e, "code") else None
     text = str(details or code or e)
     return text
+
+
+def connect_error(text: str) -> str:
+    """One line for a Connect server's error: statequery's own message when the data source
+    raised it, else Spark's first line."""
+    found = re.findall(r"statequery\.exceptions\.\w+: (.*)", text)
+    if found:
+        return str(found[-1]).strip()
+    return text.strip().splitlines()[0] if text.strip() else "the Spark Connect server failed"

@@ -373,21 +373,12 @@ def _sql_on_server(args: argparse.Namespace, info: dict[str, Any]) -> Any:
 
 def _sql_on_connect(args: argparse.Namespace, info: dict[str, Any]) -> Any:
     """Run ``args.query`` on the server's Spark Connect endpoint; its rows as an Arrow table."""
-    from statequery.cli.connect import ConnectError, run_sql
+    from statequery.cli.connect import ConnectError, connect_error, run_sql
 
     try:
         return run_sql(str(info["host"]), int(info["connect_port"]), args.query)
     except ConnectError as e:
-        raise SparkCommandError(_connect_error(str(e))) from None
-
-
-def _connect_error(text: str) -> str:
-    """One line for a Connect server's error: statequery's own message when the data source
-    raised it, else Spark's first line."""
-    found = re.findall(r"statequery\.exceptions\.\w+: (.*)", text)
-    if found:
-        return str(found[-1]).strip()
-    return text.strip().splitlines()[0] if text.strip() else "the Spark Connect server failed"
+        raise SparkCommandError(connect_error(str(e))) from None
 
 
 def _beeline_error(stderr: str) -> str:

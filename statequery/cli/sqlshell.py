@@ -231,8 +231,7 @@ class SqlShell:
     def execute(self, statement: str) -> Any:
         """Run one statement; its rows (a pyarrow Table). Raises :class:`StatementError`, or
         :class:`statequery.cli.connect.Interrupted` on Ctrl-C."""
-        from statequery.cli.connect import ConnectError
-        from statequery.cli.spark import _connect_error
+        from statequery.cli.connect import ConnectError, connect_error
 
         try:
             table = self.session.sql(statement)
@@ -240,7 +239,7 @@ class SqlShell:
                 current = self.session.sql("SELECT current_database()")
                 self.database = str(current.column(0)[0].as_py())
         except ConnectError as e:
-            raise StatementError(_connect_error(str(e))) from None
+            raise StatementError(connect_error(str(e))) from None
         return table
 
     def run_script(self, text: str) -> int:

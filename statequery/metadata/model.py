@@ -14,7 +14,7 @@ import difflib
 import posixpath
 import re
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -376,17 +376,21 @@ class SavepointModel:
                 out.append(info)
         return out
 
-    def state_meta(self) -> pa.Table:
+    def state_meta(
+        self, pickled_columns: Callable[[StateInfo], list[str]] | None = None
+    ) -> pa.Table:
         """One row per state (keyed, timers, operator list/union, broadcast): see the columns of
         :data:`STATE_META_COLUMNS`. With a SQL plan attached, ``declared_ttl_ms`` holds the TTL
-        the plan declares for each TTL state (:mod:`statequery.metadata.ttl`)."""
+        the plan declares for each TTL state (:mod:`statequery.metadata.ttl`).
+        ``pickled_columns``: a state's bytes columns, from the Arrow schema of its rows, which
+        the layers above the model draw (the facade passes it); empty lists without it."""
         meta = self.meta
         declared = None
         if self.sql_plan is not None:
             from statequery.metadata.ttl import declared_ttls
 
             declared = declared_ttls(self.plan_nodes, meta.operators)
-        return state_meta_table(meta, declared)
+        return state_meta_table(meta, declared, pickled_columns)
 
 
 # -- deriving the StateMeta model ----------------------------------------------------------------
@@ -1110,7 +1114,9 @@ def _snapshot_class(spec: SerializerSpec | None) -> str | None:
 
 
 def state_meta_table(
-    meta: StateMeta, declared_ttl: dict[tuple[str, str], int] | None = None
+    meta: StateMeta,
+    declared_ttl: dict[tuple[str, str], int] | None = None,
+    pickled_columns: Callable[[StateInfo], list[str]] | None = None,
 ) -> pa.Table:
     """The ``state_meta`` table of a StateMeta model (one row per state); ``declared_ttl``:
     ``(operator id, state) -> ms`` from a SQL plan (:func:`~statequery.metadata.ttl.declared_ttls`).
@@ -1150,23 +1156,8 @@ def state_meta_table(
             rows["table_name"].append(s.table_name)
             rows["changelog_changes"].append(s.changes)
             rows["declared_ttl_ms"].append((declared_ttl or {}).get((op.operator_id, s.name)))
-            rows["pickled_columns"].append(_pickled_columns(s))
+            rows["pickled_columns"].append(pickled_columns(s) if pickled_columns else [])
     return pa.Table.from_pydict(rows, schema=_schema())
-
-
-def _pickled_columns(state: StateInfo) -> list[str]:
-    """The columns of the state's rows that hold bytes (a PyFlink job's pickles, maybe): what a
-    ``pickled`` read renders. From the types only (no state data is read)."""
-    from statequery.arrow.schemas import state_schema
-    from statequery.pickled import pickled_columns
-
-    layout = state.layout
-    if not (layout.keyed or layout.kind in OPERATOR_KINDS):
-        return []
-    try:
-        return pickled_columns(state_schema(layout))
-    except StatequeryError:  # no rows to read (its reason says why)
-        return []
 
 
 STATE_META_COLUMNS = (
