@@ -13,12 +13,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from statequery.arrow.schemas import state_schema
 from statequery.exceptions import InvalidOptionError, NoSuchStateError
 from statequery.metadata.kinds import OPERATOR_KINDS
 from statequery.metadata.statemeta import StateInfo
 from statequery.savepoint import Savepoint
-from statequery.scan import DEFAULT_BATCH_SIZE, key_group_for
+from statequery.scan import DEFAULT_BATCH_SIZE, key_group_for, read_schema
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -69,12 +68,7 @@ def schema_of(
 ) -> pa.Schema:
     """The Arrow schema :func:`read_state` produces for this state, mode and ``pickled``."""
     sp = _as_savepoint(savepoint)
-    schema = state_schema(_state(sp, operator, state, "schema_of").layout, mode)
-    if pickled:
-        from statequery.pickled import python_schema
-
-        schema = python_schema(schema)
-    return schema
+    return read_schema(_state(sp, operator, state, "schema_of").layout, mode, pickled)
 
 
 def read_state(

@@ -67,10 +67,23 @@ __all__ = [
     "plan_states",
     "read_batches",
     "read_operator",
+    "read_schema",
     "read_table",
 ]
 
 DEFAULT_BATCH_SIZE = 65536
+
+
+def read_schema(layout: StateLayout, mode: str | None = None, pickled: bool = False) -> pa.Schema:
+    """The schema of a read of a state: :func:`~statequery.arrow.schemas.state_schema`, with
+    the ``*_py`` columns after its bytes columns when ``pickled``
+    (:func:`statequery.pickled.python_schema`)."""
+    schema = state_schema(layout, mode)
+    if pickled:
+        from statequery.pickled import python_schema
+
+        schema = python_schema(schema)
+    return schema
 
 
 @dataclass(frozen=True)
@@ -159,12 +172,7 @@ class ScanTask:
         raise KeyError(name)
 
     def schema(self, name: str | None = None) -> pa.Schema:
-        schema = state_schema(self.layout(name or self.wanted[0]), self.mode)
-        if self.pickled:
-            from statequery.pickled import python_schema
-
-            schema = python_schema(schema)
-        return schema
+        return read_schema(self.layout(name or self.wanted[0]), self.mode, self.pickled)
 
 
 # -- keys ----------------------------------------------------------------------------------------
@@ -796,11 +804,7 @@ def read_table(
 ) -> pa.Table:
     """:func:`read_batches` collected into one Table."""
     _check_readable(state)  # before the schema: a state without rows says why
-    schema = state_schema(state.layout, mode)
-    if pickled:
-        from statequery.pickled import python_schema
-
-        schema = python_schema(schema)
+    schema = read_schema(state.layout, mode, pickled)
     batches = list(read_batches(model, ctx, state, keys=keys, key_groups=key_groups, mode=mode,
                                 pickled=pickled))
     return pa.Table.from_batches(batches, schema=schema)
