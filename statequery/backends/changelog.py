@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from statequery.backends.fastpath import flink_length
+from statequery.backends.fastpath import length_suffixed
 from statequery.backends.keygroups import _length_suffix
 from statequery.decoder import DecodeError
 from statequery.exceptions import CorruptStateError, UnsupportedFormatError
@@ -89,7 +89,7 @@ class _State:
         self.ns = skipper(ns, self.name, "namespace")
         # RocksDB composite keys: key and namespace both of variable length carry length
         # suffixes (SerializedCompositeKeyBuilder's "ambiguous" keys); the log's do not
-        self.ambiguous = flink_length(key) < 0 and flink_length(ns) < 0
+        self.ambiguous = length_suffixed(key, ns)
         self.value = skipper(value, self.name, "value")
         if self.kind == _LIST:
             inner = value.inner if isinstance(value, TtlSpec) else value

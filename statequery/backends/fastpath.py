@@ -48,6 +48,7 @@ __all__ = [
     "entry_sink",
     "flink_length",
     "heap_sink",
+    "length_suffixed",
 ]
 
 PURE_ENV = "STATEQUERY_PURE_PYTHON"
@@ -92,6 +93,13 @@ def flink_length(spec: SerializerSpec | None) -> int:
         return -1 if n < 0 or spec.padding != n else n + 1
     n = spec.fixed_length
     return -1 if n is None else n
+
+
+def length_suffixed(key: SerializerSpec | None, namespace: SerializerSpec | None) -> bool:
+    """Whether RocksDB writes a length after the key and after the namespace of a composite
+    key: both of variable length (``SerializedCompositeKeyBuilder``'s ambiguous keys; timers'
+    keys never carry them)."""
+    return flink_length(key) < 0 and flink_length(namespace) < 0
 
 
 # primitive name -> (compiled type code name, Arrow type of its column)
@@ -361,13 +369,7 @@ def entry_sink(layout: StateLayout, mode: str, schema: pa.Schema) -> Any | None:
     mod = compiled()
     if mod is None:
         return None
-    # key and namespace both of variable length: RocksDB's composite keys carry a length after
-    # each (SerializedCompositeKeyBuilder; timers' keys do not)
-    suffixed = (
-        not layout.is_timer
-        and flink_length(layout.key) < 0
-        and flink_length(layout.namespace) < 0
-    )
+    suffixed = not layout.is_timer and length_suffixed(layout.key, layout.namespace)
     return _sink(mod, layout, mode, schema, False, suffixed)
 
 

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from statequery.arrow.batches import BatchBuilder
 from statequery.arrow.schemas import StateLayout, resolve_mode
-from statequery.backends.fastpath import compiled, flink_length
+from statequery.backends.fastpath import compiled, flink_length, length_suffixed
 from statequery.exceptions import (
     CorruptStateError,
     RunIndexMismatchWarning,
@@ -270,7 +270,7 @@ class CompositeEntryDecoder:
         return parse
 
     def _ambiguous(self) -> bool:
-        return flink_length(self.layout.key) < 0 and flink_length(self.layout.namespace) < 0
+        return length_suffixed(self.layout.key, self.layout.namespace)
 
     # -- handlers per kind ---------------------------------------------------------------------
 
