@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from statequery.backends.fastpath import length_suffixed
-from statequery.backends.keygroups import _length_suffix
+from statequery.backends.keygroups import skip_length_suffix
 from statequery.decoder import DecodeError
 from statequery.exceptions import CorruptStateError, UnsupportedFormatError
 from statequery.metadata.changelog import (
@@ -173,11 +173,11 @@ class _State:
         kend = self.key(composite, prefix, end)
         nstart = kend
         if self.ambiguous:
-            nstart = _length_suffix(composite, kend, end, kend - prefix, "key")
+            nstart = skip_length_suffix(composite, kend, end, kend - prefix, "key")
         nend = self.ns(composite, nstart, end)
         k = (kg, composite[nstart:nend], composite[prefix:kend])
         if self.ambiguous:
-            nend = _length_suffix(composite, nend, end, nend - nstart, "namespace")
+            nend = skip_length_suffix(composite, nend, end, nend - nstart, "namespace")
         if self.kind == _MAP:
             m = self.entries.setdefault(k, {})
             m[composite[nend:]] = value

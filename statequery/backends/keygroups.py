@@ -60,6 +60,7 @@ __all__ = [
     "key_group_scanner",
     "iter_key_group_extents",
     "key_group_prefix_bytes",
+    "skip_length_suffix",
     "read_key_group_bytes",
     "scan_key_group",
 ]
@@ -92,7 +93,7 @@ def key_group_prefix_bytes(max_parallelism: int) -> int:
 # -- composite key/value entries ------------------------------------------------------------------
 
 
-def _length_suffix(buf: bytes, pos: int, end: int, expected: int, what: str) -> int:
+def skip_length_suffix(buf: bytes, pos: int, end: int, expected: int, what: str) -> int:
     """Skip the "variable int bytes" written after an ambiguous key or namespace, checking it
     (little-endian, as few bytes as ``expected`` needs, at least one; within ``end``, the end of
     the composite key)."""
@@ -243,10 +244,10 @@ class CompositeEntryDecoder:
             def parse_ambiguous(buf: bytes, p: int, kend: int) -> tuple[Any, Any, int]:
                 start = p
                 key, p = key_read(buf, p, kend)
-                p = _length_suffix(buf, p, kend, p - start, "key")
+                p = skip_length_suffix(buf, p, kend, p - start, "key")
                 start = p
                 ns, p = ns_read(buf, p, kend)
-                p = _length_suffix(buf, p, kend, p - start, "namespace")
+                p = skip_length_suffix(buf, p, kend, p - start, "namespace")
                 return key, ns, p
 
             return parse_ambiguous
