@@ -218,11 +218,11 @@ def flaky_proxy(upstream: str, failures: list[str] | None = None,
 @contextmanager
 def static_http_server(root: str, lifetime: float = 120.0,
                        tls: LoopbackTLS | None = None,
-                       redirect: Callable[[str], str | None] | None = None,
+                       redirect: Callable[[str, str], str | None] | None = None,
                        ) -> Iterator[CountingServer]:
     """Serve the files under ``root`` on 127.0.0.1 (GET with ``Range``, HEAD; https with
-    ``tls``), recording every request; 404 for anything else. ``redirect(path)``, when it gives
-    a URL, answers that request ``302 Found`` to it instead. Stops on exit or after ``lifetime``
+    ``tls``), recording every request; 404 for anything else. ``redirect(method, path)``, when
+    it gives a URL, answers that request ``302 Found`` to it instead. Stops on exit or after ``lifetime``
     seconds."""
     import os
     import re
@@ -234,7 +234,7 @@ def static_http_server(root: str, lifetime: float = 120.0,
     class Handler(BaseHTTPRequestHandler):
         def _answer(self, body: bool) -> None:
             record.requests.append(f"{self.command} {self.path}")
-            target = redirect(self.path) if redirect is not None else None
+            target = redirect(self.command, self.path) if redirect is not None else None
             if target is not None:
                 self.send_response(302)
                 self.send_header("Location", target)

@@ -54,20 +54,22 @@ def _state_files(sp: Path) -> list[str]:
 # -- redirects ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("allowed", [False, True])
+@pytest.mark.parametrize(("allowed", "methods"), [(False, ("HEAD", "GET")), (True, ("HEAD", "GET")),
+                                                  (False, ("GET",))])
 def test_redirect_to_another_port_is_not_followed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, allowed: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, allowed: bool, methods: tuple[str, ...]
 ) -> None:
     """The issue's attack: state files answered with ``302`` to a metadata-endpoint lookalike on
-    another loopback port. Followed, its bytes were parsed as state and quoted in the error."""
+    another loopback port. Followed, its bytes were parsed as state and quoted in the error.
+    Also when only the ranged reads are redirected (the size check answered ``200``)."""
     www = tmp_path / "www"
     sp = _served_copy(www)
     names = _state_files(sp)
     with counting_http_server() as target:
         creds = f"{target.url}/latest/meta-data/iam/security-credentials/role"
 
-        def redirect(path: str) -> str | None:
-            return creds if path.rsplit("/", 1)[-1] in names else None
+        def redirect(method: str, path: str) -> str | None:
+            return creds if method in methods and path.rsplit("/", 1)[-1] in names else None
 
         with static_http_server(str(www), redirect=redirect) as own:
             uri = f"{own.url}/sp/{sp.name}/_metadata"
@@ -81,6 +83,9 @@ def test_redirect_to_another_port_is_not_followed(
             assert "a,b" not in message  # nothing of what the target would have sent
             assert any(r.endswith("/_metadata") for r in own.requests)
             assert any(r.split("/")[-1] in names for r in own.requests)
+            if methods == ("GET",):
+                assert any(r.startswith("HEAD ") and r.split("/")[-1] in names
+                           for r in own.requests)
     assert target.requests == []
 
 
@@ -95,7 +100,7 @@ def test_redirect_to_another_path_of_the_same_server_is_not_followed(tmp_path: P
     for name in _state_files(sp):
         shutil.copy(sp / name, elsewhere / name)
 
-    def redirect(path: str) -> str | None:
+    def redirect(method: str, path: str) -> str | None:
         name = path.rsplit("/", 1)[-1]
         return f"/team-b/{name}" if path.startswith("/sp/") and name != "_metadata" else None
 
