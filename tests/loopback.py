@@ -222,8 +222,8 @@ def static_http_server(root: str, lifetime: float = 120.0,
                        ) -> Iterator[CountingServer]:
     """Serve the files under ``root`` on 127.0.0.1 (GET with ``Range``, HEAD; https with
     ``tls``), recording every request; 404 for anything else. ``redirect(method, path)``, when
-    it gives a URL, answers that request ``302 Found`` to it instead. Stops on exit or after ``lifetime``
-    seconds."""
+    it gives a URL, answers that request ``302 Found`` to it instead. Stops on exit or after
+    ``lifetime`` seconds."""
     import os
     import re
     from urllib.parse import unquote

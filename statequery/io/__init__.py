@@ -131,7 +131,10 @@ def normalize_location(location: str) -> str:
         # and parent lookup then works on an absolute path ("." and "_metadata" included)
         return os.path.abspath(path) if path else path
     if scheme in _URL_SCHEMES:
-        return parts._replace(path=_canonical_url_path(parts.path, location)).geturl()
+        # the query is only made sendable (its %XX kept: decoding "%26" would split a value)
+        query = quote(parts.query, safe="/?:@!$&'()*+,;=%~")
+        return parts._replace(path=_canonical_url_path(parts.path, location),
+                              query=query).geturl()
     return location
 
 

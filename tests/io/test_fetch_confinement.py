@@ -155,7 +155,9 @@ def test_url_paths_are_decoded_once_and_sent_as_checked(tmp_path: Path) -> None:
     assert normalize_location("http://h:1/sp/a/%2e%2e/%2E%2e/x") == "http://h:1/x"
     assert normalize_location("http://h:1/sp/%252e%252e/x") == "http://h:1/sp/%252e%252e/x"
     assert normalize_location("https://h/a%20b/./c") == "https://h/a%20b/c"
-    for loc in ("http://h:1/sp/a/%2e%2e/%2E%2e/x", "http://h/a%25b/c/", "https://h/%7e/x y"):
+    assert normalize_location("https://h/x?a=b c&d=%26") == "https://h/x?a=b%20c&d=%26"
+    for loc in ("http://h:1/sp/a/%2e%2e/%2E%2e/x", "http://h/a%25b/c/", "https://h/%7e/x y",
+                "http://h/x?q=1 2%20"):
         once = normalize_location(loc)
         assert normalize_location(once) == once
     assert not is_under("http://h:1/sp/x/%2e%2e/%2e%2e/team-b/f", "http://h:1/sp/x")
