@@ -113,6 +113,20 @@ def test_redirect_to_another_path_of_the_same_server_is_not_followed(tmp_path: P
         assert _rows(f"{own.url}/sp/{sp.name}/_metadata") == baseline
 
 
+def test_a_request_asking_to_follow_redirects_is_stopped_before_the_target(tmp_path: Path) -> None:
+    """Defence in depth: a call into the HTTP client that asks to follow redirects (fsspec's
+    ``allow_redirects=True``) is stopped by the session's redirect hook before the second
+    request is sent."""
+    (tmp_path / "f").write_bytes(b"state")
+    with counting_http_server() as target, static_http_server(
+            str(tmp_path), redirect=lambda method, path: f"{target.url}/creds") as own:
+        fs = FileIO({})._filesystem(f"{own.url}/f")
+        with pytest.raises(RedirectRefusedError, match=r"/f: the server answered 302 .*/creds"):
+            fs.fs.cat_file(f"{own.url}/f", allow_redirects=True)  # type: ignore[attr-defined]
+        assert own.requests == ["GET /f"]
+    assert target.requests == []
+
+
 # -- percent-encoded dot segments ------------------------------------------------------------
 
 
