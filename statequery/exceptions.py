@@ -57,6 +57,12 @@ class StorageError(StatequeryError):
     """
 
 
+class RedirectRefusedError(StorageError):
+    """A server answered a read of a savepoint's file with a redirect (3xx). statequery follows
+    none (the target could lie outside the savepoint): the message names the file and the target.
+    """
+
+
 class NoSuchOperatorError(StatequeryError, KeyError):
     """No operator matches the given uid, name or id."""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ssl
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -217,12 +217,16 @@ def flaky_proxy(upstream: str, failures: list[str] | None = None,
 
 @contextmanager
 def static_http_server(root: str, lifetime: float = 120.0,
-                       tls: LoopbackTLS | None = None) -> Iterator[CountingServer]:
+                       tls: LoopbackTLS | None = None,
+                       redirect: Callable[[str, str], str | None] | None = None,
+                       ) -> Iterator[CountingServer]:
     """Serve the files under ``root`` on 127.0.0.1 (GET with ``Range``, HEAD; https with
-    ``tls``), recording every request; 404 for anything else. Stops on exit or after
+    ``tls``), recording every request; 404 for anything else. ``redirect(method, path)``, when
+    it gives a URL, answers that request ``302 Found`` to it instead. Stops on exit or after
     ``lifetime`` seconds."""
     import os
     import re
+    from urllib.parse import unquote
 
     record = CountingServer(0, scheme="https" if tls else "http")
     base = os.path.realpath(root)
@@ -230,7 +234,15 @@ def static_http_server(root: str, lifetime: float = 120.0,
     class Handler(BaseHTTPRequestHandler):
         def _answer(self, body: bool) -> None:
             record.requests.append(f"{self.command} {self.path}")
-            path = os.path.realpath(os.path.join(base, self.path.split("?")[0].lstrip("/")))
+            target = redirect(self.command, self.path) if redirect is not None else None
+            if target is not None:
+                self.send_response(302)
+                self.send_header("Location", target)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            name = unquote(self.path.split("?")[0])  # a URL path: percent-decoded, as servers do
+            path = os.path.realpath(os.path.join(base, name.lstrip("/")))
             if not path.startswith(base + os.sep) or not os.path.isfile(path):
                 self.send_response(404)
                 self.send_header("Content-Length", "0")

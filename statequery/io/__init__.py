@@ -19,17 +19,19 @@ import errno
 import os
 import posixpath
 import stat
+import sys
 import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol, cast
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from statequery.exceptions import (
     InvalidOptionError,
     MissingExtraError,
+    RedirectRefusedError,
     StatequeryError,
     StorageError,
 )
@@ -52,6 +54,10 @@ __all__ = [
 ]
 
 _LOCAL_SCHEMES = ("", "file", "local")
+#: schemes whose paths are URL paths: percent-encoded, dot segments removed by servers and clients
+_URL_SCHEMES = ("http", "https")
+#: what stays unescaped in a canonical URL path (RFC 3986 pchar and "/"; the rest is %XX)
+_URL_PATH_SAFE = "/!$&'()*+,;=:@~"
 _READ_CHUNK = 8 << 20  # reads longer than this go in chunks, so a false length costs no memory
 
 #: remote requests: attempts for transient failures (connection resets, timeouts, HTTP 5xx and
@@ -124,7 +130,40 @@ def normalize_location(location: str) -> str:
         # relative paths are resolved against the working directory first: every later join
         # and parent lookup then works on an absolute path ("." and "_metadata" included)
         return os.path.abspath(path) if path else path
+    if scheme in _URL_SCHEMES:
+        # the query is only made sendable (its %XX kept: decoding "%26" would split a value)
+        query = quote(parts.query, safe="/?:@!$&'()*+,;=%~")
+        return parts._replace(path=_canonical_url_path(parts.path, location),
+                              query=query).geturl()
     return location
+
+
+def _decoded_url_path(path: str, what: str) -> str:
+    """A URL path percent-decoded once (NUL refused: no server or file names one)."""
+    decoded = unquote(path)
+    if "\x00" in decoded:
+        raise StorageError(f"{what!r} holds an encoded NUL character")
+    return decoded
+
+
+def _encoded_url_path(decoded: str) -> str:
+    return quote(decoded, safe=_URL_PATH_SAFE)
+
+
+def _canonical_url_path(path: str, location: str) -> str:
+    """The one form of an http(s) path that is both checked and requested.
+
+    The path is percent-decoded once, its dot segments removed (``%2e%2e`` is ``..``), then
+    encoded again; the HTTP client sends it as is (no second decoding or normalisation), so
+    confinement and the request see the same path. Idempotent.
+    """
+    if not path:
+        return path
+    decoded = _decoded_url_path(path, location)
+    normal = "/" + posixpath.normpath(decoded).lstrip("/")
+    if decoded.endswith("/") and not normal.endswith("/"):
+        normal += "/"
+    return _encoded_url_path(normal)
 
 
 def is_local(location: str) -> bool:
@@ -228,6 +267,16 @@ def join_location(base: str, relative: str) -> str:
         return joined
     parts = urlsplit(base)
     root = parts.path.rstrip("/")
+    if parts.scheme.lower() in _URL_SCHEMES:
+        # a URL path: decoded once, here, before the check (``%2e%2e`` is ``..``); the joined
+        # path is requested exactly as checked (normalize_location keeps it as it is)
+        root = _decoded_url_path(root, base)
+        decoded = _decoded_url_path(relative, relative)
+        joined_path = posixpath.normpath(posixpath.join(root or "/", decoded))
+        if not joined_path.startswith(root + "/"):
+            raise StorageError(f"relative path {relative!r} escapes {base} (percent-decoded: "
+                               f"{decoded!r})")
+        return parts._replace(path=_encoded_url_path(joined_path)).geturl()
     joined_path = posixpath.normpath(posixpath.join(root or "/", relative))
     if not joined_path.startswith(root + "/"):
         raise StorageError(f"relative path {relative!r} escapes {base}")
@@ -375,6 +424,9 @@ class _RangeReader:
             except StatequeryError:
                 raise
             except Exception as e:  # fsspec implementations raise their own types
+                refused = _refusal_in(e)
+                if refused is not None:
+                    raise RedirectRefusedError(str(refused)) from e
                 raise StorageError(f"cannot read {self.location} at byte {start}: "
                                    f"{type(e).__name__}: {e}") from e
         self._io._count(self.location, len(data), requests=1)
@@ -479,8 +531,13 @@ class FileIO:
         bounds = self._bounds(location)
         if bounds is None:
             return
-        real = os.path.realpath(location)
-        if not self._inside_real(real, bounds):
+        try:
+            real = os.path.realpath(location)
+            inside = self._inside_real(real, bounds)
+        except (OSError, ValueError) as e:  # a link swapped for a file while it was resolved
+            raise StorageError(f"cannot check where {location} resolves to (did a symbolic "
+                               f"link change while it was read?): {e}") from e
+        if not inside:
             raise self._escape(location, real, bounds)
 
     def _check_descriptor(self, location: str, raw: IO[bytes]) -> None:
@@ -593,7 +650,7 @@ class FileIO:
         if fs is None:
             factory = _SCHEMES.get(scheme, FsspecFileSystem)
             try:
-                fs = cache[scheme] = factory(scheme, self.storage_options)
+                fs = cache[scheme] = _construct(factory, scheme, self.storage_options)
             except ImportError as e:
                 package, extra = _FS_PACKAGES.get(scheme, (str(e.name or scheme), "all"))
                 raise MissingExtraError(f"reading {scheme}:// locations", package, extra) from e
@@ -625,6 +682,9 @@ class FileIO:
             except StatequeryError:
                 raise
             except Exception as e:  # fsspec implementations raise their own types
+                refused = _refusal_in(e)
+                if refused is not None:  # raised by the HTTP client, wrapped by fsspec
+                    raise RedirectRefusedError(str(refused)) from e
                 if attempt + 1 < attempts and _transient(e):
                     time.sleep(delay)
                     delay *= 2
@@ -876,6 +936,107 @@ def _quiet_stderr() -> Iterator[None]:
         os.close(devnull)
 
 
+def _refusal_in(e: BaseException) -> RedirectRefusedError | None:
+    """A redirect refusal raised inside a client library and wrapped by it (fsspec turns every
+    failed HTTP ``info`` into ``FileNotFoundError``), or None."""
+    chain: BaseException | None = e
+    seen: set[int] = set()
+    while chain is not None and id(chain) not in seen:
+        if isinstance(chain, RedirectRefusedError):
+            return chain
+        seen.add(id(chain))
+        chain = chain.__cause__ or chain.__context__
+    return None
+
+
+def _redirect_error(url: str, status: int, target: str | None) -> RedirectRefusedError:
+    """The refusal of one redirect: names the file and where the server pointed (a header, shown
+    shortened and escaped; nothing of a response body)."""
+    where = "no Location" if not target else repr(target[:300] + ("..." if len(target) > 300
+                                                                   else ""))
+    return RedirectRefusedError(
+        f"{url}: the server answered {status} (a redirect to {where}); statequery follows no "
+        "redirect for a savepoint's files (its target could lie outside the savepoint: another "
+        "host, port or path) and refuses to read it; give the location the files are served at"
+    )
+
+
+async def _refuse_redirect(response: Any) -> None:
+    """aiohttp's ``raise_for_status`` hook: every 3xx answer (redirects are not followed, see
+    :class:`FsspecFileSystem`) is refused before its body is read."""
+    if 300 <= int(response.status) < 400:
+        raise _redirect_error(str(response.url), int(response.status),
+                              response.headers.get("Location"))
+
+
+async def _on_redirect(session: Any, context: Any, params: Any) -> None:
+    """aiohttp's redirect trace: a request that asked to follow redirects anyway is stopped
+    before the next request is sent."""
+    response = params.response
+    raise _redirect_error(str(params.url), int(response.status), response.headers.get("Location"))
+
+
+async def _http_client(**kwargs: Any) -> Any:
+    """fsspec's ``get_client`` for http(s): an aiohttp session that refuses every redirect."""
+    import aiohttp
+
+    trace = aiohttp.TraceConfig()
+    trace.on_request_redirect.append(_on_redirect)
+    kwargs["raise_for_status"] = _refuse_redirect
+    kwargs["trace_configs"] = [*kwargs.get("trace_configs", ()), trace]
+    return aiohttp.ClientSession(**kwargs)
+
+
+_hook_lock = threading.Lock()
+_hook_users = 0
+_saved_hook: Callable[[Any], object] | None = None
+
+
+def _quiet_fsspec_finalizer(unraisable: Any) -> None:
+    """``sys.unraisablehook`` while a filesystem is built: a half-built fsspec instance whose
+    ``__del__`` fails (FTP's, when the constructor raised before connecting) says nothing; the
+    constructor's own error is reported. Anything else goes to the saved hook."""
+    obj = unraisable.object
+    if getattr(obj, "__name__", "") == "__del__" and \
+            str(getattr(obj, "__module__", "")).startswith("fsspec"):
+        return
+    (_saved_hook or sys.__unraisablehook__)(unraisable)
+
+
+@contextlib.contextmanager
+def _quiet_half_built() -> Iterator[None]:
+    global _hook_users, _saved_hook
+    with _hook_lock:
+        if _hook_users == 0:
+            _saved_hook = sys.unraisablehook
+            sys.unraisablehook = _quiet_fsspec_finalizer
+        _hook_users += 1
+    try:
+        yield
+    finally:
+        with _hook_lock:
+            _hook_users -= 1
+            if _hook_users == 0:
+                sys.unraisablehook = _saved_hook or sys.__unraisablehook__
+                _saved_hook = None
+
+
+def _construct(factory: Callable[[str, dict[str, Any]], FileSystem], scheme: str,
+               options: dict[str, Any]) -> FileSystem:
+    """``factory(scheme, options)``; when it fails, the half-built instance its frames hold is
+    released at once (its finalizer silenced), not at exit where it would print a traceback."""
+    import gc
+    import traceback
+
+    with _quiet_half_built():
+        try:
+            return factory(scheme, options)
+        except BaseException as e:
+            traceback.clear_frames(e.__traceback__)
+            gc.collect()
+            raise
+
+
 class FsspecFileSystem:
     """Any scheme fsspec knows (``s3``, ``hdfs``, ``gs``, ``abfs``, ``memory`` ...)."""
 
@@ -886,6 +1047,13 @@ class FsspecFileSystem:
         if scheme in ("hdfs", "viewfs", "arrow_hdfs"):
             with _quiet_stderr():
                 self.fs = fsspec.filesystem(scheme, **storage_options)
+        elif scheme in _URL_SCHEMES:
+            # no redirect is followed (3xx is RedirectRefusedError, see _refuse_redirect), and
+            # URLs are sent as given: normalize_location made them canonical, the client must
+            # not decode or normalise them again (what was confined is what is requested)
+            options = {**storage_options, "allow_redirects": False, "encoded": True,
+                       "get_client": _http_client}
+            self.fs = fsspec.filesystem(scheme, **options)
         else:
             self.fs = fsspec.filesystem(scheme, **storage_options)
 
@@ -902,6 +1070,15 @@ class FsspecFileSystem:
         return int(self.fs.size(location))
 
     def exists(self, location: str) -> bool:
+        if self.scheme in _URL_SCHEMES:  # fsspec's isfile would answer False for a redirect
+            try:
+                self.fs.info(location)
+            except FileNotFoundError as e:
+                refused = _refusal_in(e)
+                if refused is not None:
+                    raise RedirectRefusedError(str(refused)) from e
+                return False
+            return True
         return bool(self.fs.isfile(location))
 
     def is_dir(self, location: str) -> bool:
