@@ -1,0 +1,136 @@
+"""Hostile Java serialization streams (statequery.metadata.javaser, issue 31 item 5): every
+crafted stream is a typed error or a value, never a RecursionError, KeyError or IndexError, and
+``statequery inspect`` on a change-log checkpoint carrying one prints a one-line typed error."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES, load_manifest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from statequery.decoder import Decoder
+from statequery.exceptions import CorruptStateError, UnsupportedFormatError
+from statequery.metadata.javaser import JavaEnum, read_object, read_ttl_config
+
+HEADER = b"\xac\xed\x00\x05"
+TYPED = (CorruptStateError, UnsupportedFormatError)
+
+
+def _desc(name: str, flags: int = 0x02) -> bytes:
+    """TC_CLASSDESC of a class without fields, no annotation, no super class."""
+    raw = name.encode()
+    return b"\x72" + struct.pack(">H", len(raw)) + raw + bytes(8) + bytes([flags]) + b"\x00\x00" \
+        + b"\x78\x70"
+
+
+def _string(s: str) -> bytes:
+    return b"\x74" + struct.pack(">H", len(s)) + s.encode()
+
+
+RESETS = HEADER + b"\x79" * 5000 + b"\x70"
+# an enum whose name is an enum whose name is an enum ... (5,000 links), each reusing the first
+# class descriptor by reference (handle 0)
+CHAINED_ENUMS = HEADER + b"\x7e" + _desc("E", 0x12) + b"\x7e\x71\x00\x7e\x00\x00" * 5000 \
+    + _string("A")
+ARRAY_OF_X = HEADER + b"\x75" + _desc("[X") + b"\x00\x00\x00\x01\x00"
+RESET_IN_ARRAY = HEADER + b"\x75" + _desc("[Ljava.lang.Object;") + b"\x00\x00\x00\x01\x79\x70"
+RESET_IN_ENUM_NAME = HEADER + b"\x7e" + _desc("E", 0x12) + b"\x79" + _string("A")
+
+
+def _read(data: bytes) -> object:
+    return read_object(Decoder(data, source="crafted"))
+
+
+def test_a_run_of_resets_is_a_loop_and_well_formed_streams_parse() -> None:
+    # before: one Python frame per TC_RESET, RecursionError
+    assert _read(RESETS) is None
+    with pytest.raises(CorruptStateError, match="a StateTtlConfig expected"):
+        read_ttl_config(Decoder(RESETS, source="crafted"))
+
+
+@pytest.mark.parametrize(("data", "match"), [
+    (CHAINED_ENUMS, "enum constant's name is not a string"),  # before: RecursionError
+    (ARRAY_OF_X, r"array of class '\[X'"),  # before: KeyError
+    (RESET_IN_ARRAY, "reset"),  # before: IndexError
+    (RESET_IN_ENUM_NAME, "enum constant's name is not a string"),  # before: IndexError
+], ids=["chained-enums", "array-of-X", "reset-in-array", "reset-in-enum-name"])
+def test_crafted_streams_are_typed_errors(data: bytes, match: str) -> None:
+    with pytest.raises(CorruptStateError, match=match) as e:
+        _read(data)
+    assert "crafted" in str(e.value)
+    # ... while well-formed enums, arrays and resets between objects still parse
+    enum = _read(HEADER + b"\x7e" + _desc("E", 0x12) + _string("A"))
+    assert enum == JavaEnum("E", "A")
+    arr = _read(HEADER + b"\x75" + _desc("[I") + b"\x00\x00\x00\x02" + struct.pack(">ii", 7, -1))
+    assert arr.values == (7, -1)  # type: ignore[attr-defined]
+    # a reset between top-level objects is allowed (ObjectOutputStream.reset())
+    assert _read(HEADER + b"\x79\x79" + _string("s")) == "s"
+    # an enum constant named by a reference to an earlier string
+    two = _read(HEADER + b"\x75" + _desc("[Ljava.lang.Object;") + b"\x00\x00\x00\x02"
+                + b"\x7e" + _desc("E", 0x12) + _string("A")
+                + b"\x7e\x71\x00\x7e\x00\x02\x71\x00\x7e\x00\x04")
+    assert two.values == (JavaEnum("E", "A"), JavaEnum("E", "A"))  # type: ignore[attr-defined]
+
+
+# tokens of the grammar: tags, class descriptors, lengths and handles
+_TOKENS = [bytes([t]) for t in range(0x70, 0x7F)] + [
+    _desc("E", 0x12), _desc("[X"), _desc("[I"), _desc("[L"), _desc("P", 0x03), _desc("X", 0x0C),
+    _string("A"), b"\x00\x00\x00\x01", b"\x00\x00\x00\x02", b"\x00\x7e\x00\x00",
+    b"\x00\x7e\x00\x01", b"\x00\x01", b"\x78", b"\x00", b"\xff\xff\xff\xff",
+]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_TOKENS), max_size=60), st.integers(0, 3000))
+def test_any_token_stream_is_typed(tokens: list[bytes], resets: int) -> None:
+    """Streams assembled from the grammar's pieces (and long runs of resets): a value or a
+    typed error, nothing else."""
+    for data in (HEADER + b"".join(tokens), HEADER + b"\x79" * resets + b"".join(tokens)):
+        try:
+            _read(data)
+        except TYPED:
+            pass
+
+
+def _ttl_checkpoint(tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of the TTL change-log fixture (its root, its checkpoint directory) and the
+    change-log file holding the Java-serialized StateTtlConfigs."""
+    rec = next(r for r in load_manifest()["changelog"]
+               if r["name"] == "changelog-ttl-hashmap-checkpoint")
+    src = FIXTURES / rec["path"].split("/")[0]
+    root = tmp_path / "c"
+    shutil.copytree(src, root)
+    logs = [p for p in root.rglob("*") if p.parent.name == "dstl" and HEADER in p.read_bytes()]
+    assert logs
+    return root / Path(rec["path"]).relative_to(rec["path"].split("/")[0]), logs[0]
+
+
+@pytest.mark.parametrize("attack", [ARRAY_OF_X, RESET_IN_ARRAY],
+                         ids=["array-of-X", "reset-in-array"])
+def test_inspect_of_a_hostile_ttl_config_names_a_typed_error(
+        tmp_path: Path, attack: bytes, capsys: pytest.CaptureFixture[str]) -> None:
+    """The attack overwrites the start of a StateTtlConfig in place (the log's lengths and
+    offsets stay): before, ``inspect`` failed with "unexpected error ... KeyError/IndexError";
+    now it lists the states, each saying why it cannot be read (the typed error, naming the
+    change-log file)."""
+    import json
+
+    from statequery.cli import main
+
+    path, log = _ttl_checkpoint(tmp_path)
+    data = bytearray(log.read_bytes())
+    at = data.index(HEADER)
+    data[at:at + len(attack)] = attack
+    log.write_bytes(bytes(data))
+    assert main(["inspect", str(path), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "unexpected error" not in captured.err and "Traceback" not in captured.err
+    text = captured.out
+    assert "Java serialization" in text and log.name in text
+    assert "KeyError" not in text and "IndexError" not in text
+    json.loads(text)
