@@ -134,3 +134,65 @@ def test_inspect_of_a_hostile_ttl_config_names_a_typed_error(
     assert "Java serialization" in text and log.name in text
     assert "KeyError" not in text and "IndexError" not in text
     json.loads(text)
+
+
+# -- the other parsers of untrusted documents: nesting is a typed error ------------------------
+
+
+def test_a_deeply_nested_plan_is_a_typed_error() -> None:
+    """A compiled plan (``--plan``, or the one a StateMeta snapshot carries) nested deeper than
+    json's recursion: before, RecursionError out of parse_plan; an expression of 5,000 CASTs:
+    before, RecursionError out of the projection analysis."""
+    from statequery.exceptions import InvalidOptionError
+    from statequery.metadata.plan import _passes, _value_ref, parse_plan
+
+    with pytest.raises(InvalidOptionError, match="not JSON"):
+        parse_plan('{"nodes": [], "x": ' + "[" * 100_000 + "]" * 100_000 + "}", "deep.json")
+    expr: dict[str, object] = {"kind": "INPUT_REF", "inputIndex": 3}
+    for _ in range(5000):
+        expr = {"kind": "CALL", "internalName": "$CAST$1", "operands": [expr]}
+    assert _value_ref(expr) == 3
+    assert _passes(expr, 3) is None  # deeper than any planner writes: not followed
+
+
+def test_a_deeply_nested_statemeta_snapshot_is_ignored(tmp_path: Path) -> None:
+    """A StateMeta snapshot whose document nests 1,000 maps in a serializer spec (msgpack
+    allows 1,024; the checksum is a digest anyone can recompute): before, RecursionError out of
+    Savepoint.open; now the snapshot is malformed, ignored with a warning, the model derived."""
+    import hashlib
+
+    import msgpack
+    from conftest import fixture_dir
+
+    import statequery
+    from statequery.exceptions import SnapshotIgnoredWarning
+    from statequery.metadata import statemeta
+    from statequery.metadata.statemeta import SNAPSHOT_FILE_NAME
+
+    src = fixture_dir("pyflink-thread-hashmap-canonical")
+    sp_dir = tmp_path / "sp"
+    shutil.copytree(src, sp_dir)
+    statequery.open(str(sp_dir), use_snapshot=False).write_snapshot()
+    snap = sp_dir / SNAPSHOT_FILE_NAME
+    envelope = msgpack.unpackb(snap.read_bytes(), raw=False, strict_map_key=False)
+    doc = msgpack.unpackb(envelope["body"], raw=False, strict_map_key=False)
+    todo, spec = [doc], None
+    while todo and spec is None:  # the first serializer spec in the document
+        v = todo.pop()
+        if isinstance(v, dict):
+            spec = v if "$kind" in v else None
+            todo += list(v.values())
+        elif isinstance(v, list):
+            todo += v
+    assert spec is not None
+    spec["deep"] = "__DEEP__"
+    body = msgpack.packb(doc, use_bin_type=True)
+    deep = b"\x81\xa1a" * 1000 + b"\xc0"  # {"a": {"a": ... None}} (msgpack's packer stops at 512)
+    body = body.replace(msgpack.packb("__DEEP__"), deep)
+    envelope["body"], envelope["sha256"] = body, hashlib.sha256(body).hexdigest()
+    snap.write_bytes(msgpack.packb(envelope, use_bin_type=True))
+    with pytest.raises(CorruptStateError, match="malformed StateMeta snapshot: RecursionError"):
+        statemeta.loads(snap.read_bytes())
+    with pytest.warns(SnapshotIgnoredWarning):
+        sp = statequery.open(str(sp_dir))
+    assert not sp.from_snapshot and sp.read("py-typed", "count").num_rows == 6
