@@ -196,3 +196,19 @@ def test_a_deeply_nested_statemeta_snapshot_is_ignored(tmp_path: Path) -> None:
     with pytest.warns(SnapshotIgnoredWarning):
         sp = statequery.open(str(sp_dir))
     assert not sp.from_snapshot and sp.read("py-typed", "count").num_rows == 6
+
+
+def test_a_deeply_nested_rest_answer_is_a_capture_error(tmp_path: Path) -> None:
+    """Flink's REST API answering JSON nested past json's recursion, or an errors map: before,
+    RecursionError / KeyError out of ``statequery capture``; now CaptureError."""
+    from loopback import static_http_server
+
+    from statequery.capture import CaptureError, HttpRest, _rest_error
+
+    (tmp_path / "deep").write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    with static_http_server(str(tmp_path), lifetime=60) as server:
+        with pytest.raises(CaptureError, match="the answer is not JSON"):
+            HttpRest(server.url, timeout=10).get("/deep")
+    assert _rest_error(b'{"errors": {"a": 1}}') == '{"errors": {"a": 1}}'
+    assert _rest_error(b'{"errors": ' + b"[" * 100_000 + b"]" * 100_000 + b"}").startswith(
+        '{"errors": [[[')
