@@ -172,7 +172,8 @@ class _Unpickler(pickle._Unpickler):
       tuple hash recurses in C, and a tuple shared by memo references hashes as a tree): the
       hashing work of a pickle is bounded by :data:`MAX_HASH_WORK`, and the keys of one
       container with one hash value by :data:`MAX_EQUAL_HASHES` (no quadratic collisions);
-    - at most :data:`MAX_ITEMS` values are put into containers;
+    - at most :data:`MAX_ITEMS` values are put into containers, and as many memoized; MARKs
+      nest no deeper than containers;
     - ``BUILD`` (setting an object's state) is refused: plain data never needs it.
 
     Every limit is a :class:`_Refusal`: a :class:`Refused` for that value alone."""
@@ -180,9 +181,12 @@ class _Unpickler(pickle._Unpickler):
     dispatch = dict(pickle._Unpickler.dispatch)
     # what pickle._Unpickler.load sets (typeshed does not declare them)
     stack: list[Any]
+    metastack: list[list[Any]]
+    memo: dict[int, Any]
     append: Callable[[Any], None]
     read: Callable[[int], bytes]
     readinto: Callable[[bytearray], int]
+    readline: Callable[[], bytes]
     if TYPE_CHECKING:
         def pop_mark(self) -> list[Any]: ...
 
@@ -429,6 +433,33 @@ class _Unpickler(pickle._Unpickler):
         self._check_keys(target, items)
         target.update(items)
 
+    def load_mark(self) -> None:
+        # a MARK opens the items of one container: pickles nest them as deep as their values
+        if len(self.metastack) > MAX_DEPTH + 8:
+            raise _Refusal(f"the pickle nests deeper than {MAX_DEPTH} (MARKs)")
+        self.metastack.append(self.stack)
+        self.stack = []
+        self.append = self.stack.append
+
+    def _memo_put(self, index: int) -> None:
+        if index < 0:
+            raise pickle.UnpicklingError(f"memo index {index}")
+        if len(self.memo) >= MAX_ITEMS and index not in self.memo:
+            raise _Refusal(f"the pickle memoizes more than {MAX_ITEMS} values")
+        self.memo[index] = self.stack[-1]
+
+    def load_put(self) -> None:
+        self._memo_put(int(self.readline()[:-1]))
+
+    def load_binput(self) -> None:
+        self._memo_put(self.read(1)[0])
+
+    def load_long_binput(self) -> None:
+        self._memo_put(struct.unpack("<I", self.read(4))[0])
+
+    def load_memoize(self) -> None:
+        self._memo_put(len(self.memo))
+
     def load_build(self) -> None:
         raise _Refusal("the pickle sets an object's state (BUILD): not plain data")
 
@@ -470,6 +501,11 @@ _OPS: dict[int, Any] = {
     pickle.SETITEMS[0]: _Unpickler.load_setitems,
     pickle.ADDITEMS[0]: _Unpickler.load_additems,
     pickle.BUILD[0]: _Unpickler.load_build,
+    pickle.MARK[0]: _Unpickler.load_mark,
+    pickle.PUT[0]: _Unpickler.load_put,
+    pickle.BINPUT[0]: _Unpickler.load_binput,
+    pickle.LONG_BINPUT[0]: _Unpickler.load_long_binput,
+    pickle.MEMOIZE[0]: _Unpickler.load_memoize,
     pickle.BYTEARRAY8[0]: _Unpickler.load_bytearray8,
     **{op[0]: _then_register(pickle._Unpickler.dispatch[op[0]])
        for op in (pickle.REDUCE, pickle.NEWOBJ, pickle.NEWOBJ_EX, pickle.INST, pickle.OBJ)},

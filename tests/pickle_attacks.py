@@ -69,6 +69,16 @@ def many_values(n: int = 1_200_000) -> bytes:
     return PROTO + b"](N" + b"2" * (n - 1) + b"e."
 
 
+def many_memo_entries(n: int = 1_200_000) -> bytes:
+    """None memoized ``n`` times (MEMOIZE, one byte each): a memo entry per byte."""
+    return PROTO + b"N" + b"\x94" * n + b"."
+
+
+def open_marks(n: int = 200) -> bytes:
+    """``n`` MARKs never closed (each keeps a stack aside)."""
+    return PROTO + b"(" * n + b"N."
+
+
 ATTACKS: dict[str, Callable[[], bytes]] = {
     "deep_tuple_key": deep_tuple_key,
     "deep_tuple_in_frozenset": deep_tuple_in_frozenset,
@@ -80,4 +90,6 @@ ATTACKS: dict[str, Callable[[], bytes]] = {
     "build_on_row": build_on_row,
     "deep_list": deep_list,
     "many_values": many_values,
+    "many_memo_entries": many_memo_entries,
+    "open_marks": open_marks,
 }

@@ -96,11 +96,14 @@ def test_an_attack_is_a_reason_on_its_value_alone(tmp_path: Path, attack: str,
     ("deep_list", f"the pickle nests deeper than {MAX_DEPTH}"),
     ("many_values", "the pickle holds more than 1000000 values"),
     ("huge_bytearray", "a bytearray of 1099511627776 bytes in a pickle of 12"),
+    ("many_memo_entries", "the pickle memoizes more than 1000000 values"),
+    ("open_marks", f"the pickle nests deeper than {MAX_DEPTH} (MARKs)"),
 ])
 def test_bounded_attacks_are_refused_when_decoded(attack: str, reason: str) -> None:
-    """Before: a dict of colliding keys (quadratic), a structure deeper than the renderer goes
-    and a list of 1.2 million values were decoded; BUILD set a Row's fields to an int and the
-    renderer's TypeError broke the whole table (add_python_columns raised)."""
+    """Before: a dict of colliding keys (quadratic), a structure deeper than the renderer goes,
+    a list of 1.2 million values, 1.2 million memo entries and 200 open MARKs were decoded;
+    BUILD set a Row's fields to an int and the renderer's TypeError broke the whole table
+    (add_python_columns raised)."""
     data = attacks.ATTACKS[attack]()
     got = loads(data)
     assert isinstance(got, Refused) and reason in got.reason, got
