@@ -662,7 +662,10 @@ def render_budget(size: int) -> int:
 def _render_bytes(data: bytes | None) -> tuple[str | None, str | None]:
     if data is None:
         return None, None
-    return render(loads(data), render_budget(len(data)))
+    try:
+        return render(loads(data), render_budget(len(data)))
+    except Exception as e:  # noqa: BLE001 - one value's failure never breaks the table's read
+        return None, f"not rendered: {type(e).__name__}: {e}"
 
 
 def _is_binary(t: pa.DataType) -> bool:

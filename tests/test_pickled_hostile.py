@@ -257,3 +257,23 @@ def test_any_stream_of_pieces_decodes_bounded_or_refuses(pieces: list[bytes]) ->
         assert _depth(got) <= MAX_DEPTH
     text, reason = render(got)
     assert (text is None) != (reason is None)
+
+
+def test_an_unforeseen_failure_stays_on_its_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever a value's decoding raises, the table keeps its other values: the last line of
+    defence behind the bounds above (before: the exception ended the read of the table)."""
+    import statequery.pickled as pickled
+
+    real = pickled.render
+
+    def render_or_fail(value: Any, max_chars: int = pickled.MAX_CHARS) -> Any:
+        if value == {"fail": True}:
+            raise TypeError("unforeseen")
+        return real(value, max_chars)
+
+    monkeypatch.setattr(pickled, "render", render_or_fail)
+    bad = pickle.dumps({"fail": True})
+    t = add_python_columns(pa.table({"value": pa.array([GOOD, bad, GOOD], pa.binary())}))
+    assert t.column("value_py").to_pylist() == [GOOD_JSON, None, GOOD_JSON]
+    assert t.column("value_py_reason").to_pylist() == [
+        None, "not rendered: TypeError: unforeseen", None]
