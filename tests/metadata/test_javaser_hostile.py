@@ -212,3 +212,21 @@ def test_a_deeply_nested_rest_answer_is_a_capture_error(tmp_path: Path) -> None:
     assert _rest_error(b'{"errors": {"a": 1}}') == '{"errors": {"a": 1}}'
     assert _rest_error(b'{"errors": ' + b"[" * 100_000 + b"]" * 100_000 + b"}").startswith(
         '{"errors": [[[')
+
+
+def test_nested_changelog_handles_are_a_typed_error() -> None:
+    """A _metadata whose changelog state handle holds a changelog state handle holding one ...
+    (21 bytes a level): before, the parser recursed once per level (RecursionError); Flink
+    never nests them, so a nested one is a CorruptStateError at once."""
+    from statequery.metadata.checkpoint import CHANGELOG_HANDLE, NULL_HANDLE, _MetadataParser
+
+    level = bytes([CHANGELOG_HANDLE]) + struct.pack(">iiqi", 0, 1, 0, 1)
+    data = level * 5000 + bytes([NULL_HANDLE])
+    with pytest.raises(CorruptStateError, match="changelog state handle inside a changelog") as e:
+        _MetadataParser(Decoder(data, source="crafted"), 3)._keyed_handle()
+    assert "crafted at byte 21" in str(e.value)
+    # one level, as Flink writes it: parsed (no parts, ids after them)
+    one = level[:-4] + struct.pack(">i", 0) + struct.pack(">i", 0) + struct.pack(">q", 7) \
+        + struct.pack(">H", 2) + b"id"
+    h = _MetadataParser(Decoder(one, source="crafted"), 3)._keyed_handle()
+    assert h.materialization_id == 7 and h.handle_id == "id"  # type: ignore[union-attr]
