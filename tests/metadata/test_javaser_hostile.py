@@ -134,6 +134,12 @@ def test_inspect_of_a_hostile_ttl_config_names_a_typed_error(
     assert "Java serialization" in text and log.name in text
     assert "KeyError" not in text and "IndexError" not in text
     json.loads(text)
+    # reading one of its states: the one-line typed error
+    assert main(["read", str(path), "ttl__ttl_count"]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "unexpected error" not in err
+    assert err.startswith("statequery: ") and f"{log.name} at byte" in err
+    assert "Java serialization" in err
 
 
 # -- the other parsers of untrusted documents: nesting is a typed error ------------------------
