@@ -121,7 +121,7 @@ class HttpRest:
             raise CaptureError(f"{method} {self.url}{path}: {reason}") from None
         try:
             return json.loads(raw or b"{}")
-        except ValueError:
+        except (ValueError, RecursionError):  # json recurses once per nesting level
             raise CaptureError(f"{method} {self.url}{path}: the answer is not JSON") from None
 
     def get(self, path: str) -> Any:
@@ -136,7 +136,7 @@ def _rest_error(raw: bytes) -> str:
     try:
         errors = json.loads(raw).get("errors") or []
         text = str(errors[0]) if errors else raw.decode("utf-8", "replace")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, LookupError, RecursionError):
         text = raw.decode("utf-8", "replace")
     return text.strip().splitlines()[0][:500] if text.strip() else "(no detail)"
 

@@ -195,6 +195,7 @@ class _MetadataParser:
     def __init__(self, d: Decoder, version: int) -> None:
         self.d = d
         self.version = version
+        self._in_changelog_handle = False
 
     # -- top level -----------------------------------------------------------------------------
 
@@ -431,10 +432,19 @@ class _MetadataParser:
                 handle_id=handle_id,
             )
         if t in (CHANGELOG_HANDLE, CHANGELOG_HANDLE_V2):
+            # Flink nests a changelog handle's materialized and non-materialized parts one
+            # level deep (key-groups, incremental and change-log stream handles), never another
+            # changelog handle: the parser recursed once per level of such nesting
+            if self._in_changelog_handle:
+                raise d.error("a changelog state handle inside a changelog state handle", pos)
             start, num = self._key_group_range()
             checkpointed_size = d.read_long()
-            materialized = self._keyed_list("materialized")
-            non_materialized = self._keyed_list("non-materialized")
+            self._in_changelog_handle = True
+            try:
+                materialized = self._keyed_list("materialized")
+                non_materialized = self._keyed_list("non-materialized")
+            finally:
+                self._in_changelog_handle = False
             materialization_id = d.read_long()
             changelog_checkpoint_id = d.read_long() if t == CHANGELOG_HANDLE_V2 else None
             handle_id = d.read_utf()

@@ -9,7 +9,11 @@ class name and its field values; a class with a ``writeObject`` method or an ext
 also keeps its annotations (block-data bytes and objects, in order).
 
 Bounds: the nesting depth, the number of handles and every length are checked against the
-buffer; anything else (an exception record, the old externalizable protocol, an unknown tag) is
+buffer. The parser recurses only through :meth:`_Reader.content` and class descriptors, both
+depth-counted: a run of ``TC_RESET`` is a loop (and a reset is refused inside an object, as
+``ObjectInputStream`` does), an enum constant's name is read as a string or a reference to
+one, never as another object; an array's element type is checked against its class name.
+Anything else (an exception record, the old externalizable protocol, an unknown tag) is
 a :class:`~statequery.exceptions.CorruptStateError` or
 :class:`~statequery.exceptions.UnsupportedFormatError` naming the source.
 
@@ -155,9 +159,7 @@ class _Reader:
         if tc == TC_ENUM:
             desc = self._desc()
             h = self._new_handle(None)
-            name = self._object(d.read_ubyte(), d.pos)
-            if not isinstance(name, str):
-                raise d.error("Java serialization: an enum constant's name is not a string", at)
+            name = self._enum_constant_name(at)
             value = JavaEnum(desc.name if desc else "?", name)
             self.handles[h] = value
             return value
@@ -166,13 +168,37 @@ class _Reader:
         if tc == TC_OBJECT:
             return self._new_object()
         if tc == TC_RESET:
-            self.handles.clear()
-            return self._object(d.read_ubyte(), d.pos)
+            # ObjectInputStream accepts a reset only between top-level objects (its handleReset
+            # refuses one at a recursion depth above 0): inside an array, an object or an enum
+            # it would drop the handle being filled
+            if self.depth > 1:
+                raise d.error("Java serialization: a reset (TC_RESET) inside an object", at)
+            while tc == TC_RESET:  # a run of resets: a loop, never a recursion
+                self.handles.clear()
+                at = d.pos
+                tc = d.read_ubyte()
+            if tc in (TC_BLOCKDATA, TC_BLOCKDATALONG):
+                raise d.error("Java serialization: block data after a reset", at)
+            return self._object(tc, at)
         if tc == TC_EXCEPTION:
             raise UnsupportedFormatError(
                 f"{d.source}: a Java-serialized object holds an exception record (the writer "
                 "failed while writing it)")
         raise d.error(f"Java serialization: unknown tag {tc:#04x}", at)
+
+    def _enum_constant_name(self, at: int) -> str:
+        """An enum constant's name: a string or a reference to one (read here, not through
+        :meth:`_object`: a name that is another enum would recurse once per link)."""
+        d = self.d
+        tc = d.read_ubyte()
+        name: Any = None
+        if tc in (TC_STRING, TC_LONGSTRING):
+            name = self._object(tc, d.pos - 1)
+        elif tc == TC_REFERENCE:
+            name = self._ref()
+        if not isinstance(name, str):
+            raise d.error("Java serialization: an enum constant's name is not a string", at)
+        return name
 
     def _desc(self) -> JavaClassDesc | None:
         """``classDesc``: a new descriptor, a reference to one, or null."""
@@ -278,9 +304,13 @@ class _Reader:
         desc = self._desc()
         if desc is None or not desc.name.startswith("["):
             raise d.error("Java serialization: an array without an array class")
-        h = self._new_handle(None)
         code = desc.name[1:2]
-        n = d.check_length(d.read_int(), "array length", 1)
+        if code not in _PRIMITIVE and code not in ("[", "L"):
+            raise d.error(f"Java serialization: an array of class {desc.name!r} (element type "
+                          f"code {code!r})")
+        h = self._new_handle(None)
+        n = d.check_length(d.read_int(), "array length",
+                           struct.calcsize(_PRIMITIVE[code]) if code in _PRIMITIVE else 1)
         values = tuple(self._value(code) for _ in range(n))
         arr = JavaArray(desc.name, values)
         self.handles[h] = arr

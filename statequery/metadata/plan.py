@@ -146,7 +146,7 @@ def parse_plan(text: str | bytes, source: str = "compiled plan") -> CompiledPlan
     one."""
     try:
         doc = json.loads(text)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:  # json recurses per nesting level: RecursionError
         raise InvalidOptionError(f"{source}: not JSON: {e}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list):
         raise InvalidOptionError(f"{source}: not a Flink compiled plan (no \"nodes\" list)")
@@ -330,13 +330,18 @@ def _function(call: Any) -> str:
     return (m.group(1) if m else name).upper()
 
 
-def _passes(expr: Any, index: int) -> str | None:
+#: how deep _passes follows an expression's operands (a planner's are a few levels deep; a plan's
+#: JSON may nest up to the interpreter's recursion limit)
+MAX_EXPR_DEPTH = 32
+
+
+def _passes(expr: Any, index: int, depth: int = 0) -> str | None:
     """How a Calc projection ``expr`` uses input column ``index``: ``"value"`` when it is that
     column (under CAST, or as the non-null branch of a CASE/IF whose other branch is NULL: the
     planner's ``SUM`` from ``$SUM0`` and ``COUNT``), ``"sum"``/``"count"`` when it is the
     numerator/denominator of a division (the planner's ``AVG`` from ``SUM``/``COUNT``), else
     None."""
-    if not isinstance(expr, dict):
+    if not isinstance(expr, dict) or depth > MAX_EXPR_DEPTH:
         return None
     kind = expr.get("kind")
     if kind == "INPUT_REF":
@@ -346,9 +351,9 @@ def _passes(expr: Any, index: int) -> str | None:
     op = _function({"internalName": expr.get("internalName") or expr.get("syntax") or ""})
     ops = expr.get("operands") or []
     if op == "CAST" and len(ops) == 1:
-        return _passes(ops[0], index)
+        return _passes(ops[0], index, depth + 1)
     if op in ("CASE", "IF") and len(ops) == 3:
-        branches = [_passes(o, index) for o in ops[1:]]
+        branches = [_passes(o, index, depth + 1) for o in ops[1:]]
         nulls = [isinstance(o, dict) and o.get("kind") == "LITERAL" and o.get("value") is None
                  for o in ops[1:]]
         for b, other_null in zip(branches, reversed(nulls), strict=True):
@@ -360,7 +365,7 @@ def _passes(expr: Any, index: int) -> str | None:
             return "count"
         return None
     if op == "/" and len(ops) == 2:
-        top, bottom = _passes(ops[0], index), _passes(ops[1], index)
+        top, bottom = _passes(ops[0], index, depth + 1), _passes(ops[1], index, depth + 1)
         if top == "value" and bottom is None:
             return "sum"
         if bottom == "value" and top in (None, "count"):
@@ -369,16 +374,16 @@ def _passes(expr: Any, index: int) -> str | None:
 
 
 def _value_ref(expr: Any) -> int | None:
-    """The input column ``expr`` is (possibly under CAST), else None."""
-    if not isinstance(expr, dict):
-        return None
-    if expr.get("kind") == "INPUT_REF":
-        index = expr.get("inputIndex")
-        return index if isinstance(index, int) else None
-    ops = expr.get("operands") or []
-    if expr.get("kind") == "CALL" and len(ops) == 1 and _function(
-            {"internalName": expr.get("internalName") or expr.get("syntax") or ""}) == "CAST":
-        return _value_ref(ops[0])
+    """The input column ``expr`` is (possibly under CASTs: a loop), else None."""
+    while isinstance(expr, dict):
+        if expr.get("kind") == "INPUT_REF":
+            index = expr.get("inputIndex")
+            return index if isinstance(index, int) else None
+        ops = expr.get("operands") or []
+        if not (expr.get("kind") == "CALL" and len(ops) == 1 and _function(
+                {"internalName": expr.get("internalName") or expr.get("syntax") or ""}) == "CAST"):
+            return None
+        expr = ops[0]
     return None
 
 

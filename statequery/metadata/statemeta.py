@@ -768,7 +768,9 @@ def loads(data: bytes, source: str = "StateMeta snapshot") -> StateMeta:
         )
     except CorruptStateError:
         raise
-    except (KeyError, TypeError, ValueError, IndexError) as e:
+    except (KeyError, TypeError, ValueError, IndexError, RecursionError) as e:
+        # RecursionError: the document's nesting (msgpack allows 1024 levels) drives the
+        # recursion of serializers.spec.from_dict, one Python frame or two per level
         raise CorruptStateError(
             f"malformed StateMeta snapshot: {type(e).__name__}: {e}", source
         ) from e
