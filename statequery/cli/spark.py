@@ -230,6 +230,14 @@ def _serve(args: argparse.Namespace) -> int:
         _say(f"no server runs on {folder}")
         return 3
     _check_metastore(folder)
+    from statequery.spark.jvm import serve_auth_jar_path
+
+    if serve_auth_jar_path() is None:
+        raise SparkCommandError(
+            "statequery serve needs javac (a JDK 17+) on PATH or in JAVA_HOME to build the "
+            "password check of its Thrift server (docs/security.md); without it the server would "
+            "take any client"
+        )
     folder.mkdir(parents=True, exist_ok=True)
     catalog = os.path.abspath(args.catalog or DEFAULT_CATALOG)
     port = args.port or free_port(host)

@@ -282,9 +282,15 @@ def stop_server(folder: Path, timeout: float = 120.0) -> dict[str, Any] | None:
 def main(argv: list[str]) -> int:
     """``python -m statequery.spark.server FOLDER MASTER CATALOG HOST PORT CONNECT_PORT [ui]``
     (what ``serve`` starts)."""
+    from statequery.exceptions import StatequeryError
+
     folder, master, catalog, host, port, connect_port = argv[:6]
-    return serve(Path(folder), master, catalog, host, int(port), int(connect_port),
-                 ui=argv[6:] == ["ui"])
+    try:
+        return serve(Path(folder), master, catalog, host, int(port), int(connect_port),
+                     ui=argv[6:] == ["ui"])
+    except StatequeryError as e:
+        print(f"statequery: {e}", file=sys.stderr, flush=True)
+        return 1
 
 
 if __name__ == "__main__":
