@@ -112,6 +112,7 @@ def running_server(folder: Path) -> dict[str, Any] | None:
         return None
     if not isinstance(info, dict) or not _alive(int(info.get("pid", 0))):
         path.unlink(missing_ok=True)
+        token_file(folder).unlink(missing_ok=True)
         return None
     if not _accepts(str(info["host"]), int(info["port"])):
         return None  # alive but not (yet, or any more) listening
