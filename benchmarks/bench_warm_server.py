@@ -97,11 +97,13 @@ def main() -> int:
 
         sys.path.insert(0, str(ROOT))
         from statequery.cli.connect import run_sql
+        from statequery.cli.serverinfo import server_token
 
         inproc = []
         for _ in range(args.repeat):
             t = time.monotonic()
-            table = run_sql(info["host"], int(info["connect_port"]), QUERY)
+            table = run_sql(info["host"], int(info["connect_port"]), QUERY,
+                            token=server_token(info))
             inproc.append(time.monotonic() - t)
             assert table.to_pylist() == [{"key": "user-3", "value": 10}]
         figures["query_in_process_s"] = _summary(inproc)

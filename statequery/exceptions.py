@@ -147,3 +147,8 @@ class QueryLimitError(StatequeryError):
 
 class QueryTimeoutError(QueryLimitError):
     """A SQL query ran longer than its wall-clock timeout and was interrupted."""
+
+
+class ServerAccessError(StatequeryError):
+    """A client of ``statequery serve`` cannot authenticate: the server's token file (named in
+    the message) cannot be read, which is the case for any user but the server's own."""

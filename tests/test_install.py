@@ -163,6 +163,9 @@ def test_wheel_installs_and_looks_up_in_the_shipped_catalog(tmp_path: Path) -> N
     shipped = set(zipfile.ZipFile(wheel).namelist())
     # the Java sources of the Spark jar, which statequery.spark.jvm compiles on first use
     assert "statequery/spark/java/statequery/DefaultSource.java" in shipped
+    # and those of serve's Thrift password check and UI login (statequery.spark.jvm, SERVE_SOURCES)
+    assert "statequery/spark/java_serve/statequery/serve/TokenAuthenticator.java" in shipped
+    assert "statequery/spark/java_serve/statequery/serve/TokenFilter.java" in shipped
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
                    timeout=120)

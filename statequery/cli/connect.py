@@ -153,10 +153,14 @@ class ConnectSession:
     settings (``USE``, ``SET``); a statement stopped by Ctrl-C is interrupted on the server.
     ``close`` (or the end of a ``with`` block) releases the session."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, token: str | None = None) -> None:
         import grpc
 
         self.session_id = str(uuid.uuid4())
+        # the server's pre-shared token (spark.connect.authenticate.token), as PySpark's client
+        # sends it: a bearer token in each call's metadata (plain gRPC: the server is on
+        # loopback)
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else None
         options = [("grpc.max_receive_message_length", 128 * 1024 * 1024)]
         self._channel = grpc.insecure_channel(f"{host}:{port}", options=options)
         self._execute = self._channel.unary_stream(_SERVICE + "ExecutePlan")
@@ -176,7 +180,7 @@ class ConnectSession:
 
         operation_id = str(uuid.uuid4())
         call = self._execute(_execute_request(self.session_id, query, operation_id),
-                             timeout=timeout)
+                             timeout=timeout, metadata=self._metadata)
         tables = []
         try:
             for stream in _arrow_streams(call):
@@ -205,7 +209,8 @@ class ConnectSession:
                       + _field(_INTERRUPT_USER_CONTEXT, _user_context())
                       + _text(_INTERRUPT_CLIENT_TYPE, _CLIENT_TYPE)
                       + _varint(_INTERRUPT_TYPE << 3) + _varint(_INTERRUPT_TYPE_OPERATION_ID)
-                      + _text(_INTERRUPT_OPERATION_ID, operation_id), timeout=10)
+                      + _text(_INTERRUPT_OPERATION_ID, operation_id), timeout=10,
+                      metadata=self._metadata)
         except grpc.RpcError:
             return False  # the server is gone: nothing of ours runs there any more
         return any(
@@ -220,17 +225,20 @@ class ConnectSession:
         try:
             release(_text(_RELEASE_SESSION_ID, self.session_id)
                     + _field(_RELEASE_USER_CONTEXT, _user_context())
-                    + _text(_RELEASE_CLIENT_TYPE, _CLIENT_TYPE), timeout=10)
+                    + _text(_RELEASE_CLIENT_TYPE, _CLIENT_TYPE), timeout=10,
+                    metadata=self._metadata)
         except grpc.RpcError:
             pass  # the server drops idle sessions by itself
         finally:
             self._channel.close()
 
 
-def run_sql(host: str, port: int, query: str, timeout: float | None = None) -> Any:
-    """Run ``query`` on the Spark Connect server at ``host:port`` in a session of its own;
-    its rows as a ``pyarrow.Table`` (an empty table without columns when it returns none)."""
-    with ConnectSession(host, port) as session:
+def run_sql(host: str, port: int, query: str, timeout: float | None = None,
+            token: str | None = None) -> Any:
+    """Run ``query`` on the Spark Connect server at ``host:port`` in a session of its own
+    (``token``: the server's, :func:`statequery.cli.serverinfo.server_token`); its rows as a
+    ``pyarrow.Table`` (an empty table without columns when it returns none)."""
+    with ConnectSession(host, port, token=token) as session:
         return session.sql(query, timeout=timeout)
 
 

@@ -72,12 +72,16 @@ def add_parsers(sub: Any) -> None:
         description="Start a local Spark with Spark Connect and Spark's Thrift JDBC server, "
                     "the catalog attached, "
                     "in the background: statequery shell and statequery sql --spark then "
-                    "connect to it instead of starting a Spark each. It listens on loopback "
-                    "(--host) and writes its address to server.json in the metastore folder.",
+                    "connect to it instead of starting a Spark each. Everything it opens "
+                    "listens on loopback only; every client needs its token, which it writes to "
+                    "server.token (0600) in the metastore folder, next to server.json (its "
+                    "address); statequery's own clients read it (docs/security.md).",
     )
     sv.add_argument("--catalog", help="the catalog folder (default: the shipped catalog/)")
     sv.add_argument("--host", default="127.0.0.1",
-                    help="the address to listen on (default: 127.0.0.1, this machine only)")
+                    help="the loopback address to listen on (default: 127.0.0.1; ::1; no other)")
+    sv.add_argument("--ui", action="store_true",
+                    help="start the Spark UI too (on 127.0.0.1, password: the token)")
     sv.add_argument("--port", type=int, default=0,
                     help="the Thrift JDBC server's port (default: a free one)")
     sv.add_argument("--connect-port", type=int, default=0,
@@ -200,10 +204,17 @@ def _serve(args: argparse.Namespace) -> int:
     import subprocess
 
     from statequery.catalog import DEFAULT_CATALOG
-    from statequery.spark.server import free_port, running_server, state_file, stop_server
+    from statequery.spark.server import (
+        check_loopback,
+        free_port,
+        running_server,
+        state_file,
+        stop_server,
+    )
     from statequery.spark.session import spark_dir
 
     folder = spark_dir(args.spark_dir)
+    host = check_loopback(args.host)
     if args.stop:
         stopped = stop_server(folder)
         _say(f"stopped the server at {stopped['url']} (pid {stopped['pid']})" if stopped
@@ -219,21 +230,31 @@ def _serve(args: argparse.Namespace) -> int:
         _say(f"no server runs on {folder}")
         return 3
     _check_metastore(folder)
+    from statequery.spark.jvm import serve_auth_jar_path
+
+    if serve_auth_jar_path() is None:
+        raise SparkCommandError(
+            "statequery serve needs javac (a JDK 17+) on PATH or in JAVA_HOME to build the "
+            "password check of its Thrift server (docs/security.md); without it the server would "
+            "take any client"
+        )
     folder.mkdir(parents=True, exist_ok=True)
     catalog = os.path.abspath(args.catalog or DEFAULT_CATALOG)
-    port = args.port or free_port(args.host)
-    connect_port = args.connect_port or free_port(args.host)
+    port = args.port or free_port(host)
+    connect_port = args.connect_port or free_port(host)
     if connect_port == port:
-        connect_port = free_port(args.host)
+        connect_port = free_port(host)
     log = folder / "server.log"
     _say(f"starting the server ({args.master}, metastore in {folder}, log {log}) ...")
     started = time.monotonic()
     env = dict(os.environ)
     env.setdefault("PYSPARK_PYTHON", sys.executable)
-    with open(log, "ab") as out:
+    # the log holds the statements of every client: the server's user's only
+    with os.fdopen(os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as out:
+        os.fchmod(out.fileno(), 0o600)
         proc = subprocess.Popen(
             [sys.executable, "-m", "statequery.spark.server", str(folder), args.master, catalog,
-             args.host, str(port), str(connect_port)],
+             host, str(port), str(connect_port), *(["ui"] if args.ui else [])],
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
             cwd=folder, start_new_session=True,
         )
@@ -254,6 +275,9 @@ def _serve(args: argparse.Namespace) -> int:
     _say(f"serving {info['url']} and {info['connect']} (pid {proc.pid}), ready in "
          f"{time.monotonic() - started:.1f} s; statequery shell and statequery sql --spark use "
          "it; statequery serve --stop stops it")
+    _say(f"clients need the token in {info['token_file']} (JDBC: any user, the token as the "
+         "password; notebooks: statequery.spark.server.remote_session())"
+         + (f"; the Spark UI: {info['ui']} (password: the token)" if info.get("ui") else ""))
     return 0
 
 
@@ -374,9 +398,11 @@ def _sql_on_server(args: argparse.Namespace, info: dict[str, Any]) -> Any:
 def _sql_on_connect(args: argparse.Namespace, info: dict[str, Any]) -> Any:
     """Run ``args.query`` on the server's Spark Connect endpoint; its rows as an Arrow table."""
     from statequery.cli.connect import ConnectError, connect_error, run_sql
+    from statequery.cli.serverinfo import server_token
 
     try:
-        return run_sql(str(info["host"]), int(info["connect_port"]), args.query)
+        return run_sql(str(info["host"]), int(info["connect_port"]), args.query,
+                       token=server_token(info))
     except ConnectError as e:
         raise SparkCommandError(connect_error(str(e))) from None
 

@@ -378,10 +378,12 @@ def run_shell(info: dict[str, Any], database: str | None, script: str | None,
     statements of ``script`` (-e, -f), else those of ``init`` (the text of -i's file) then
     the terminal's."""
     from statequery.cli.connect import ConnectSession, Interrupted
+    from statequery.cli.serverinfo import server_token
 
+    token = server_token(info)
     if script is None and not sys.stdin.isatty():
         script = sys.stdin.read()
-    with ConnectSession(str(info["host"]), int(info["connect_port"])) as session:
+    with ConnectSession(str(info["host"]), int(info["connect_port"]), token=token) as session:
         shell = SqlShell(session, silent=silent)
         if database:
             try:

@@ -30,10 +30,14 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-__all__ = ["jar_path", "session_conf", "JAVA_SOURCES"]
+__all__ = ["jar_path", "serve_auth_jar_path", "session_conf", "JAVA_SOURCES", "SERVE_SOURCES"]
 
 #: the Java sources of the jar
 JAVA_SOURCES = Path(__file__).resolve().parent / "java"
+
+#: the Java source of ``statequery serve``'s Thrift password check, a jar of its own (on the
+#: server's class path only: it does not put the JVM data source in the server's sessions)
+SERVE_SOURCES = Path(__file__).resolve().parent / "java_serve"
 
 #: set to ``python`` to keep statequery's own Spark sessions on the Python data source
 PATH_ENV = "STATEQUERY_SPARK_PATH"
@@ -52,14 +56,14 @@ def _pyspark() -> tuple[str, Path]:
     return pyspark.__version__, Path(pyspark.__file__).resolve().parent / "jars"
 
 
-def _sources() -> list[Path]:
-    return sorted(JAVA_SOURCES.rglob("*.java"))
+def _sources(root: Path = JAVA_SOURCES) -> list[Path]:
+    return sorted(root.rglob("*.java"))
 
 
-def _key(spark_version: str, sources: list[Path]) -> str:
+def _key(spark_version: str, sources: list[Path], root: Path = JAVA_SOURCES) -> str:
     digest = hashlib.sha256(spark_version.encode())
     for path in sources:
-        digest.update(path.relative_to(JAVA_SOURCES).as_posix().encode())
+        digest.update(path.relative_to(root).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -75,21 +79,36 @@ def jar_path(build: bool = True) -> str | None:
     """The jar of ``statequery.DefaultSource`` for the installed pyspark, built if needed
     (``build``): its path, or None (no ``javac``, or the build failed; said in one line on
     standard error) -- Spark then uses the Python data source."""
+    return _jar(JAVA_SOURCES, "statequery-spark", build)
+
+
+def serve_auth_jar_path() -> str | None:
+    """The jar of ``statequery.serve.TokenAuthenticator`` (the Thrift server's password check of
+    ``statequery serve``) for the installed pyspark, built if needed; None without ``javac``."""
+    return _jar(SERVE_SOURCES, "statequery-serve-auth", True, quiet=True)
+
+
+def _jar(root: Path, name: str, build: bool, quiet: bool = False) -> str | None:
+    """The jar ``name`` of the Java sources under ``root`` (built with ``javac`` if needed and
+    ``build``), or None; ``quiet``: the caller says why not itself."""
     try:
         spark_version, jars = _pyspark()
     except ImportError:
         return None
-    sources = _sources()
+    sources = _sources(root)
     if not sources:
         return None
-    folder = _cache_root() / "spark-jvm" / f"spark-{spark_version}-{_key(spark_version, sources)}"
-    jar = folder / "statequery-spark.jar"
+    key = _key(spark_version, sources, root)
+    folder = _cache_root() / "spark-jvm" / f"spark-{spark_version}-{key}"
+    jar = folder / f"{name}.jar"
     if jar.is_file():
         return str(jar)
     if not build:
         return None
     javac = shutil.which("javac", path=_java_path())
     if javac is None:
+        if quiet:
+            return None
         _say("no javac (a JDK 17+) on PATH or in JAVA_HOME: Spark reads statequery through the "
              "Python data source (slower); install a JDK for the columnar JVM data source")
         return None
@@ -100,6 +119,8 @@ def jar_path(build: bool = True) -> str | None:
                "-cp", str(jars / "*"), "-d", str(classes), *map(str, sources)]
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode:
+            if quiet:
+                return None
             detail = (out.stderr or out.stdout).strip().splitlines()
             _say("building the statequery Spark jar failed "
                  f"({detail[0] if detail else 'javac exit ' + str(out.returncode)}): Spark "

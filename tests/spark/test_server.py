@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
+import sysconfig
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -32,20 +36,29 @@ def _run(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Complete
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """A running server; at the end, ``serve --stop`` stops it and its JVM."""
+    """A running server; at the end, ``serve --stop`` stops it and its JVM.
+
+    Its metastore folder is one that every user of the machine may enter (pytest's own temporary
+    folders are the user's only): another uid can read ``server.json`` and knows the ports;
+    only the token file is the server's user's."""
     from statequery.spark.session import metastore_holder
 
     tmp_path = tmp_path_factory.mktemp("server")
-    folder = tmp_path / "spark"
+    shared = Path(tempfile.mkdtemp(prefix="statequery-serve-"))
+    shared.chmod(0o755)
+    folder = shared / "spark"
     env = dict(os.environ, STATEQUERY_SPARK_DIR=str(folder), PYSPARK_PYTHON=sys.executable)
-    start = _run(["serve", "--master", "local[2]"], env, tmp_path)
-    assert start.returncode == 0, start.stderr[-4000:]
-    info = json.loads((folder / "server.json").read_text())
     try:
-        yield {"info": info, "env": env, "tmp": tmp_path, "folder": folder,
-               "start": start.stderr}
+        start = _run(["serve", "--master", "local[2]"], env, tmp_path)
+        assert start.returncode == 0, start.stderr[-4000:]
+        info = json.loads((folder / "server.json").read_text())
+        try:
+            yield {"info": info, "env": env, "tmp": tmp_path, "folder": folder,
+                   "start": start.stderr}
+        finally:
+            stop = _run(["serve", "--stop"], env, tmp_path)
     finally:
-        stop = _run(["serve", "--stop"], env, tmp_path)
+        shutil.rmtree(shared, ignore_errors=True)
     assert stop.returncode == 0
     assert f"stopped the server at {info['url']} (pid {info['pid']})" in stop.stderr
     assert not (folder / "server.json").exists()
@@ -129,8 +142,8 @@ def test_errors_on_the_server_are_one_line(server: dict[str, Any]) -> None:
 
 _NOTEBOOK = """
 import json, sys
-from pyspark.sql import SparkSession
-spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
+from statequery.spark.server import remote_session
+spark = remote_session()  # the server of $STATEQUERY_SPARK_DIR, with its token
 one = spark.sql(sys.argv[2]).collect()
 df = spark.table("user_activity.user_state__count")
 total = df.count()
@@ -370,3 +383,290 @@ def test_shell_interactive_on_connect(server: dict[str, Any]) -> None:
     assert "SELECT key, value FROM user_activity.user_state__count WHERE key = 'user-3';" \
         in kept
     assert "USE user_activity;" in kept and "SELECT 41 + 1 AS answer;" in kept
+
+
+# --- secure by default (issue 31): loopback only, a token on every connection ----------------
+
+NOBODY = 65534
+needs_root = pytest.mark.skipif(os.geteuid() != 0,
+                                reason="running a client as another uid needs root (setpriv)")
+
+
+def _descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it (the server's JVM, its Python workers)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def _address(hex_address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    raw = bytes.fromhex(hex_address)
+    if len(raw) == 4:
+        return ipaddress.IPv4Address(raw[::-1])
+    return ipaddress.IPv6Address(b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4)))
+
+
+def _listening(pid: int) -> list[tuple[str, int, str]]:
+    """(address, port, protocol) of each listening TCP socket and bound UDP socket that ``pid``
+    or a process below it holds: what ``ss -ltunp`` shows, read from /proc."""
+    inodes = set()
+    for p in _descendants(pid):
+        try:
+            fds = os.listdir(f"/proc/{p}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(f"/proc/{p}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(int(link[8:-1]))
+    found = []
+    for proto, state in (("tcp", "0A"), ("tcp6", "0A"), ("udp", "07"), ("udp6", "07")):
+        for line in Path(f"/proc/net/{proto}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if int(fields[9]) in inodes and fields[3] == state:
+                address, port = fields[1].split(":")
+                found.append((str(_address(address)), int(port, 16), proto))
+    return found
+
+
+def _loopback(address: str) -> bool:
+    ip = ipaddress.ip_address(address)
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return ip.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+@pytest.fixture(scope="module")
+def nobody(server: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """How to run a client as uid 65534: its environment (this checkout and this environment's
+    packages on ``PYTHONPATH``, a home of its own) and a Python it may execute."""
+    if os.geteuid() != 0:
+        pytest.skip("running a client as another uid needs root (setpriv)")
+    home = Path(tempfile.mkdtemp(prefix="statequery-nobody-"))
+    os.chown(home, NOBODY, NOBODY)
+    from pyspark import __file__ as pyspark_file
+
+    env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(home), "LANG": "C.UTF-8",
+           "PYTHONPATH": os.pathsep.join([str(REPO), sysconfig.get_paths()["purelib"]]),
+           "STATEQUERY_SPARK_DIR": server["env"]["STATEQUERY_SPARK_DIR"],
+           "SPARK_HOME": str(Path(pyspark_file).parent)}
+    if os.environ.get("JAVA_HOME"):
+        env["JAVA_HOME"] = os.environ["JAVA_HOME"]
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    try:
+        for python in (sys.executable, shutil.which(f"python{version}"),
+                       f"/usr/bin/python{version}"):
+            if python and subprocess.run(
+                [*_SETPRIV, python, "-c", "import grpc, pyarrow, statequery.cli.connect"],
+                env=env, capture_output=True, timeout=120, cwd="/",
+            ).returncode == 0:
+                break
+        else:
+            pytest.fail(f"no Python {version} that uid {NOBODY} may run with these packages")
+        yield {"env": env, "python": python, "home": home}
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+_SETPRIV = ["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups"]
+
+
+def _as_nobody(nobody: dict[str, Any], argv: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*_SETPRIV, *argv], env=nobody["env"], capture_output=True, text=True,
+                          timeout=300, cwd="/", stdin=subprocess.DEVNULL)
+
+
+def test_nothing_listens_beyond_loopback(server: dict[str, Any]) -> None:
+    """Every socket the server, its JVM and its Python workers listen on is a loopback one: the
+    Thrift and Connect ports, the driver's RPC and block manager; no Spark UI (off unless
+    ``--ui``)."""
+    info = server["info"]
+    sockets = _listening(int(info["pid"]))
+    ports = {port for _, port, _ in sockets}
+    assert {int(info["port"]), int(info["connect_port"])} <= ports
+    assert len(sockets) >= 4  # and the driver's RPC and block manager
+    outside = [s for s in sockets if not _loopback(s[0])]
+    assert outside == [], f"listening beyond loopback: {outside}; all: {sockets}"
+    assert info["ui"] is None
+
+
+def test_the_token_is_the_server_users_only(server: dict[str, Any]) -> None:
+    """The token is in a 0600 file of the server's user, not in server.json, not on any command
+    line of the server's processes (which every user can read in /proc)."""
+    info, folder = server["info"], server["folder"]
+    path = Path(info["token_file"])
+    assert path == folder / "server.token"
+    st = path.stat()
+    assert stat.S_IMODE(st.st_mode) == 0o600 and st.st_uid == os.geteuid()
+    token = path.read_text().strip()
+    assert len(token) >= 40
+    assert token not in (folder / "server.json").read_text()
+    assert stat.S_IMODE((folder / "server.log").stat().st_mode) == 0o600
+    for pid in _descendants(int(info["pid"])):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        assert token.encode() not in cmdline, pid
+
+
+#: a raw Spark Connect client (statequery's, no PySpark): one statement per token given
+_RAW_CONNECT = """
+import json, sys
+from statequery.cli.connect import ConnectError, run_sql
+port, query = int(sys.argv[1]), sys.argv[2]
+for token in sys.argv[3:]:
+    try:
+        rows = run_sql("127.0.0.1", port, query, 60, token or None).to_pylist()
+        print(json.dumps(["rows", rows]))
+    except ConnectError as e:
+        print(json.dumps(["refused", str(e)]))
+"""
+
+
+@needs_root
+def test_another_uid_cannot_query_over_connect(
+    server: dict[str, Any], nobody: dict[str, Any], tmp_path: Path,
+) -> None:
+    """uid 65534, which can read server.json but not the token, gets no statement run on Spark
+    Connect: statequery's client says it cannot read the token; a raw client without the token
+    or with a guessed one is refused by the server. With the token the same client works."""
+    info = server["info"]
+    secret = tmp_path / "secret"  # the kind of file the issue's attacker read
+    secret.write_text("root only\n")
+    secret.chmod(0o600)
+    query = f"SELECT value FROM text.`{secret}`"
+    cli = _as_nobody(nobody, [nobody["python"], "-m", "statequery.cli", "sql", "--spark",
+                              "--json", query])
+    assert cli.returncode == 1 and cli.stdout == ""
+    assert cli.stderr.strip() == (
+        f"statequery: {info['token_file']}: cannot read the server's token (Permission "
+        "denied): only the user who started statequery serve can connect to it"
+    )
+    raw = _as_nobody(nobody, [nobody["python"], "-c", _RAW_CONNECT, str(info["connect_port"]),
+                              query, "", "guess"])
+    assert raw.returncode == 0, raw.stderr[-3000:]
+    assert [json.loads(ln) for ln in raw.stdout.splitlines()] == [
+        ["refused", "No authentication token provided"],
+        ["refused", "Invalid authentication token"],
+    ]
+    token = Path(info["token_file"]).read_text().strip()
+    mine = subprocess.run([sys.executable, "-c", _RAW_CONNECT, str(info["connect_port"]),
+                           "SELECT 41 + 1 AS answer", token], capture_output=True, text=True,
+                          timeout=300, env=server["env"])
+    assert mine.returncode == 0, mine.stderr[-3000:]
+    assert [json.loads(ln) for ln in mine.stdout.splitlines()] == [["rows", [{"answer": 42}]]]
+
+
+#: a raw HiveServer2 client: the SASL PLAIN exchange of the Thrift transport, its answer
+_RAW_SASL = """
+import json, socket, struct, sys
+port, user, password = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+    plain = b"\\0" + user.encode() + b"\\0" + password.encode()
+    for status, payload in ((1, b"PLAIN"), (2, plain)):  # START, OK
+        s.sendall(struct.pack(">BI", status, len(payload)) + payload)
+    f = s.makefile("rb")
+    status, n = struct.unpack(">BI", f.read(5))
+    print(json.dumps([status, f.read(n).decode()]))
+"""
+_SASL_COMPLETE, _SASL_BAD = 5, 3
+
+
+@needs_root
+def test_another_uid_cannot_query_over_thrift(
+    server: dict[str, Any], nobody: dict[str, Any],
+) -> None:
+    """uid 65534 gets no statement run on the Thrift JDBC server: beeline is refused at login;
+    a raw client's SASL PLAIN login is refused without the token or with a guess, and accepted
+    with the token."""
+    from statequery.spark.session import _pyspark_home
+
+    info = server["info"]
+    beeline = _as_nobody(nobody, [str(_pyspark_home() / "bin" / "beeline"), "-u", info["url"],
+                                  "-n", "nobody", "-p", "guess", "-e", "SELECT 41 + 1"])
+    said = beeline.stdout + beeline.stderr
+    assert "Error validating the login" in said, said[-3000:]
+    assert "42" not in beeline.stdout and "row selected" not in said
+    for password in ("", "guess"):
+        raw = _as_nobody(nobody, [nobody["python"], "-c", _RAW_SASL, str(info["port"]),
+                                  "nobody", password])
+        assert raw.returncode == 0, raw.stderr[-3000:]
+        assert json.loads(raw.stdout) == [_SASL_BAD, "Error validating the login"]
+    token = Path(info["token_file"]).read_text().strip()
+    mine = subprocess.run([sys.executable, "-c", _RAW_SASL, str(info["port"]), "anyone", token],
+                          capture_output=True, text=True, timeout=120)
+    assert json.loads(mine.stdout) == [_SASL_COMPLETE, ""]
+
+
+def test_serve_listens_on_loopback_only(tmp_path: Path) -> None:
+    """``--host`` other than a loopback address is refused in one line, before any Spark."""
+    env = dict(os.environ, STATEQUERY_SPARK_DIR=str(tmp_path / "spark"))
+    for host, why in (("0.0.0.0", "not a loopback address"),
+                      ("192.168.1.10", "not a loopback address"),
+                      ("example.org", "not an IP address")):
+        run = _run(["serve", "--host", host], env, tmp_path)
+        assert run.returncode == 1
+        lines = run.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"statequery: --host {host}: {why}; ")
+    assert not (tmp_path / "spark").exists()
+
+
+def _get(url: str, password: str | None) -> tuple[int, str]:
+    import base64
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url)
+    if password is not None:
+        login = base64.b64encode(f"anyone:{password}".encode()).decode()
+        request.add_header("Authorization", f"Basic {login}")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return int(response.status), response.read().decode(errors="replace")
+    except urllib.error.HTTPError as e:
+        return int(e.code), ""
+
+
+def test_ui_when_asked_on_loopback_behind_the_token(server: dict[str, Any]) -> None:
+    """``serve --ui`` (a server of its own, beside the module's): the Spark UI listens on
+    127.0.0.1 and answers 401 without the token as the password of a Basic login."""
+    shared = Path(tempfile.mkdtemp(prefix="statequery-serve-ui-"))
+    folder = shared / "spark"
+    env = dict(server["env"], STATEQUERY_SPARK_DIR=str(folder))
+    try:
+        start = _run(["serve", "--ui", "--master", "local[1]"], env, shared)
+        assert start.returncode == 0, start.stderr[-4000:]
+        info = json.loads((folder / "server.json").read_text())
+        try:
+            ui = str(info["ui"])
+            assert ui.startswith("http://127.0.0.1:")
+            assert f"the Spark UI: {ui} (password: the token)" in start.stderr
+            sockets = _listening(int(info["pid"]))
+            assert int(ui.rsplit(":", 1)[1]) in {port for _, port, _ in sockets}
+            assert [s for s in sockets if not _loopback(s[0])] == [], sockets
+            token = Path(info["token_file"]).read_text().strip()
+            assert _get(f"{ui}/jobs/", None)[0] == 401
+            assert _get(f"{ui}/jobs/", "guess")[0] == 401
+            status, page = _get(f"{ui}/jobs/", token)
+            assert status == 200 and "Spark Jobs" in page
+        finally:
+            stop = _run(["serve", "--stop"], env, shared)
+        assert stop.returncode == 0 and not Path(info["token_file"]).exists()
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
