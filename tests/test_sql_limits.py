@@ -349,8 +349,6 @@ GROWING = {
                         f"(acc, y) -> flatten(array(acc, acc)))) AS n {_EACH}",
     "transform_doubling": f"SELECT size(aggregate(array({_N40}), array('xx'), (acc, y) -> "
                           f"transform(concat(acc, acc), z -> concat(z, z)))) AS n {_EACH}",
-    "levenshtein_long": f"SELECT levenshtein(s, reverse(s)) AS n FROM (SELECT "
-                        f"{_nested('hex', 18, 'key')} AS s {_EACH}) q",
 }
 
 
