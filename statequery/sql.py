@@ -14,7 +14,9 @@ its ``SELECT``'s ``WHERE`` is pushed down: the literal is parsed against the sta
 The query then runs in DuckDB (the ``sql`` extra), transpiled from the sqlglot tree (never from the
 user's text), over the Arrow tables statequery read and nothing else: an in-memory database with
 external access disabled (no files, no network, no extensions), its configuration locked, Python
-replacement scans off. No part of a query is ever turned into Python code. See ``docs/sql.md``.
+replacement scans off, in a process of its own (:mod:`statequery.sqlworker`) whose memory and time
+are bounded whatever function the query calls. No part of a query is ever turned into Python
+code. See ``docs/sql.md`` and ``docs/security.md`` ("Query limits").
 """
 
 from __future__ import annotations
