@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import struct
 import sys
 import threading
@@ -143,6 +142,8 @@ def _error(out: IO[bytes], kind: str, message: str) -> None:
 
 
 def _query(req: dict[str, Any], tables: dict[str, Any], out: IO[bytes]) -> None:
+    import resource  # POSIX; the module is imported by statequery.sql everywhere
+
     import duckdb
     import pyarrow as pa
 
@@ -211,6 +212,8 @@ def _query(req: dict[str, Any], tables: dict[str, Any], out: IO[bytes]) -> None:
             _error(out, "invalid", f"cannot run the query: {e}")
     except MemoryError:
         _error(out, "memory", "")
+    except Exception as e:  # noqa: BLE001 - pyarrow and the rest fail in their own ways
+        _error(out, "invalid", f"cannot run the query: {type(e).__name__}: {e}")
     finally:
         for t in timers:
             t.cancel()
