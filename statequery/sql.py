@@ -1085,8 +1085,11 @@ def _size(n: int) -> str:
 #: memory a query process may use beyond DuckDB's cap (what DuckDB allocates outside its buffer
 #: manager: a vector's strings, thread-local state) before it is stopped
 PROCESS_MARGIN = 64 << 20
-#: idle query processes kept for the next query
+#: idle query processes kept for the next query (about 115 MiB each)
 IDLE_WORKERS = 2
+#: a query process larger than this after its query is ended rather than kept (what a large
+#: query allocated may stay mapped)
+IDLE_RSS = 256 << 20
 #: how often the parent looks at a running query's process (seconds)
 WATCH_INTERVAL = 0.01
 
@@ -1107,11 +1110,15 @@ class _Worker:
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.greeted = False
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", _BOOT, _worker.__file__],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            close_fds=True,
-        )
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", _BOOT, _worker.__file__],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                close_fds=True,
+            )
+        except OSError as e:
+            raise StatequeryError(
+                f"cannot start the SQL query process ({sys.executable!r}): {e}") from None
 
     def alive(self) -> bool:
         return self.pid == os.getpid() and self.proc.poll() is None
@@ -1176,8 +1183,9 @@ def _give_back(worker: _Worker) -> None:
         if worker.pid == os.getpid():
             worker.kill()
         return
+    rss = worker.rss()
     with _IDLE_LOCK:
-        if len(_IDLE) < IDLE_WORKERS:
+        if len(_IDLE) < IDLE_WORKERS and (rss is None or rss <= IDLE_RSS):
             _IDLE.append(worker)
             return
     worker.close()
