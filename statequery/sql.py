@@ -14,17 +14,26 @@ its ``SELECT``'s ``WHERE`` is pushed down: the literal is parsed against the sta
 The query then runs in DuckDB (the ``sql`` extra), transpiled from the sqlglot tree (never from the
 user's text), over the Arrow tables statequery read and nothing else: an in-memory database with
 external access disabled (no files, no network, no extensions), its configuration locked, Python
-replacement scans off. No part of a query is ever turned into Python code. See ``docs/sql.md``.
+replacement scans off, in a process of its own (:mod:`statequery.sqlworker`) whose memory and time
+are bounded whatever function the query calls. No part of a query is ever turned into Python
+code. See ``docs/sql.md`` and ``docs/security.md`` ("Query limits").
 """
 
 from __future__ import annotations
 
+import atexit
+import json
 import os
 import re
+import secrets
+import subprocess
+import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from statequery import sqlworker as _worker
 from statequery.exceptions import (
     InvalidOptionError,
     MissingExtraError,
@@ -50,16 +59,7 @@ __all__ = [
 DIALECT = "spark"
 
 #: DuckDB settings of the query connection, fixed before any query text reaches it and then locked
-DUCKDB_CONFIG: dict[str, Any] = {
-    "enable_external_access": False,  # no file, network, ATTACH, COPY, INSTALL or LOAD
-    "autoload_known_extensions": False,
-    "autoinstall_known_extensions": False,
-    "allow_community_extensions": False,
-    "allow_unsigned_extensions": False,
-    "python_enable_replacements": False,  # a table name never resolves to a Python variable
-    "temp_directory": "",  # never spill to disk
-}
-
+DUCKDB_CONFIG = _worker.DUCKDB_CONFIG
 
 #: the functions a query may call, as sqlglot's expression classes (what the Spark SQL text
 #: parses to). An allow-list: anything else (every table function, ``read_*``, ``query``,
@@ -263,6 +263,7 @@ class _Source:
     keys: list[Any] | None = None  # pushed-down keys (parsed), None: the whole table
     pickled: bool = False  # state tables with the *_py columns (statequery.pickled)
     types: dict[str, pa.DataType] = field(default_factory=dict)  # top-level columns, lower-cased
+    data: pa.Table | None = None  # what was read
 
 
 def _forbidden_nodes() -> tuple[type, ...]:
@@ -907,24 +908,23 @@ def _read(cat: Catalog, src: _Source) -> pa.Table:
     return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
 
 
+def _require_duckdb() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("duckdb") is None:
+        raise MissingExtraError("statequery.sql", "duckdb", "sql")
+
+
 def _connect(limits: QueryLimits | None = None) -> Any:
     """A fresh in-memory DuckDB connection that can reach nothing but what is registered, with
-    the memory and thread caps of ``limits``."""
-    try:
-        import duckdb
-    except ImportError:
-        raise MissingExtraError("statequery.sql", "duckdb", "sql") from None
+    the memory and thread caps of ``limits`` (what the query process runs queries on)."""
+    _require_duckdb()
     limits = limits or QueryLimits.resolve()
-    config = {**DUCKDB_CONFIG, "memory_limit": f"{max(1, limits.memory_limit >> 20)}MiB",
-              "threads": limits.threads}
-    con = duckdb.connect(":memory:", config=config)
-    con.execute("SET TimeZone = 'UTC'")
-    return con
+    return _worker.connect(limits.memory_limit, limits.threads)
 
 
 def _lock(con: Any) -> None:
-    con.execute("SET disabled_filesystems = 'LocalFileSystem'")
-    con.execute("SET lock_configuration = true")
+    _worker.lock(con)
 
 
 def _restore_types(table: pa.Table, sources: list[_Source]) -> pa.Table:
@@ -985,106 +985,345 @@ def sql(
 
     limits = QueryLimits.resolve(memory_limit, threads, timeout, max_rows, max_bytes)
     tree, explain = _parse(query)
-    con = _connect(limits)  # before reading: a missing extra is reported first
+    _require_duckdb()  # before reading: a missing extra is reported first
+    worker = _take_worker()  # it starts while the tables are read
     try:
         cat = catalog if isinstance(catalog, Catalog) else (
             Catalog() if catalog is None else Catalog(catalog)
         )
-        ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
-        sources: list[_Source] = []
-        for node in list(tree.find_all(exp.Table)):
-            if not node.args.get("db"):
-                if node.name.lower() in ctes:
-                    continue
-                raise NoSuchTableError(
-                    f"table {node.name!r}: name tables <database>.<table> "
-                    f"(databases: {', '.join(cat.databases()) or 'none'})"
-                )
-            if node.args.get("catalog"):
-                raise NoSuchTableError(f"table {node.sql()!r}: name tables <database>.<table>")
-            sources.append(_Source(f"__sq_t{len(sources)}", node.alias_or_name, node.db,
-                                   node.name, node, pickled=pickled))
-        if not sources:
-            raise InvalidOptionError("the query reads no <database>.<table>")
+        sources = _sources(tree, cat, pickled)
         for src in sources:
             try:
                 table = _read(cat, src)
             except SavepointNotFoundError as e:  # an unknown database
                 raise NoSuchTableError(str(e)) from None
             src.types = {f.name.lower(): f.type for f in table.schema}
-            con.register(src.name, table)
+            src.data = table
         _type_brackets(tree, sources)
         for src in sources:
             src.node.replace(
                 exp.Table(this=exp.to_identifier(src.name, quoted=True),
                           alias=exp.TableAlias(this=exp.to_identifier(src.alias, quoted=True)))
             )
-        _lock(con)
         try:
             text = tree.sql(dialect="duckdb", comments=False)
         except Exception as e:  # noqa: BLE001 - sqlglot's generator fails in its own ways
             raise InvalidOptionError(
                 f"cannot translate the query for DuckDB: {type(e).__name__}: {e}") from None
-        return _run(con, ("EXPLAIN " if explain else "") + text, sources, limits)
-    finally:
-        con.close()
+    except BaseException:
+        _give_back(worker)  # it has run nothing
+        raise
+    return _run(worker, ("EXPLAIN " if explain else "") + text, sources, limits)
+
+
+def _cte_in_scope(node: exp.Table) -> bool:
+    """Whether the bare table name ``node`` names a CTE where it stands, as DuckDB resolves it:
+    a CTE is seen in the body of the query whose ``WITH`` defines it (every branch of a set
+    operation, every subquery in it), in the CTEs after it in that ``WITH``, and in its own
+    body under ``WITH RECURSIVE``; not in the CTEs before it, and not outside that query (where
+    DuckDB would look the name up in its own catalog: ``pg_settings``, ``duckdb_tables``)."""
+    from sqlglot import exp
+
+    name = node.name.lower()
+    below: exp.Expr = node
+    parent = below.parent
+    while parent is not None:
+        if isinstance(parent, exp.With):
+            ctes = [c for c in parent.expressions if isinstance(c, exp.CTE)]
+            here = next((i for i, c in enumerate(ctes) if c is below), len(ctes))
+            seen = ctes[: here + 1] if parent.args.get("recursive") else ctes[:here]
+            if any(c.alias_or_name.lower() == name for c in seen):
+                return True
+        elif isinstance(parent, exp.Query):
+            with_ = parent.args.get("with_")
+            if isinstance(with_, exp.With) and with_ is not below and any(
+                isinstance(c, exp.CTE) and c.alias_or_name.lower() == name
+                for c in with_.expressions
+            ):
+                return True
+        below, parent = parent, parent.parent
+    return False
+
+
+def _sources(tree: exp.Expr, cat: Catalog, pickled: bool) -> list[_Source]:
+    """The catalog tables ``tree`` reads, each under a name of its own no query can write (a
+    random token: a query naming ``__sq_...`` names nothing); a bare name must be a CTE in
+    scope where it stands (:func:`_cte_in_scope`)."""
+    from sqlglot import exp
+
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    token = secrets.token_hex(8)
+    sources: list[_Source] = []
+    for node in list(tree.find_all(exp.Table)):
+        if not node.args.get("db"):
+            if _cte_in_scope(node):
+                continue
+            if node.name.lower() in ctes:
+                raise NoSuchTableError(
+                    f"table {node.name!r}: a CTE of that name is defined, but not where it is "
+                    "read (a CTE is seen only in the query its WITH belongs to, and by the CTEs "
+                    "after it); name tables <database>.<table>")
+            raise NoSuchTableError(
+                f"table {node.name!r}: name tables <database>.<table> "
+                f"(databases: {', '.join(cat.databases()) or 'none'})"
+            )
+        if node.args.get("catalog"):
+            raise NoSuchTableError(f"table {node.sql()!r}: name tables <database>.<table>")
+        sources.append(_Source(f"__sq_{token}_{len(sources)}", node.alias_or_name, node.db,
+                               node.name, node, pickled=pickled))
+    if not sources:
+        raise InvalidOptionError("the query reads no <database>.<table>")
+    return sources
 
 
 def _size(n: int) -> str:
     return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n >> 20} MiB"
 
 
-def _run(con: Any, text: str, sources: list[_Source], limits: QueryLimits) -> pa.Table:
-    """Run ``text``; DuckDB is interrupted after ``limits.timeout`` seconds, and the result is
-    fetched in batches, stopped as soon as it passes ``max_rows`` or ``max_bytes``."""
-    import duckdb
+# -- the query process ---------------------------------------------------------------------------
+
+#: memory a query process may use beyond DuckDB's cap (what DuckDB allocates outside its buffer
+#: manager: a vector's strings, thread-local state) before it is stopped
+PROCESS_MARGIN = 64 << 20
+#: idle query processes kept for the next query (about 115 MiB each)
+IDLE_WORKERS = 2
+#: a query process larger than this after its query is ended rather than kept (what a large
+#: query allocated may stay mapped)
+IDLE_RSS = 256 << 20
+#: how often the parent looks at a running query's process (seconds)
+WATCH_INTERVAL = 0.01
+
+_BOOT = ("import sys, importlib.util as u; del sys.path[0]; "
+         "s = u.spec_from_file_location('_statequery_sqlworker', sys.argv[1]); "
+         "m = u.module_from_spec(s); s.loader.exec_module(m); m.main()")
+
+
+def _grace(timeout: float) -> float:
+    """How long after its timeout a query process that has not stopped is ended."""
+    return min(2.0, max(0.5, timeout / 4))
+
+
+class _Worker:
+    """A query process (:mod:`statequery.sqlworker`), started at once and greeted on first
+    use."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.greeted = False
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", _BOOT, _worker.__file__],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                close_fds=True,
+            )
+        except OSError as e:
+            raise StatequeryError(
+                f"cannot start the SQL query process ({sys.executable!r}): {e}") from None
+
+    def alive(self) -> bool:
+        return self.pid == os.getpid() and self.proc.poll() is None
+
+    def greet(self) -> None:
+        if self.greeted:
+            return
+        assert self.proc.stdout is not None
+        frame = _worker.read_frame(self.proc.stdout)
+        if frame is not None and frame[0] == b"E":
+            raise MissingExtraError("statequery.sql", "duckdb", "sql")
+        if frame is None or frame[0] != b"H":
+            raise StatequeryError("the SQL query process did not start "
+                                  f"(exit status {self.proc.poll()})")
+        self.greeted = True
+
+    def rss(self) -> int | None:
+        try:
+            with open(f"/proc/{self.proc.pid}/statm") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+            self.proc.wait(timeout=2)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        self.kill()
+
+
+_IDLE: list[_Worker] = []
+_IDLE_LOCK = threading.Lock()
+
+
+def _take_worker() -> _Worker:
+    with _IDLE_LOCK:
+        while _IDLE:
+            worker = _IDLE.pop()
+            if worker.alive():
+                return worker
+            if worker.pid == os.getpid():
+                worker.kill()
+    return _Worker()
+
+
+def _give_back(worker: _Worker) -> None:
+    if not worker.alive():
+        if worker.pid == os.getpid():
+            worker.kill()
+        return
+    rss = worker.rss()
+    with _IDLE_LOCK:
+        if len(_IDLE) < IDLE_WORKERS and (rss is None or rss <= IDLE_RSS):
+            _IDLE.append(worker)
+            return
+    worker.close()
+
+
+@atexit.register
+def _close_idle() -> None:
+    with _IDLE_LOCK:
+        idle = [w for w in _IDLE if w.pid == os.getpid()]
+        _IDLE.clear()
+    for worker in idle:
+        worker.close()
+
+
+def _send_tables(worker: _Worker, sources: list[_Source]) -> None:
     import pyarrow as pa
 
-    fired = threading.Event()
+    out = worker.proc.stdin
+    assert out is not None
+    for src in sources:
+        table = src.data if src.data is not None else pa.table({})
+        batches = table.to_batches(max_chunksize=65536) or [None]
+        for batch in batches:
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, table.schema) as writer:
+                if batch is not None:
+                    writer.write_batch(batch)
+            _worker.write_frame(out, b"B", sink.getvalue().to_pybytes())
+        _worker.write_frame(out, b"T", b"")
+    out.flush()
 
-    def interrupt() -> None:
-        fired.set()
-        con.interrupt()
 
-    timer = threading.Timer(limits.timeout, interrupt)
-    timer.daemon = True
+def _run(worker: _Worker, text: str, sources: list[_Source], limits: QueryLimits) -> pa.Table:
+    """Run ``text`` in the query process ``worker`` over the tables of ``sources``: DuckDB is
+    interrupted after ``limits.timeout`` seconds, the process is ended a grace period later or
+    as soon as it grows past DuckDB's memory cap plus :data:`PROCESS_MARGIN`, and the result is
+    streamed in batches, stopped as soon as it passes ``max_rows`` or ``max_bytes``."""
+    import pyarrow as pa
+
+    done = False
+    why: list[str] = []
+    stop = threading.Event()
+    watcher: threading.Thread | None = None
     batches: list[pa.RecordBatch] = []
     try:
-        statements = duckdb.extract_statements(text)
-        allowed = (duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN)
-        if len(statements) != 1 or statements[0].type not in allowed:  # defence in depth
-            raise InvalidOptionError("only one SELECT query is accepted")
-        timer.start()
-        reader = con.sql(text).to_arrow_reader(8192)
-        rows = size = 0
-        for batch in reader:
-            rows += batch.num_rows
-            size += batch.nbytes
-            if limits.max_rows is not None and rows > limits.max_rows:
-                raise QueryLimitError(
-                    f"the result has more than {limits.max_rows} rows (max rows: "
-                    "STATEQUERY_SQL_MAX_ROWS, --max-rows; or add a LIMIT)")
-            if limits.max_bytes is not None and size > limits.max_bytes:
-                raise QueryLimitError(
-                    f"the result is larger than {_size(limits.max_bytes)} (max bytes: "
-                    "STATEQUERY_SQL_MAX_BYTES, --max-bytes; or add a LIMIT)")
-            batches.append(batch)
-        table = pa.Table.from_batches(batches, schema=reader.schema)
-    except duckdb.Error as e:
-        if fired.is_set() or isinstance(e, duckdb.InterruptException):
-            raise QueryTimeoutError(
-                f"the query ran longer than its timeout of {limits.timeout:g} s and was "
-                "interrupted (STATEQUERY_SQL_TIMEOUT, --timeout)") from None
-        if isinstance(e, duckdb.OutOfMemoryException) or "Out of Memory" in str(e):
-            raise QueryLimitError(
-                f"the query needs more memory than its cap of {_size(limits.memory_limit)} "
-                "(STATEQUERY_SQL_MEMORY_LIMIT, --memory-limit)") from None
-        raise InvalidOptionError(f"cannot run the query: {e}") from None
-    except MemoryError:
-        raise QueryLimitError(
-            f"the query ran out of memory (cap {_size(limits.memory_limit)}: "
-            "STATEQUERY_SQL_MEMORY_LIMIT, --memory-limit)") from None
+        worker.greet()
+        assert worker.proc.stdin is not None and worker.proc.stdout is not None
+        select = text[len("EXPLAIN "):] if text.startswith("EXPLAIN ") else text
+        request = {
+            "text": text, "select": select, "tables": [s.name for s in sources],
+            "memory_limit": limits.memory_limit, "threads": limits.threads,
+            "timeout": limits.timeout, "grace": _grace(limits.timeout),
+            "max_rows": limits.max_rows, "max_bytes": limits.max_bytes,
+            "budget": limits.memory_limit + PROCESS_MARGIN,
+        }
+        try:
+            _worker.write_frame(worker.proc.stdin, b"J", json.dumps(request).encode())
+            _send_tables(worker, sources)
+        except (BrokenPipeError, OSError):
+            pass  # the process ended: said below
+        frame = _worker.read_frame(worker.proc.stdout)
+        if frame is not None and frame[0] == b"R":
+            start = time.monotonic()
+            rss = int(json.loads(frame[1]).get("rss") or 0)
+            ceiling = (rss + limits.memory_limit + PROCESS_MARGIN) if rss else None
+            deadline = start + limits.timeout + _grace(limits.timeout)
+
+            def watch() -> None:
+                while not stop.wait(WATCH_INTERVAL):
+                    now = worker.rss() if ceiling is not None else None
+                    if now is not None and ceiling is not None and now > ceiling:
+                        why.append("memory")
+                    elif time.monotonic() > deadline:
+                        why.append("timeout")
+                    else:
+                        continue
+                    worker.proc.kill()
+                    return
+
+            watcher = threading.Thread(target=watch, name="statequery-sql-watch", daemon=True)
+            watcher.start()
+            frame = _worker.read_frame(worker.proc.stdout)
+        schema = None
+        while frame is not None and frame[0] == b"B":
+            batches.extend(pa.ipc.open_stream(pa.py_buffer(frame[1])))
+            frame = _worker.read_frame(worker.proc.stdout)
+        if frame is not None and frame[0] == b"S":
+            schema = pa.ipc.open_stream(pa.py_buffer(frame[1])).schema
+            done = True
+        elif frame is not None and frame[0] == b"E":
+            error = json.loads(frame[1])
+            # past its time or memory, a process is not kept (what it grew to stays mapped)
+            done = error.get("error") not in ("timeout", "memory")
+            raise _query_error(str(error.get("error")), str(error.get("message", "")), limits)
+        else:
+            stop.set()
+            status = worker.proc.wait()
+            reason = why[0] if why else (
+                "timeout" if status == _worker.EXIT_DEADLINE else "died")
+            raise _query_error(reason, f"exit status {status}", limits)
+        table = pa.Table.from_batches(batches, schema=schema)
+    except BaseException:
+        if not done:
+            worker.kill()
+        raise
     finally:
-        timer.cancel()
+        stop.set()
+        if watcher is not None:
+            watcher.join()
         batches.clear()
+        if done:
+            _give_back(worker)
     return _restore_types(table, sources)
+
+
+def _query_error(kind: str, message: str, limits: QueryLimits) -> StatequeryError:
+    """The typed error for what the query process said (or what ended it)."""
+    if kind == "timeout":
+        return QueryTimeoutError(
+            f"the query ran longer than its timeout of {limits.timeout:g} s and was "
+            "interrupted (STATEQUERY_SQL_TIMEOUT, --timeout)")
+    if kind == "memory":
+        return QueryLimitError(
+            f"the query needs more memory than its cap of {_size(limits.memory_limit)} "
+            "(STATEQUERY_SQL_MEMORY_LIMIT, --memory-limit)")
+    if kind == "rows":
+        return QueryLimitError(
+            f"the result has more than {limits.max_rows} rows (max rows: "
+            "STATEQUERY_SQL_MAX_ROWS, --max-rows; or add a LIMIT)")
+    if kind == "bytes":
+        return QueryLimitError(
+            f"the result is larger than {_size(limits.max_bytes or 0)} (max bytes: "
+            "STATEQUERY_SQL_MAX_BYTES, --max-bytes; or add a LIMIT)")
+    if kind == "missing":
+        return MissingExtraError("statequery.sql", "duckdb", "sql")
+    if kind == "invalid":
+        return InvalidOptionError(message)
+    return QueryLimitError(
+        f"the query's process ended ({message}) before it answered: it ran out of the memory "
+        f"it may use (cap {_size(limits.memory_limit)}: STATEQUERY_SQL_MEMORY_LIMIT, "
+        "--memory-limit) or failed")

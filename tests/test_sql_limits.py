@@ -285,8 +285,11 @@ def test_memory_cap_holds_in_a_subprocess(tmp_path: Path) -> None:
             outcome = "rows"
         except StatequeryError as e:
             outcome = type(e).__name__ + ": " + str(e)
-        print(json.dumps({{"outcome": outcome, "seconds": time.monotonic() - start,
-                          "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}}))
+        seconds = time.monotonic() - start
+        getattr(sys.modules["statequery.sql"], "_close_idle", lambda: None)()
+        print(json.dumps({{"outcome": outcome, "seconds": seconds,
+                          "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                          "child_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}}))
     """)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
@@ -296,3 +299,123 @@ def test_memory_cap_holds_in_a_subprocess(tmp_path: Path) -> None:
     assert got["outcome"].startswith("QueryLimitError: the query needs more memory than its cap")
     assert got["seconds"] < 60
     assert got["maxrss_kib"] < (CAP_MIB + MARGIN_MIB) * 1024, got
+    assert got["child_kib"] < (CAP_MIB + MARGIN_MIB) * 1024, got  # where DuckDB runs
+
+
+# -- issue 31 item 7: the caps hold whatever function a query calls -------------------------------
+
+ATTACK_CAP_MIB = 256
+ATTACK_TIMEOUT = 5.0
+PEAK_MIB = 512  # the acceptance bound, per process (the query's and the DuckDB process)
+
+
+def _nested(fn: str, depth: int, inner: str, args: str = "") -> str:
+    text = inner
+    for _ in range(depth):
+        text = f"{fn}({text}{', ' + args if args else ''})"
+    return text
+
+
+def _length(expr: str) -> str:
+    return f"SELECT length({expr}) AS n FROM {T} WHERE key = 'user-3'"
+
+
+def _chain(seed: str, step: str, n: int) -> str:
+    """``s`` = ``seed``, then ``step`` of it ``n`` times, one CTE after the other."""
+    ctes = ", ".join(f"a{i} AS (SELECT {step} AS s FROM a{i - 1})" for i in range(1, n + 1))
+    return (f"WITH a0 AS (SELECT {seed} AS s FROM {T} WHERE key = 'user-3'), {ctes} "
+            f"SELECT length(s) AS n FROM a{n}")
+
+
+_X10 = "'" + "x" * 10 + "'"
+_BASE64_X8 = "s"
+for _ in range(8):
+    _BASE64_X8 = f"base64(CAST({_BASE64_X8} AS BINARY))"
+_N40 = ", ".join(str(i) for i in range(40))
+_EACH = f"FROM {T} WHERE key = 'user-3'"
+
+#: queries under 1 KB whose functions grow strings or lists past any cap, or run for minutes
+#: in one call; the first four are the issue's (2.2-2.3 GB and 28-58 s under a 256 MiB cap and
+#: a 5 s timeout before)
+GROWING = {
+    "replace_x9": _length(_nested("replace", 9, _X10, "'x', " + _X10)),
+    "format_string_width": _length("format_string('{:>1073741824}', 'x')"),
+    "aggregate_concat": _length(f"aggregate(array({_N40}), 'x', (acc, y) -> concat(acc, acc))"),
+    "regexp_replace_x8": _length(_nested("regexp_replace", 8, _X10, "'x', " + _X10)),
+    "concat_ws_aggregate": _length(
+        f"aggregate(array({_N40}), 'x', (acc, y) -> concat_ws(',', acc, acc))"),
+    "concat_cte_chain": _chain("key", "concat(s, s, s, s)", 14),
+    "hex_x30": _length(_nested("hex", 30, "'x'")),
+    "base64_cte_chain": _chain(_nested("hex", 18, "key"), _BASE64_X8, 3),
+    "array_concat_doubling": f"SELECT size(aggregate(array({_N40}), array(1), "
+                             f"(acc, y) -> concat(acc, acc))) AS n {_EACH}",
+    "flatten_doubling": f"SELECT size(aggregate(array({_N40}), array(1), "
+                        f"(acc, y) -> flatten(array(acc, acc)))) AS n {_EACH}",
+    "transform_doubling": f"SELECT size(aggregate(array({_N40}), array('xx'), (acc, y) -> "
+                          f"transform(concat(acc, acc), z -> concat(z, z)))) AS n {_EACH}",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(GROWING))
+def test_caps_hold_for_every_allowed_function(name: str) -> None:
+    """Each query ends in QueryLimitError or QueryTimeoutError within twice its timeout, and
+    neither the calling process nor the one DuckDB runs in (its children, reaped) passes
+    512 MiB. In a subprocess: before the query process existed these took gigabytes."""
+    query = GROWING[name]
+    assert len(query) < 1024
+    script = textwrap.dedent(f"""
+        import json, resource, sys, time
+        import statequery
+        from statequery.exceptions import StatequeryError
+        sqlmod = sys.modules["statequery.sql"]
+        statequery.sql({f"SELECT key {_EACH}"!r})  # a warm query process, as a service has
+        start = time.monotonic()
+        try:
+            statequery.sql({query!r}, memory_limit="{ATTACK_CAP_MIB}MiB",
+                           timeout={ATTACK_TIMEOUT})
+            outcome = "rows"
+        except StatequeryError as e:
+            outcome = type(e).__name__ + ": " + str(e)
+        seconds = time.monotonic() - start
+        getattr(sqlmod, "_close_idle", lambda: None)()  # reaped: counted in RUSAGE_CHILDREN
+        print(json.dumps({{"outcome": outcome, "seconds": seconds,
+                          "self_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                          "children_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}}))
+    """)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["outcome"].startswith((
+        "QueryLimitError: the query needs more memory than its cap of 256 MiB",
+        "QueryTimeoutError: the query ran longer than its timeout of 5 s",
+    )), got
+    assert got["seconds"] < 2 * ATTACK_TIMEOUT, got
+    assert got["self_kib"] < PEAK_MIB * 1024, got
+    assert got["children_kib"] < PEAK_MIB * 1024, got
+
+
+def test_the_query_process_is_kept_warm_and_replaced_after_a_limit(catalog: Catalog) -> None:
+    """Queries reuse an idle DuckDB process; one that went past a limit is ended, not reused."""
+    seen: list[int] = []
+    real = sqlmod._run
+
+    def spy(worker: Any, text: str, *args: Any) -> Any:
+        seen.append(worker.proc.pid)
+        return real(worker, text, *args)
+
+    sqlmod._close_idle()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sqlmod, "_run", spy)
+        q = f"SELECT count(*) AS n FROM {T}"
+        assert statequery.sql(q, catalog).to_pylist() == [{"n": 20}]
+        assert statequery.sql(q, catalog).to_pylist() == [{"n": 20}]
+        assert seen[0] == seen[1]
+        with pytest.raises(QueryLimitError, match="more memory than its cap of 64 MiB"):
+            statequery.sql(GROWING["format_string_width"], catalog, memory_limit="64MiB")
+        assert seen[2] == seen[1]
+        assert statequery.sql(q, catalog).to_pylist() == [{"n": 20}]
+        assert seen[3] != seen[2]
+    assert all(w.alive() for w in sqlmod._IDLE)

@@ -6,6 +6,8 @@ must end in a typed error or plain rows, and must leave no file, request or proc
 
 from __future__ import annotations
 
+import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +18,8 @@ from statequery.catalog import Catalog
 from statequery.exceptions import InvalidOptionError, NoSuchTableError, StatequeryError
 from statequery.sql import _connect, _lock
 from tests.loopback import CountingServer, counting_http_server
+
+sqlmod = sys.modules["statequery.sql"]  # the package attribute is the function
 
 
 @pytest.fixture()
@@ -186,3 +190,118 @@ def test_missing_duckdb_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setitem(sys.modules, "duckdb", None)  # import duckdb raises ImportError
     with pytest.raises(StatequeryError, match=r"statequery\[sql\]"):
         statequery.sql("SELECT key FROM user_activity.user_state__count")
+
+
+# -- issue 31 item 6: DuckDB's own catalog is out of reach ----------------------------------------
+
+T = "user_activity.user_state__count"
+
+#: queries naming what DuckDB would find in its own catalog (settings, the list of tables, the
+#: registered tables under the names statequery used to give them)
+CATALOG_ESCAPES = [
+    # the issue's: a CTE named like a DuckDB view, read outside the subquery that defines it
+    f"SELECT s.name, s.setting FROM {T} a CROSS JOIN (WITH pg_settings AS (SELECT 1 AS x) "
+    "SELECT x FROM pg_settings) b CROSS JOIN pg_settings s",
+    f"SELECT s.* FROM {T} a CROSS JOIN (WITH __sq_t0 AS (SELECT 1 AS x) SELECT x FROM __sq_t0) b "
+    "CROSS JOIN __sq_t0 s",
+    f"SELECT key FROM {T} WHERE key IN (WITH sqlite_master AS (SELECT 'x' AS k) "
+    "SELECT k FROM sqlite_master) UNION ALL SELECT name FROM sqlite_master",
+    f"SELECT (SELECT count(*) FROM (WITH duckdb_tables AS (SELECT 1) SELECT 1) q) AS n, t.* "
+    f"FROM {T} a, duckdb_tables t",
+    # a CTE's own name in its body (not RECURSIVE), and a CTE defined after the one reading it
+    f"WITH pg_settings AS (SELECT * FROM pg_settings) SELECT p.* FROM pg_settings p, {T}",
+    f"WITH a AS (SELECT * FROM duckdb_settings), duckdb_settings AS (SELECT 1 AS x) "
+    f"SELECT a.* FROM a, {T}",
+]
+#: other ways to name DuckDB's catalog objects (refused before issue 31 too: kept as a guard)
+OTHER_NAMES = [
+    f"SELECT * FROM {T}, pg_settings",
+    f"SELECT * FROM {T}, `pg_settings`",
+    f"SELECT * FROM {T}, sqlite_master",
+    f"SELECT * FROM {T}, duckdb_settings",
+    f"SELECT * FROM {T}, information_schema.tables",
+    f"SELECT * FROM {T}, `information_schema`.`tables`",
+    f"SELECT * FROM {T}, pg_catalog.pg_settings",
+    f"SELECT * FROM {T}, main.__sq_t0",
+    f"SELECT * FROM {T}, memory.main.__sq_t0",
+    f"SELECT * FROM {T}, system.main.duckdb_settings",
+    f"SELECT * FROM {T}, duckdb_settings()",
+    f"SELECT * FROM {T}, LATERAL duckdb_tables()",
+    f"SELECT (SELECT count(*) FROM pg_settings) AS n FROM {T}",
+    f"SELECT key FROM {T} WHERE EXISTS (SELECT 1 FROM information_schema.columns)",
+]
+
+
+@pytest.fixture()
+def runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The DuckDB texts that reached ``_run`` (what DuckDB was given)."""
+    seen: list[str] = []
+    real = sqlmod._run
+
+    def spy(worker: object, text: str, *args: object) -> object:
+        seen.append(text)
+        return real(worker, text, *args)
+
+    monkeypatch.setattr(sqlmod, "_run", spy)
+    return seen
+
+
+@pytest.mark.parametrize("query", CATALOG_ESCAPES)
+def test_duckdb_catalog_names_are_refused(query: str, catalog: Catalog, runs: list[str]) -> None:
+    """A bare name is a CTE only where that CTE is in scope; nothing else reaches DuckDB."""
+    with pytest.raises((NoSuchTableError, InvalidOptionError)):
+        statequery.sql(query, catalog)
+    assert runs == []
+
+
+def test_other_names_of_duckdb_catalog_objects_are_refused(
+    catalog: Catalog, runs: list[str]
+) -> None:
+    for query in OTHER_NAMES:
+        with pytest.raises((NoSuchTableError, InvalidOptionError)):
+            statequery.sql(query, catalog)
+    assert runs == []
+
+
+@pytest.mark.parametrize("query", CATALOG_ESCAPES + OTHER_NAMES[:4])
+def test_duckdb_plan_reads_only_the_registered_tables(
+    query: str, catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defence in depth: were the scope check wrong (every bare name taken for a CTE in scope),
+    DuckDB's plan of the query is checked before it runs: a scan of ``pg_settings``'s
+    ``duckdb_settings()``, of ``duckdb_tables()``, or of a name no registered table has, is
+    refused; the registered tables have names no query can write."""
+    monkeypatch.setattr(sqlmod, "_cte_in_scope", lambda node: True)
+    with pytest.raises(InvalidOptionError,
+                       match=r"which is not a catalog table|Table with name \S+ does not exist"):
+        statequery.sql(query, catalog)
+
+
+def test_registered_tables_have_unguessable_names(catalog: Catalog, runs: list[str]) -> None:
+    q = f"SELECT a.key FROM {T} a JOIN {T} b ON a.key = b.key WHERE a.key = 'user-3'"
+    assert statequery.sql(q, catalog).to_pylist() == [{"key": "user-3"}]
+    assert statequery.sql(q, catalog).to_pylist() == [{"key": "user-3"}]
+    names = [re.findall(r'"(__sq_[^"]*)"', text) for text in runs]
+    assert all(len(n) == 2 and all(re.fullmatch(r"__sq_[0-9a-f]{16}_[01]", x) for x in n)
+               for n in names), names
+    assert set(names[0]).isdisjoint(names[1])
+
+
+CTES_IN_SCOPE = [
+    (f"WITH x AS (SELECT key FROM {T} WHERE key = 'user-3') SELECT key FROM x", 1),
+    (f"WITH x AS (SELECT key FROM {T}), y AS (SELECT key FROM x WHERE key = 'user-3') "
+     "SELECT key FROM y UNION ALL SELECT key FROM x WHERE key = 'user-4'", 2),
+    (f"WITH x AS (SELECT key FROM {T}) SELECT count(*) AS key FROM x WHERE key IN "
+     "(SELECT key FROM x WHERE key = 'user-3')", 1),
+    (f"WITH x AS (SELECT key FROM {T}) SELECT key FROM (WITH y AS (SELECT key FROM x) "
+     "SELECT key FROM y) q WHERE key = 'user-3'", 1),
+    (f"WITH x AS (SELECT key FROM {T}) SELECT key FROM {T} WHERE key = 'user-3' "
+     "AND EXISTS (SELECT 1 FROM x)", 1),
+    ("WITH RECURSIVE r AS (SELECT 1 AS n UNION ALL SELECT n + 1 FROM r WHERE n < 5) "
+     f"SELECT count(*) AS key FROM r, {T} WHERE key = 'user-3'", 1),
+]
+
+
+@pytest.mark.parametrize(("query", "rows"), CTES_IN_SCOPE)
+def test_ctes_in_scope_still_work(query: str, rows: int, catalog: Catalog) -> None:
+    assert statequery.sql(query, catalog).num_rows == rows
