@@ -6,7 +6,9 @@ here starts a JVM or a Spark.
 * The metastore lock is taken first and atomically: a second command while a first is still
   starting its Spark refuses in one line instead of booting a second Spark on the same Derby
   database.
-* Ctrl-C during ``sql --spark`` on a server ends in ``statequery: interrupted: ...``, exit 130.
+* Ctrl-C during ``sql --spark`` on a server ends in ``statequery: interrupted: ...``, exit 130;
+  in the interactive shell it says that the server stopped the statement, and the shell goes on
+  (against a Spark Connect endpoint of this test's own whose statement never ends).
 
 "No JVM started" is checked by what Java the commands find: ``JAVA_HOME`` names a folder whose
 ``bin/java`` is a stub that writes a marker file (and then exits, or, for the command that must
@@ -21,6 +23,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
@@ -191,13 +194,7 @@ class _ConnectServer:
 def test_ctrl_c_of_sql_spark_on_a_server_is_an_interrupt_exit_130(tmp_path: Path) -> None:
     server = _ConnectServer()
     folder = tmp_path / "spark"
-    folder.mkdir()
-    # server.json as statequery serve writes it; this test process plays the server's pid
-    (folder / "server.json").write_text(json.dumps({
-        "pid": os.getpid(), "host": "127.0.0.1", "port": server.port,
-        "connect_port": server.port, "connect": f"sc://127.0.0.1:{server.port}",
-        "url": f"jdbc:hive2://127.0.0.1:{server.port}/default", "catalog": str(CATALOG),
-    }))
+    _server_json(folder, server)
     env = dict(os.environ, STATEQUERY_SPARK_DIR=str(folder), PYTHONPATH=str(REPO))
     proc = subprocess.Popen([*CLI, "sql", "--spark", "SELECT sum(id) FROM range(1000000000000)"],
                             env=env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -213,4 +210,66 @@ def test_ctrl_c_of_sql_spark_on_a_server_is_an_interrupt_exit_130(tmp_path: Path
         server.server.stop(None)
     assert (proc.returncode, out, err) == (
         130, "", "statequery: interrupted: the server stopped the statement\n")
+    assert len(server.interrupted) == 1
+
+
+def _server_json(folder: Path, server: _ConnectServer) -> None:
+    """server.json as statequery serve writes it; this test process plays the server's pid."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "server.json").write_text(json.dumps({
+        "pid": os.getpid(), "host": "127.0.0.1", "port": server.port,
+        "connect_port": server.port, "connect": f"sc://127.0.0.1:{server.port}",
+        "url": f"jdbc:hive2://127.0.0.1:{server.port}/default", "catalog": str(CATALOG),
+    }))
+
+
+def _tmux(*args: str) -> str:
+    return subprocess.run(["tmux", *args], capture_output=True, text=True, check=True,
+                          timeout=60).stdout
+
+
+def _wait_for_screen(session: str, text: str) -> str:
+    """The pane once it shows ``text`` (polled; bounded)."""
+    deadline = time.monotonic() + 120
+    screen = ""
+    while time.monotonic() < deadline:
+        screen = _tmux("capture-pane", "-p", "-J", "-S", "-200", "-t", session)
+        if text in screen:
+            return screen
+        time.sleep(0.2)
+    raise AssertionError(f"{text!r} never showed; the screen:\n{screen[-3000:]}")
+
+
+def test_ctrl_c_in_the_interactive_shell_says_the_server_stopped_the_statement(
+        tmp_path: Path) -> None:
+    import uuid
+
+    server = _ConnectServer()
+    folder = tmp_path / "spark"
+    _server_json(folder, server)
+    variables = dict(STATEQUERY_SPARK_DIR=str(folder), PYTHONPATH=str(REPO),
+                     STATEQUERY_SHELL_HISTORY=str(tmp_path / "history"))
+    script = tmp_path / "shell.sh"
+    script.write_text(
+        "#!/bin/sh\ntrap : INT\n" + " ".join(f"{k}='{v}'" for k, v in variables.items())
+        + f" {sys.executable} -m statequery.cli shell -S\necho SHELL-EXIT=$?\nsleep 300\n"
+    )
+    script.chmod(0o755)
+    session = f"sq-{uuid.uuid4().hex[:8]}"
+    _tmux("new-session", "-d", "-s", session, "-x", "160", "-y", "40", "-c", str(REPO),
+          str(script))
+    try:
+        _wait_for_screen(session, "statequery (default)> ")
+        _tmux("send-keys", "-t", session, "-l", "SELECT sum(id) FROM range(1000000000000)")
+        _tmux("send-keys", "-t", session, "-H", "3b")  # ;
+        _tmux("send-keys", "-t", session, "Enter")
+        assert server.executing.wait(120), "the statement never reached the server"
+        _tmux("send-keys", "-t", session, "C-c")
+        screen = _wait_for_screen(session, "Interrupted: the server stopped the statement")
+        assert screen.rstrip().splitlines()[-1] == "statequery (default)>"  # it goes on
+        _tmux("send-keys", "-t", session, "C-d")
+        assert "SHELL-EXIT=0" in _wait_for_screen(session, "SHELL-EXIT=")
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, timeout=60)
+        server.server.stop(None)
     assert len(server.interrupted) == 1
