@@ -146,6 +146,7 @@ def _lock(args: argparse.Namespace, folder: Any) -> int | None:
         server = running_server(folder)
         if server is not None:
             raise _server_holds(folder, server) from None
+        _check_metastore(folder)  # a JVM that has the Derby database booted: named as such
         raise SparkCommandError(
             f"the metastore in {folder} is in use by {e.holder}, which starts or runs its "
             "Spark: the embedded Derby database takes one Spark at a time. Wait for it to end, "
