@@ -500,17 +500,49 @@ def _attach_catalog(spark: Any, catalog: str, plans: list[Any] | None = None) ->
 def _spark_session(args: argparse.Namespace) -> Iterator[Any]:
     """A local session that is stopped with its JVM at the end. A Spark error becomes its one
     line while the JVM still runs (PySpark's exceptions ask the JVM for their text)."""
+    import signal
+
     from statequery.spark.session import stop_session
 
     spark = _session(args)
+    # PySpark's own Ctrl-C handler cancels the running jobs; the call that waited for them then
+    # fails with a Py4J error ("An error occurred while calling o199.getResult"), which is the
+    # user's interrupt, not an error
+    interrupted: list[int] = []
+    previous = signal.getsignal(signal.SIGINT)
+
+    def on_interrupt(signum: int, frame: Any) -> None:
+        import logging
+
+        interrupted.append(signum)
+        # the command only winds down now: no Py4J log of the call the interrupt broke (a
+        # traceback on the root logger)
+        logging.disable(logging.CRITICAL)
+        if callable(previous):
+            previous(signum, frame)
+        raise KeyboardInterrupt
+
+    watching = _in_main_thread()
+    if watching:
+        signal.signal(signal.SIGINT, on_interrupt)
     try:
         yield spark
     except Exception as e:
         if not type(e).__module__.startswith(("pyspark", "py4j")):
             raise
+        if interrupted:
+            raise SparkCommandInterrupted("interrupted: Spark's jobs were cancelled") from None
         raise SparkCommandError(spark_error_message(e)) from None
     finally:
+        if watching:
+            signal.signal(signal.SIGINT, previous)
         stop_session(spark)
+
+
+def _in_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 def _shell_args(args: argparse.Namespace) -> list[str]:
