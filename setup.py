@@ -3,6 +3,11 @@
 * ships the example catalog (``catalog/``) inside the package as ``statequery/_catalog`` when a
   wheel is built (editable installs find ``catalog/`` in the checkout instead,
   statequery.discovery.default_catalog);
+* builds the Spark jar (``statequery.DefaultSource``, sources in ``statequery/spark/java``) into
+  the package as ``statequery/spark/statequery-spark.jar`` when a wheel is built with ``javac``
+  and Spark's jars at hand (pyspark in the build environment, e.g. ``pip wheel
+  --no-build-isolation``, or ``$STATEQUERY_SPARK_JARS``); without them the wheel is built with a
+  one-line notice and ``statequery.spark.jvm`` compiles the jar on first use, as before;
 * compiles the optional decode path (``statequery/backends/_read.pyx``) and the SST reader's
   block walk (``statequery/backends/_sst.pyx``). It is optional: without
   a C compiler (or Cython), or when compiling fails, the package installs with a one-line notice
@@ -18,9 +23,11 @@ go to ``build/boundscheck/``; build it into a directory of its own with
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import sys
+from pathlib import Path
 from typing import Any
 
 from setuptools import setup
@@ -29,6 +36,7 @@ from setuptools.command.build_py import build_py
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 NOTICE = "statequery: compiled decode path not built ({}); using the pure-Python path"
+JAR_NOTICE = "statequery: Spark jar not built into the package ({}); it is compiled on first use"
 BOUNDSCHECK_ENV = "STATEQUERY_BOUNDSCHECK"
 
 
@@ -40,6 +48,29 @@ class BuildPyWithCatalog(build_py):  # type: ignore[misc]
             target = os.path.join(self.build_lib, "statequery", "_catalog")
             shutil.rmtree(target, ignore_errors=True)
             shutil.copytree(source, target, ignore=shutil.ignore_patterns(".*", "__pycache__"))
+        if not self.editable_mode:
+            _build_spark_jar(os.path.join(self.build_lib, "statequery", "spark"))
+
+
+def _build_spark_jar(folder: str) -> None:
+    """The Spark jar into ``folder`` (statequery.spark.jvm.build_shipped_jar, loaded from its
+    file: the package's other modules need dependencies a build environment may not have)."""
+    if os.environ.get("STATEQUERY_NO_SPARK_JAR"):
+        print(JAR_NOTICE.format("STATEQUERY_NO_SPARK_JAR is set"), file=sys.stderr)
+        return
+    path = os.path.join(ROOT, "statequery", "spark", "jvm.py")
+    spec = importlib.util.spec_from_file_location("_statequery_build_jvm", path)
+    if spec is None or spec.loader is None:
+        return
+    jvm = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(jvm)
+        os.makedirs(folder, exist_ok=True)
+        why_not = jvm.build_shipped_jar(Path(folder))
+    except Exception as e:  # never fail the build for the optional jar
+        why_not = f"{type(e).__name__}: {e}"
+    if why_not:
+        print(JAR_NOTICE.format(why_not), file=sys.stderr)
 
 
 def _checked() -> bool:

@@ -168,14 +168,75 @@ def why_not_found(io: FileIO, location: str, original: str) -> str:
         return (f"none of its checkpoints ({names}) holds a {METADATA_FILE} file: Flink writes "
                 "it last, when a checkpoint completes (still running, or failed)")
     try:
-        files = [e for e in entries if not io.is_dir(join_location(location, e))]
+        dirs = [e for e in entries if io.is_dir(join_location(location, e))]
     except StorageError:
-        files = []
-    if files:
+        dirs = []
+    files = [e for e in entries if e not in dirs]
+    name = posixpath.basename(location.rstrip("/"))
+    if files and _unfinished(name, files):
         return (f"the directory holds no {METADATA_FILE} file: Flink writes it last, so this "
                 "savepoint or checkpoint is still being written, or was never completed")
-    pending = [e for e in entries if e.startswith("savepoint-")]
+    pending = [e for e in dirs if e.startswith("savepoint-")]
     if pending:
         return (f"{', '.join(pending[:3])} holds no {METADATA_FILE} file: Flink writes it last, "
                 "so that savepoint is still being written, or was never completed")
-    return expected
+    if name in _JOB_FOLDERS:
+        parent = posixpath.dirname(location.rstrip("/")) or "/"
+        return (f"it holds no savepoint: it is the {name}/ folder of a checkpointed job "
+                f"({_count(len(entries), 'entry', 'entries')}, {_JOB_FOLDERS[name]}); "
+                f"give the job directory {parent} or one of its chk-N checkpoints")
+    return f"it holds no savepoint, only {_contents(io, location, dirs, files)}; {expected}"
+
+
+#: the folders of a checkpointed job directory beside its chk-N checkpoints
+_JOB_FOLDERS = {
+    "shared": "the files its incremental checkpoints share",
+    "taskowned": "the files its task managers own",
+}
+#: the names Flink gives a savepoint's or checkpoint's state files (UUIDs), or a savepoint or
+#: checkpoint directory
+_STATE_FILE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_SNAPSHOT_DIR = re.compile(r"^(savepoint-[0-9a-f]{6}-[0-9a-f]{12}|chk-\d+)$")
+
+
+def _unfinished(name: str, files: list[str]) -> bool:
+    """Whether a folder without ``_metadata`` looks like a savepoint or checkpoint that Flink
+    has not finished writing: named as Flink names them, or holding state files (UUID names)."""
+    if name in _JOB_FOLDERS:
+        return False
+    return _SNAPSHOT_DIR.match(name) is not None or any(_STATE_FILE.match(f) for f in files)
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def _listed(names: list[str], suffix: str = "") -> str:
+    shown = ", ".join(n + suffix for n in sorted(names)[:3])
+    return shown + (", ..." if len(names) > 3 else "")
+
+
+def _contents(io: FileIO, location: str, dirs: list[str], files: list[str]) -> str:
+    """What a folder without a savepoint holds, in a few words: the incomplete checkpoints
+    below it, a job's shared/ folder, other folders, files."""
+    parts = []
+    others = []
+    for d in sorted(dirs):
+        if d in _JOB_FOLDERS:
+            parts.append(f"a {d}/ folder")
+            continue
+        try:
+            below = [e for e in io.list_dir(join_location(location, d)) if _CHK.match(e)]
+        except StorageError:
+            below = []
+        if below:
+            chks = sorted(below, key=lambda e: int(e[4:]))[-3:]
+            parts.append(f"checkpoints below it ({', '.join(f'{d}/{c}' for c in chks)}) "
+                         f"with no {METADATA_FILE}")
+        else:
+            others.append(d)
+    if others:
+        parts.append(f"{_count(len(others), 'folder', 'folders')} ({_listed(others, '/')})")
+    if files:
+        parts.append(f"{_count(len(files), 'file', 'files')} ({_listed(files)})")
+    return " and ".join(parts)

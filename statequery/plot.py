@@ -8,6 +8,8 @@ matplotlib).
 
 from __future__ import annotations
 
+import functools
+import io
 from typing import TYPE_CHECKING, Any
 
 from statequery.exceptions import InvalidOptionError, MissingExtraError
@@ -18,15 +20,23 @@ if TYPE_CHECKING:
 __all__ = ["plot_key_groups"]
 
 
-def _pyplot() -> Any:
+def _figure(**kwargs: Any) -> Any:
+    """A matplotlib ``Figure`` of its own: no pyplot, so no backend is chosen or changed (a
+    notebook's inline backend stays as it is) and no figure is left open in pyplot's list."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg", force=False)
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure
     except ImportError:
         raise MissingExtraError("statequery.plot", "matplotlib", "plot") from None
-    return plt
+    fig: Any = Figure(**kwargs)
+    # Jupyter shows the figure (a cell's last value) as a PNG, with or without %matplotlib
+    fig._repr_png_ = functools.partial(_png, fig)
+    return fig
+
+
+def _png(fig: Any) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=80)
+    return buffer.getvalue()
 
 
 def plot_key_groups(
@@ -57,12 +67,11 @@ def plot_key_groups(
                     key=lambda t: (t[1], t[2]))
     if weight == "bytes" and any(r["bytes"] is None for r in rows):
         weight = "entries"  # heap layout: no byte figures
-    plt = _pyplot()
-    fig, axes = plt.subplots(
-        len(states), 2, figsize=(11, 2.6 * len(states)), squeeze=False,
-        gridspec_kw={"width_ratios": [4, 1]},
-    )
-    cmap = plt.get_cmap("tab10")
+    fig = _figure(figsize=(11, 2.6 * len(states)))
+    axes = fig.subplots(len(states), 2, squeeze=False, gridspec_kw={"width_ratios": [4, 1]})
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10"]
     for (op_id, op_label, name), (ax, ax_sub) in zip(states, axes, strict=True):
         mine = [r for r in rows if r["operator_id"] == op_id and r["state"] == name]
         maxp = stats.max_parallelism[(op_id, name)]

@@ -17,6 +17,10 @@ Kinds (Flink 2.3 split serializers):
   ``long length``, ``long fileModificationTime``, ``long fileSize``, hostnames (``int n`` +
   ``writeUTF``), ``bool`` + reader position (``long offset``, ``long recordsAfterOffset``).
   Verified on bytes written by the serializer itself (tests/fixtures/splits/golden.jsonl).
+* ``fixture``: ``statequery.fixtures.FixtureSplitSerializer`` v1, the FLIP-27 source of the
+  example job that wrote the shipped catalog (``examples/flink-jobs``, operator
+  ``fixture-source``): ``writeUTF(splitId)``, ``long next`` (the next event number to emit:
+  the position). Verified on the real bytes of the catalog's savepoints.
 * ``kafka``: ``KafkaPartitionSplitSerializer`` v0 (flink-connector-kafka, not in the Flink
   runtime): ``writeUTF(topic)``, ``int partition``, ``long startingOffset``, ``long
   stoppingOffset``. Documented layout only.
@@ -106,6 +110,10 @@ def _file(d: Decoder) -> dict[str, Any]:
     }
 
 
+def _fixture(d: Decoder) -> dict[str, Any]:
+    return {"split_id": d.read_utf(), "next": d.read_long()}
+
+
 def _kafka(d: Decoder) -> dict[str, Any]:
     return {"topic": d.read_utf(), "partition": d.read_int(),
             "starting_offset": d.read_long(), "stopping_offset": d.read_long()}
@@ -132,6 +140,13 @@ SOURCE_KINDS: dict[str, _SplitKind] = {
                 ("reader_offset", pa.int64()), ("records_after_offset", pa.int64()),
             ),
             _file,
+        ),
+        _SplitKind(
+            "fixture",
+            "statequery.fixtures.FixtureSplitSerializer",
+            (1,),
+            (("split_id", pa.string()), ("next", pa.int64())),
+            _fixture,
         ),
         _SplitKind(
             "kafka",
@@ -187,8 +202,8 @@ def _recognise(values: list[bytes], where: str) -> str:
 def source_splits(sp: StateSource, operator: str, source: str | None = None) -> pa.Table:
     """The splits of the FLIP-27 source ``operator`` (uid, name or id) as typed rows:
     ``subtask``, ``index``, ``source``, ``serializer_version``, then the source's fields (see the
-    module table). ``source`` names the kind (``number_sequence``, ``file``, ``kafka``); by
-    default it is recognised from the bytes."""
+    module table). ``source`` names the kind (``number_sequence``, ``file``, ``fixture``,
+    ``kafka``); by default it is recognised from the bytes."""
     if source is not None and source not in SOURCE_KINDS:
         raise InvalidOptionError(
             f"unknown source kind {source!r}; known: {', '.join(SOURCE_KINDS)}"

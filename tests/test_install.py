@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -161,11 +162,16 @@ def test_wheel_installs_and_looks_up_in_the_shipped_catalog(tmp_path: Path) -> N
     import zipfile
 
     shipped = set(zipfile.ZipFile(wheel).namelist())
-    # the Java sources of the Spark jar, which statequery.spark.jvm compiles on first use
+    # the Java sources of the Spark jar, which statequery.spark.jvm compiles on first use when
+    # the wheel has no jar (built without javac or Spark's jars at hand)
     assert "statequery/spark/java/statequery/DefaultSource.java" in shipped
     # and those of serve's Thrift password check and UI login (statequery.spark.jvm, SERVE_SOURCES)
     assert "statequery/spark/java_serve/statequery/serve/TokenAuthenticator.java" in shipped
     assert "statequery/spark/java_serve/statequery/serve/TokenFilter.java" in shipped
+    # with them (javac here, pyspark in this build environment), the jar is in the wheel
+    has_jar = shutil.which("javac") is not None
+    assert ("statequery/spark/statequery-spark.jar" in shipped) == has_jar
+    assert ("statequery/spark/statequery-spark.json" in shipped) == has_jar
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
                    timeout=120)
@@ -205,6 +211,16 @@ def test_wheel_installs_and_looks_up_in_the_shipped_catalog(tmp_path: Path) -> N
     rows = [json.loads(line) for line in looked_up.stdout.splitlines()]
     counts = [r["value"] for r in rows if r["operator"] == "user-state" and r["state"] == "count"]
     assert counts == [10]
+    if has_jar:  # the installed package uses its own jar: nothing to compile, no javac needed
+        jar = subprocess.run(
+            [str(py), "-c", "from statequery.spark.jvm import jar_path; "
+             "print(jar_path(build=False))"],
+            capture_output=True, text=True, timeout=120, cwd=tmp_path,
+            env=dict(env, STATEQUERY_CACHE=str(tmp_path / "empty-cache")),
+        )
+        assert jar.returncode == 0, jar.stderr
+        assert jar.stdout.strip().startswith(str(venv))
+        assert jar.stdout.strip().endswith("statequery/spark/statequery-spark.jar")
 
 
 def _pip_has_python_option() -> bool:

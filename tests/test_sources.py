@@ -35,11 +35,26 @@ def test_number_sequence_split_position_is_what_the_job_emitted(snapshot: str) -
     assert source_splits(sp, "sequence-source", source="number_sequence").equals(splits)
 
 
+@pytest.mark.parametrize("fixture", ["datastream-hashmap-canonical", "datastream-rocksdb-native"])
+def test_the_catalog_jobs_own_source_is_decoded(fixture: str) -> None:
+    # the DataStream fixture's (and the shipped catalog's) own source, FixtureSplitSerializer:
+    # writeUTF(id), writeLong(next); split-k covers events [100k, 100k + 100) and the job had
+    # emitted all 200 when the savepoint was taken
+    sp = statequery.open(str(fixture_dir(fixture)))
+    assert source_splits(sp, "fixture-source").to_pylist() == [
+        {"subtask": 0, "index": i, "source": "fixture", "serializer_version": 1,
+         "split_id": f"split-{i}", "next": 100 * (i + 1)}
+        for i in range(2)
+    ]
+
+
 def test_unknown_layouts_are_refused_not_guessed() -> None:
-    # the DataStream fixture's own source (FixtureSplitSerializer: writeUTF(id), writeLong(next))
-    sp = statequery.open(str(fixture_dir("datastream-hashmap-canonical")))
+    from statequery.sources import _recognise
+
+    # version 1, 4 bytes: a number sequence split is longer, a fixture split too
     with pytest.raises(InvalidOptionError, match="no known layout fits"):
-        source_splits(sp, "fixture-source")
+        _recognise([struct.pack(">ii", 1, 4) + b"abcd"], "a source")
+    sp = statequery.open(str(fixture_dir("datastream-hashmap-canonical")))
     with pytest.raises(CorruptStateError, match="kafka split serializer version 1"):
         source_splits(sp, "fixture-source", source="kafka")
     # named wrongly: the bytes end before a number sequence split would, and the error says where

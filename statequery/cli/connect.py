@@ -179,15 +179,17 @@ class ConnectSession:
         import pyarrow as pa
 
         operation_id = str(uuid.uuid4())
-        call = self._execute(_execute_request(self.session_id, query, operation_id),
-                             timeout=timeout, metadata=self._metadata)
+        call = None
         tables = []
         try:
+            call = self._execute(_execute_request(self.session_id, query, operation_id),
+                                 timeout=timeout, metadata=self._metadata)
             for stream in _arrow_streams(call):
                 with pa.ipc.open_stream(stream) as reader:
                     tables.append(reader.read_all())
-        except KeyboardInterrupt:
-            call.cancel()
+        except KeyboardInterrupt:  # wherever it came: the server is asked to stop the statement
+            if call is not None:
+                call.cancel()
             stopped = self._interrupt(operation_id)
             raise Interrupted(
                 "interrupted: the server stopped the statement" if stopped

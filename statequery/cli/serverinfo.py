@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "TOKEN_ENV", "running_server", "server_token", "spark_dir", "state_file", "token_file",
-    "write_token",
+    "TOKEN_ENV", "MetastoreBusy", "embedded_metastore", "folder_conf", "lock_file",
+    "lock_metastore", "release_metastore", "running_server", "server_token", "spark_dir",
+    "state_file", "token_file", "write_token",
 ]
 
 #: the environment variable the server's JVM reads its token from: Spark Connect checks it
@@ -117,3 +118,99 @@ def running_server(folder: Path) -> dict[str, Any] | None:
     if not _accepts(str(info["host"]), int(info["port"])):
         return None  # alive but not (yet, or any more) listening
     return info
+
+
+def folder_conf(folder: Path) -> dict[str, str]:
+    """The settings of ``folder/spark-defaults.conf`` (Spark's format: ``key value`` a line,
+    ``#`` comments), which every Spark command of the folder and its ``spark-sql`` command line
+    use: a metastore on a database server, its JDBC driver, a shared warehouse, ..."""
+    path = folder / "spark-defaults.conf"
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}
+    conf: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split(None, 1)
+        if len(parts) != 2:
+            from statequery.exceptions import InvalidOptionError
+
+            raise InvalidOptionError(f"{path}, line {number}: expected 'key value', got {line!r}")
+        conf[parts[0]] = parts[1].strip()
+    return conf
+
+
+#: the connection URL setting of Spark's Hive metastore
+CONNECTION_URL = "spark.hadoop.javax.jdo.option.ConnectionURL"
+
+
+def embedded_metastore(folder: Path) -> bool:
+    """Whether the metastore of ``folder`` is the embedded Derby database (one Spark at a time),
+    not one on a database server that ``folder/spark-defaults.conf`` names."""
+    return folder_conf(folder).get(CONNECTION_URL, "jdbc:derby:").startswith("jdbc:derby:")
+
+
+def lock_file(folder: Path) -> Path:
+    """The file whose lock a Spark command of ``folder`` holds from before its Spark starts
+    until it ends (:func:`lock_metastore`)."""
+    return folder / "metastore.lock"
+
+
+class MetastoreBusy(Exception):
+    """Another statequery command holds the metastore lock of the folder."""
+
+    def __init__(self, folder: Path, holder: str) -> None:
+        super().__init__(holder)
+        self.folder = folder
+        self.holder = holder
+
+
+#: the lock this process holds (its file descriptor), kept open until the process ends
+_held: dict[Path, int] = {}
+
+
+def lock_metastore(folder: Path, command: str) -> int | None:
+    """Take the lock of ``folder``'s embedded metastore for this process, before any Spark
+    starts: ``flock`` on ``metastore.lock`` (atomic: of two commands started at once, one gets
+    it), held until the process ends (or, passed on, until the process it was given to ends:
+    ``statequery serve``'s server). Its file says who holds it (pid and command).
+
+    Returns the lock's file descriptor, or None when the metastore is on a database server
+    (several Sparks at once are fine there). Raises :class:`MetastoreBusy` naming the holder
+    when another process has it.
+    """
+    import fcntl
+
+    if not embedded_metastore(folder):
+        return None
+    if folder in _held:
+        return _held[folder]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = lock_file(folder)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        try:
+            text = os.pread(fd, 4096, 0).decode(errors="replace").strip()
+        finally:
+            os.close(fd)
+        pid, _, what = text.partition(" ")
+        holder = f"statequery {what} (pid {pid})" if pid.isdigit() and what else \
+            "another statequery command"
+        raise MetastoreBusy(folder, holder) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()} {command}\n".encode(), 0)
+    _held[folder] = fd
+    return fd
+
+
+def release_metastore() -> None:
+    """Give back the metastore locks this process holds (at the end of a Spark command; a
+    server it was passed to keeps it)."""
+    while _held:
+        _, fd = _held.popitem()
+        os.close(fd)

@@ -106,6 +106,18 @@ class SparkCommandError(Exception):
     """A user error of a Spark command (the metastore is busy, ...): one line, no traceback."""
 
 
+class SparkCommandInterrupted(Exception):
+    """Ctrl-C stopped a statement (what became of it on the server, one line): exit 130."""
+
+
+def _server_holds(folder: Any, server: dict[str, Any]) -> SparkCommandError:
+    return SparkCommandError(
+        f"the metastore in {folder} is in use by the statequery server at "
+        f"{server['url']} (pid {server['pid']}): shell and sql --spark go through it; "
+        "for this command stop it first (statequery serve --stop)"
+    )
+
+
 def _check_metastore(folder: Any) -> None:
     from statequery.spark.session import metastore_holder
 
@@ -115,21 +127,44 @@ def _check_metastore(folder: Any) -> None:
 
         server = running_server(folder)
         if server is not None:
-            raise SparkCommandError(
-                f"the metastore in {folder} is in use by the statequery server at "
-                f"{server['url']} (pid {server['pid']}): shell and sql --spark go through it; "
-                "for this command stop it first (statequery serve --stop)"
-            )
+            raise _server_holds(folder, server)
         raise SparkCommandError(
             f"the metastore in {folder} is in use by {holder}: its embedded Derby database "
             "takes one Spark at a time. Leave that one first, or give another --spark-dir"
         )
 
 
+#: the name each Spark command gives itself in the metastore lock
+_COMMAND_NAMES = {"sql": "sql --spark"}
+
+
+def _lock(args: argparse.Namespace, folder: Any) -> int | None:
+    """Take the metastore lock of ``folder`` (:func:`statequery.cli.serverinfo.lock_metastore`)
+    before any Spark starts: a second command started while this one is still starting its Spark
+    refuses at once, in one line, instead of booting a second Spark on the same Derby database."""
+    from statequery.cli.serverinfo import MetastoreBusy, lock_metastore, running_server
+
+    try:
+        return lock_metastore(folder, _COMMAND_NAMES.get(args.command, args.command))
+    except MetastoreBusy as e:
+        server = running_server(folder)
+        if server is not None:
+            raise _server_holds(folder, server) from None
+        _check_metastore(folder)  # a JVM that has the Derby database booted: named as such
+        raise SparkCommandError(
+            f"the metastore in {folder} is in use by {e.holder}, which starts or runs its "
+            "Spark: the embedded Derby database takes one Spark at a time. Wait for it to end, "
+            "or give another --spark-dir"
+        ) from None
+
+
 def _session(args: argparse.Namespace) -> Any:
-    from statequery.spark.session import local_session, spark_dir
+    from statequery.cli.serverinfo import spark_dir
 
     folder = spark_dir(args.spark_dir)
+    _lock(args, folder)  # first, before PySpark is even imported
+    from statequery.spark.session import local_session
+
     _check_metastore(folder)
     _say(f"starting Spark ({args.master}), metastore in {folder} ...")
     started = time.monotonic()
@@ -144,8 +179,13 @@ def run(args: argparse.Namespace) -> int | None:
         args.command == "sql" and getattr(args, "spark", False)
     ):
         return None
+    from statequery.cli.serverinfo import release_metastore
+
     try:
         return _run(args)
+    except SparkCommandInterrupted as e:
+        print(f"statequery: {e}", file=sys.stderr)
+        return 130
     except SparkCommandError as e:
         print(f"statequery: {e}", file=sys.stderr)
         return 1
@@ -154,6 +194,8 @@ def run(args: argparse.Namespace) -> int | None:
             raise
         print(f"statequery: {spark_error_message(e)}", file=sys.stderr)
         return 1
+    finally:
+        release_metastore()
 
 
 def spark_error_message(e: BaseException) -> str:
@@ -167,6 +209,39 @@ def spark_error_message(e: BaseException) -> str:
     return text.strip().splitlines()[0] if text.strip() else type(e).__name__
 
 
+def _check_detach(args: argparse.Namespace) -> None:
+    """Refuse, before any Spark starts, to detach what cannot be attached: a name ``attach``
+    never makes, or, with the embedded metastore, a database with no folder in its warehouse
+    (Spark's Hive metastore makes ``WAREHOUSE/NAME.db`` for each database it creates and
+    deletes it with the database)."""
+    from statequery.cli.serverinfo import embedded_metastore, folder_conf, spark_dir
+
+    folder = spark_dir(args.spark_dir)
+    for name in args.databases:
+        if not re.fullmatch(r"[A-Za-z0-9_]+", name):
+            raise SparkCommandError(
+                f"no database {name!r} to detach: statequery attach makes database names of "
+                "letters, digits and _ only"
+            )
+    if not embedded_metastore(folder):
+        return  # a metastore on a database server: only a Spark can tell
+    warehouse = folder_conf(folder).get("spark.sql.warehouse.dir", str(folder / "warehouse"))
+    if "://" in warehouse and not warehouse.startswith("file:"):
+        return
+    warehouse = re.sub(r"^file:(//)?", "", warehouse)
+    if not (folder / "metastore_db").is_dir():
+        raise SparkCommandError(
+            f"no database {args.databases[0]!r} to detach: nothing is attached in {folder} "
+            "(statequery attach makes databases there)"
+        )
+    for name in args.databases:
+        if not os.path.isdir(os.path.join(warehouse, f"{name.lower()}.db")):
+            raise SparkCommandError(
+                f"no database {name!r} to detach: the metastore in {folder} has none of that "
+                "name"
+            )
+
+
 def _run(args: argparse.Namespace) -> int | None:
     from statequery.catalog import DEFAULT_CATALOG
 
@@ -174,14 +249,16 @@ def _run(args: argparse.Namespace) -> int | None:
         from statequery.spark.catalog import attach, attach_plans
 
         path = args.path or DEFAULT_CATALOG
+        # before any Spark: a wrong path or name is said at once
+        plans = attach_plans(path, args.database, args.pickled)
         if args.print_sql:
-            for plan in attach_plans(path, args.database, args.pickled):
+            for plan in plans:
                 for statement in plan.statements(replace=args.replace):
                     print(statement + ";")
             return 0
         with _spark_session(args) as spark:
             names = attach(spark, path, args.database, replace=args.replace,
-                           pickled=args.pickled)
+                           pickled=args.pickled, plans=plans)
             for name in names:
                 tables = spark.sql(f"SHOW TABLES IN `{name.replace('`', '``')}`").count()
                 _say(f"attached database {name} ({tables} tables)")
@@ -189,6 +266,7 @@ def _run(args: argparse.Namespace) -> int | None:
     if args.command == "detach":
         from statequery.spark.catalog import detach
 
+        _check_detach(args)
         with _spark_session(args) as spark:
             for name in detach(spark, args.databases):
                 _say(f"detached database {name} (the savepoint is untouched)")
@@ -203,7 +281,6 @@ def _run(args: argparse.Namespace) -> int | None:
 def _serve(args: argparse.Namespace) -> int:
     import subprocess
 
-    from statequery.catalog import DEFAULT_CATALOG
     from statequery.spark.server import (
         check_loopback,
         free_port,
@@ -229,6 +306,9 @@ def _serve(args: argparse.Namespace) -> int:
     if args.status:
         _say(f"no server runs on {folder}")
         return 3
+    catalog, _ = _catalog_plans(args)  # a wrong catalog is said before any Spark starts
+    catalog = os.path.abspath(catalog)
+    lock = _lock(args, folder)  # passed on to the server, which holds it while it runs
     _check_metastore(folder)
     from statequery.spark.jvm import serve_auth_jar_path
 
@@ -239,7 +319,6 @@ def _serve(args: argparse.Namespace) -> int:
             "take any client"
         )
     folder.mkdir(parents=True, exist_ok=True)
-    catalog = os.path.abspath(args.catalog or DEFAULT_CATALOG)
     port = args.port or free_port(host)
     connect_port = args.connect_port or free_port(host)
     if connect_port == port:
@@ -256,8 +335,11 @@ def _serve(args: argparse.Namespace) -> int:
             [sys.executable, "-m", "statequery.spark.server", str(folder), args.master, catalog,
              host, str(port), str(connect_port), *(["ui"] if args.ui else [])],
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
-            cwd=folder, start_new_session=True,
+            cwd=folder, start_new_session=True, pass_fds=() if lock is None else (lock,),
         )
+    if lock is not None:  # the lock now says the server's pid
+        os.ftruncate(lock, 0)
+        os.pwrite(lock, f"{proc.pid} serve\n".encode(), 0)
     while True:
         if proc.poll() is not None:
             tail = log.read_text(errors="replace").strip().splitlines()[-5:]
@@ -397,7 +479,7 @@ def _sql_on_server(args: argparse.Namespace, info: dict[str, Any]) -> Any:
 
 def _sql_on_connect(args: argparse.Namespace, info: dict[str, Any]) -> Any:
     """Run ``args.query`` on the server's Spark Connect endpoint; its rows as an Arrow table."""
-    from statequery.cli.connect import ConnectError, connect_error, run_sql
+    from statequery.cli.connect import ConnectError, Interrupted, connect_error, run_sql
     from statequery.cli.serverinfo import server_token
 
     try:
@@ -405,6 +487,8 @@ def _sql_on_connect(args: argparse.Namespace, info: dict[str, Any]) -> Any:
                        token=server_token(info))
     except ConnectError as e:
         raise SparkCommandError(connect_error(str(e))) from None
+    except Interrupted as e:  # Ctrl-C: "interrupted: the server stopped the statement"
+        raise SparkCommandInterrupted(str(e)) from None
 
 
 def _beeline_error(stderr: str) -> str:
@@ -421,10 +505,20 @@ def _beeline_error(stderr: str) -> str:
     return re.sub(r" \(state=[^)]*\)$", "", line).strip()
 
 
-def _attach_catalog(spark: Any, catalog: str) -> None:
+def _catalog_plans(args: argparse.Namespace) -> tuple[str, list[Any]]:
+    """The catalog of ``shell``/``sql --spark`` and what attaching it makes, found before any
+    Spark starts: a missing or wrong catalog is said at once."""
+    from statequery.catalog import DEFAULT_CATALOG
+    from statequery.spark.catalog import attach_plans
+
+    catalog = args.catalog or DEFAULT_CATALOG
+    return catalog, attach_plans(catalog)
+
+
+def _attach_catalog(spark: Any, catalog: str, plans: list[Any] | None = None) -> None:
     from statequery.spark.catalog import attach
 
-    names = attach(spark, catalog, keep_unchanged=True)
+    names = attach(spark, catalog, keep_unchanged=True, plans=plans)
     _say(f"databases of {catalog}: {', '.join(names)}")
 
 
@@ -432,17 +526,49 @@ def _attach_catalog(spark: Any, catalog: str) -> None:
 def _spark_session(args: argparse.Namespace) -> Iterator[Any]:
     """A local session that is stopped with its JVM at the end. A Spark error becomes its one
     line while the JVM still runs (PySpark's exceptions ask the JVM for their text)."""
+    import signal
+
     from statequery.spark.session import stop_session
 
     spark = _session(args)
+    # PySpark's own Ctrl-C handler cancels the running jobs; the call that waited for them then
+    # fails with a Py4J error ("An error occurred while calling o199.getResult"), which is the
+    # user's interrupt, not an error
+    interrupted: list[int] = []
+    previous = signal.getsignal(signal.SIGINT)
+
+    def on_interrupt(signum: int, frame: Any) -> None:
+        import logging
+
+        interrupted.append(signum)
+        # the command only winds down now: no Py4J log of the call the interrupt broke (a
+        # traceback on the root logger)
+        logging.disable(logging.CRITICAL)
+        if callable(previous):
+            previous(signum, frame)
+        raise KeyboardInterrupt
+
+    watching = _in_main_thread()
+    if watching:
+        signal.signal(signal.SIGINT, on_interrupt)
     try:
         yield spark
     except Exception as e:
         if not type(e).__module__.startswith(("pyspark", "py4j")):
             raise
+        if interrupted:
+            raise SparkCommandInterrupted("interrupted: Spark's jobs were cancelled") from None
         raise SparkCommandError(spark_error_message(e)) from None
     finally:
+        if watching:
+            signal.signal(signal.SIGINT, previous)
         stop_session(spark)
+
+
+def _in_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 def _shell_args(args: argparse.Namespace) -> list[str]:
@@ -472,8 +598,7 @@ def _shell(args: argparse.Namespace) -> int:
     """
     import subprocess
 
-    from statequery.catalog import DEFAULT_CATALOG
-    from statequery.spark.session import spark_dir, spark_sql_argv
+    from statequery.cli.serverinfo import spark_dir
 
     if args.sql_e is not None and args.sql_f is not None:
         raise SparkCommandError("give -e or -f, not both")
@@ -481,14 +606,22 @@ def _shell(args: argparse.Namespace) -> int:
     info = _server(args)
     if info is not None:
         return _shell_on_server(args, info)
-    argv = spark_sql_argv(folder, args.master) + _shell_args(args)
     if args.print_command:
         import shlex
 
-        print(shlex.join(argv))
+        from statequery.spark.session import spark_sql_argv
+
+        print(shlex.join(spark_sql_argv(folder, args.master) + _shell_args(args)))
         return 0
+    for given in (args.sql_f, args.sql_i):  # spark-sql reads them, after Spark started
+        if given is not None:
+            _read_text(given)
+    catalog, plans = _catalog_plans(args)
     with _spark_session(args) as spark:
-        _attach_catalog(spark, args.catalog or DEFAULT_CATALOG)
+        _attach_catalog(spark, catalog, plans)
+    from statequery.spark.session import spark_sql_argv
+
+    argv = spark_sql_argv(folder, args.master) + _shell_args(args)
     _check_metastore(folder)
     if args.sql_e is None and args.sql_f is None:
         _say("starting spark-sql (SHOW DATABASES; USE <database>; SHOW TABLES; ...)")
@@ -500,8 +633,6 @@ def _shell(args: argparse.Namespace) -> int:
 
 def _sql(args: argparse.Namespace) -> int:
     import json
-
-    from statequery.catalog import DEFAULT_CATALOG
 
     info = _server(args)
     if info is not None:
@@ -519,8 +650,9 @@ def _sql(args: argparse.Namespace) -> int:
             where = info["url"]
         _say(f"ran on the server at {where} in {time.monotonic() - started:.1f} s")
     else:
+        catalog, plans = _catalog_plans(args)
         with _spark_session(args) as spark:
-            _attach_catalog(spark, args.catalog or DEFAULT_CATALOG)
+            _attach_catalog(spark, catalog, plans)
             table = spark.sql(args.query).toArrow()
     from statequery.cli.output import _json_default, _print_rows
 

@@ -258,15 +258,19 @@ def attach(
     replace: bool = False,
     keep_unchanged: bool = False,
     pickled: bool = False,
+    plans: list[AttachPlan] | None = None,
 ) -> list[str]:
     """Attach a savepoint (or every savepoint of a catalog folder) to ``spark``'s catalog.
 
     Returns the database names. An existing database of that name is an error unless
     ``replace``, and even then only a database that ``attach`` made is dropped. With
     ``keep_unchanged``, a database already attached to the same location and ``_metadata``
-    fingerprint is kept as it is (what ``statequery shell`` does at every start).
+    fingerprint is kept as it is (what ``statequery shell`` does at every start). ``plans``:
+    what :func:`attach_plans` gave for these arguments (``statequery attach`` makes them before
+    it starts Spark, so that a wrong path is said at once).
     """
-    plans = attach_plans(path_or_uri, database, pickled)
+    if plans is None:
+        plans = attach_plans(path_or_uri, database, pickled)
     todo = []
     for plan in plans:
         drop = False

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from statequery.cli.serverinfo import spark_dir
+from statequery.cli.serverinfo import folder_conf, spark_dir
 
 __all__ = [
     "local_session",
@@ -36,29 +36,6 @@ def spark_sql_conf(folder: Path) -> dict[str, str]:
             f"jdbc:derby:;databaseName={folder / 'metastore_db'};create=true",
         **folder_conf(folder),
     }
-
-
-def folder_conf(folder: Path) -> dict[str, str]:
-    """The settings of ``folder/spark-defaults.conf`` (Spark's format: ``key value`` a line,
-    ``#`` comments), which every Spark command of the folder and its ``spark-sql`` command line
-    use: a metastore on a database server, its JDBC driver, a shared warehouse, ..."""
-    path = folder / "spark-defaults.conf"
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return {}
-    conf: dict[str, str] = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        parts = line.split(None, 1)
-        if len(parts) != 2:
-            from statequery.exceptions import InvalidOptionError
-
-            raise InvalidOptionError(f"{path}, line {number}: expected 'key value', got {line!r}")
-        conf[parts[0]] = parts[1].strip()
-    return conf
 
 
 def _driver_java_options(folder: Path) -> str:

@@ -108,11 +108,16 @@ def test_every_command_takes_storage_options(argv: list[str],
         "--storage-option 'anon': expected KEY=VALUE")
 
 
-def test_splits_of_an_unknown_source_name_the_option(capsys: pytest.CaptureFixture[str]) -> None:
-    # the fixture job's own split serializer is none of the known layouts
-    assert _error(capsys, "splits", str(USER_ACTIVITY), "fixture-source").endswith(
-        "cannot tell the source's split serializer from the bytes (no known layout fits); "
-        "name it (statequery splits --source, or source=): one of number_sequence, file, kafka")
+def test_splits_of_the_wrong_source_kind_say_where(capsys: pytest.CaptureFixture[str]) -> None:
+    # the catalog job's own source is decoded (fixture); named as another kind, it does not fit
+    assert _error(capsys, "splits", str(USER_ACTIVITY), "fixture-source", "--source",
+                  "kafka") == (
+        f"{SAVEPOINT}: fixture-source/SourceReaderState (subtask 0, element 0) at byte 0: kafka "
+        "split serializer version 1 (supported: (0,))")
+    assert main(["splits", str(USER_ACTIVITY), "fixture-source", "--json"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == (
+        '{"subtask": 0, "index": 0, "source": "fixture", "serializer_version": 1, '
+        '"split_id": "split-0", "next": 100}')
 
 
 def test_diff_without_differences_prints_one_line(capsys: pytest.CaptureFixture[str]) -> None:
