@@ -47,6 +47,7 @@ from statequery.serializers.spec import (
     NamespaceSpec,
     NullableSpec,
     OpaqueSpec,
+    AvroSpec,
     OptionalSpec,
     PojoSpec,
     PrimitiveArraySpec,
@@ -463,6 +464,8 @@ def type_string(spec: SerializerSpec | None) -> str | None:
     if isinstance(spec, OpaqueSpec):
         what = spec.type_class or spec.snapshot_class or "?"
         return f"{spec.family.upper()}<{what}>"
+    if isinstance(spec, AvroSpec):
+        return f"AVRO<{spec.type_class or '?'}>"
     return spec.display
 
 
