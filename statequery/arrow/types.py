@@ -33,9 +33,9 @@ from __future__ import annotations
 import pyarrow as pa
 
 from statequery.exceptions import UnsupportedFormatError
-from statequery.serializers.readers import primitive_name, timestamp_unit
 from statequery.serializers.avro import AvroType, union_member_names
 from statequery.serializers.avro import parse_schema as parse_avro_schema
+from statequery.serializers.readers import primitive_name, timestamp_unit
 from statequery.serializers.spec import (
     ArrayDataSpec,
     AvroSpec,

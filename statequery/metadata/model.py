@@ -31,6 +31,7 @@ from statequery.exceptions import (
 from statequery.hashing import operator_id_from_uid
 from statequery.io import location_parent
 from statequery.metadata.checkpoint import CheckpointMetadata, OperatorState, parse_metadata
+from statequery.metadata.decoding import value_decoding
 from statequery.metadata.handles import (
     ChangelogHandle,
     ChangelogStreamHandle,
@@ -47,7 +48,6 @@ from statequery.metadata.handles import (
     layout_by_first_bytes,
     layout_probe,
 )
-from statequery.metadata.decoding import value_decoding
 from statequery.metadata.kinds import OPERATOR_KINDS, layout_or_unknown
 from statequery.metadata.plan import (
     CompiledPlan,

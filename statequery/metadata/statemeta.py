@@ -40,6 +40,7 @@ from statequery.metadata.handles import (
 from statequery.metadata.kinds import OPERATOR_KINDS, StateLayout, layout_or_unknown
 from statequery.metadata.runindex import RunIndex
 from statequery.serializers.spec import (
+    AvroSpec,
     EnumSpec,
     GenericArraySpec,
     ListSpec,
@@ -47,7 +48,6 @@ from statequery.serializers.spec import (
     NamespaceSpec,
     NullableSpec,
     OpaqueSpec,
-    AvroSpec,
     OptionalSpec,
     PojoSpec,
     PrimitiveArraySpec,

@@ -13,7 +13,7 @@ to a ``DataOutputView``:
 | bytes, string | int32 length + the bytes (strings UTF-8) |
 | fixed | ``size`` bytes |
 | enum, union branch | int32 index |
-| array, map | blocks: unsigned LEB128 count, the items (a map item: string key + value), ..., count 0 |
+| array, map | blocks of an unsigned LEB128 count and the items (map: key string + value), then 0 |
 | record | the fields in schema order |
 
 so no Avro library reads them (fastavro's ``schemaless_reader`` takes zig-zag varints and
@@ -192,7 +192,9 @@ class _Parser:
     def reference(self, name: str, namespace: str | None) -> AvroType:
         if name in _PRIMITIVES:
             return AvroType(name)
-        candidates = [name] if "." in name else [f"{namespace}.{name}", name] if namespace else [name]
+        candidates = [name]
+        if "." not in name and namespace:
+            candidates = [f"{namespace}.{name}", name]
         for c in candidates:
             if c in self.defining:
                 raise AvroSchemaError(
@@ -465,7 +467,8 @@ def _union_reader(t: AvroType) -> ReadAt:
             i = _I32(buf, pos)[0]
             if not 0 <= i < n_branches:
                 raise DecodeError(f"Avro union index {i} of {n_branches} branches", pos)
-            return branches[i](buf, pos + 4, end)
+            value, pos = branches[i](buf, pos + 4, end)
+            return value, pos
 
         return read_nullable
     names = dict(zip(non_null, union_member_names(t), strict=True))

@@ -36,9 +36,9 @@ from typing import Any
 from statequery.decoder import DecodeError, Decoder, read_string_value
 from statequery.exceptions import CorruptStateError, UnsupportedFormatError
 from statequery.serializers.spec import (
-    AvroSpec,
     ROW_KINDS,
     ArrayDataSpec,
+    AvroSpec,
     EitherSpec,
     EnumSpec,
     GenericArraySpec,
@@ -1487,7 +1487,7 @@ def reader_for(spec: SerializerSpec) -> Reader:
 def _avro_reader(spec: AvroSpec) -> Reader:
     """Flink's ``AvroSerializer``: one value decoded from the writer schema
     (:mod:`statequery.serializers.avro`)."""
-    from statequery.serializers.avro import min_size, avro_reader, parse_schema
+    from statequery.serializers.avro import avro_reader, min_size, parse_schema
 
     t = parse_schema(spec.schema)
     return Reader(spec, avro_reader(t), min_size=min_size(t))

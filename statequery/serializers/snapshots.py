@@ -26,13 +26,13 @@ from typing import Any
 
 from statequery.decoder import Decoder
 from statequery.exceptions import CorruptStateError, UnknownSerializerError
+from statequery.serializers.avro import AvroSchemaError
+from statequery.serializers.avro import parse_schema as parse_avro_schema
 from statequery.serializers.logical_types import (
     logical_type_from_java,
     read_java_object,
     read_logical_type,
 )
-from statequery.serializers.avro import AvroSchemaError
-from statequery.serializers.avro import parse_schema as parse_avro_schema
 from statequery.serializers.spec import (
     ArrayDataSpec,
     AvroSpec,
