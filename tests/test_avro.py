@@ -115,7 +115,8 @@ def test_state_meta_says_how_values_are_decoded() -> None:
     for s in ("everything", "items", "history"):
         assert rows[s]["value_decoding"] == "avro-schema", rows[s]
         assert rows[s]["value_decoding_hint"] is None and rows[s]["decodable"]
-        assert rows[s]["value_type"] == "AVRO<org.apache.avro.generic.GenericRecord>"
+        record = "Everything" if s == "everything" else "Item"
+        assert rows[s]["value_type"] == f"AVRO<statequery.avro.{record}>"
     assert rows["seen"]["value_decoding"] == "native"
     kryo = statequery.open(str(fixture_dir("ttl-kryo-hashmap-canonical"))).state_meta()
     k = {r["state_name"]: r for r in kryo.to_pylist()}["kryo-value"]

@@ -662,11 +662,10 @@ AV_UIDS = {
 AV_STATES = {
     "fixture-source": DS_STATES["fixture-source"],
     "avro-state": [
-        _st("everything", "value", "AVRO<org.apache.avro.generic.GenericRecord>", "STRING",
-            "VOID"),
-        _st("items", "map", "AVRO<org.apache.avro.generic.GenericRecord>", "STRING", "VOID",
+        _st("everything", "value", "AVRO<statequery.avro.Everything>", "STRING", "VOID"),
+        _st("items", "map", "AVRO<statequery.avro.Item>", "STRING", "VOID",
             user_key_type="STRING"),
-        _st("history", "list", "AVRO<org.apache.avro.generic.GenericRecord>", "STRING", "VOID"),
+        _st("history", "list", "AVRO<statequery.avro.Item>", "STRING", "VOID"),
         _st("seen", "value", "BIGINT", "STRING", "VOID"),
         _st("_timer_state/event_user-timers", "event_timer", None, "STRING", "VOID"),
         _st("_timer_state/processing_user-timers", "processing_timer", None, "STRING", "VOID"),

@@ -465,7 +465,9 @@ def type_string(spec: SerializerSpec | None) -> str | None:
         what = spec.type_class or spec.snapshot_class or "?"
         return f"{spec.family.upper()}<{what}>"
     if isinstance(spec, AvroSpec):
-        return f"AVRO<{spec.type_class or '?'}>"
+        from statequery.serializers.avro import parse_schema
+
+        return f"AVRO<{parse_schema(spec.schema).name or spec.type_class or '?'}>"
     return spec.display
 
 
