@@ -199,3 +199,103 @@ def test_reader_node_is_the_avro_reader() -> None:
     data = struct.pack(">i", 0) + b"\x00" + struct.pack(">i", 0)
     assert r.read_slot(data, 0, len(data)) == {"s": "", "a": [], "u": None}
     assert r.min_size == 4 + 1 + 4
+
+
+# -- random values of the fixture's schema: round trip, then every truncation and mutation --------
+
+
+def _encode(t: Any, v: Any) -> bytes:
+    """Flink's DataOutputEncoder form of ``v`` (independent of the reader: docs/avro.md)."""
+    k = t.kind
+    if k == "null":
+        return b""
+    if k == "boolean":
+        return b"\x01" if v else b"\x00"
+    if k in ("int", "long", "float", "double"):
+        fmt = {"int": ">i", "long": ">q", "float": ">f", "double": ">d"}[k]
+        return struct.pack(fmt, v)
+    if k in ("string", "bytes", "fixed"):
+        raw = v.encode() if isinstance(v, str) else v
+        return raw if k == "fixed" else struct.pack(">i", len(raw)) + raw
+    if k == "enum":
+        return struct.pack(">i", t.symbols.index(v))
+    if k in ("array", "map"):
+        body = b"".join(
+            (_encode(parse_schema('"string"'), x[0]) + _encode(t.items, x[1])) if k == "map"
+            else _encode(t.items, x) for x in v)
+        return (bytes([len(v)]) + body if v else b"") + b"\x00"
+    if k == "union":
+        i, value = v
+        return struct.pack(">i", i) + _encode(t.branches[i], value)
+    assert k == "record"
+    return b"".join(_encode(f, v[n]) for n, f in t.fields)
+
+
+def _random_value(t: Any, rnd: Any) -> Any:
+    k = t.kind
+    if k == "null":
+        return None
+    if k == "boolean":
+        return rnd.random() < 0.5
+    if k == "int":
+        return rnd.randint(-(2**31), 2**31 - 1)
+    if k == "long":
+        return rnd.randint(-(2**63), 2**63 - 1)
+    if k in ("float", "double"):
+        return float(rnd.randint(-1000, 1000)) / 8
+    if k == "string":
+        return "".join(rnd.choice("a\0\u00e9\U0001F600") for _ in range(rnd.randint(0, 5)))
+    if k == "bytes":
+        return bytes(rnd.randint(0, 255) for _ in range(rnd.randint(0, 5)))
+    if k == "fixed":
+        return bytes(rnd.randint(0, 255) for _ in range(t.size))
+    if k == "enum":
+        return rnd.choice(t.symbols)
+    if k == "array":
+        return [_random_value(t.items, rnd) for _ in range(rnd.randint(0, 3))]
+    if k == "map":
+        return [(f"k{j}", _random_value(t.items, rnd)) for j in range(rnd.randint(0, 3))]
+    if k == "union":
+        i = rnd.randrange(len(t.branches))
+        return i, _random_value(t.branches[i], rnd)
+    return {n: _random_value(f, rnd) for n, f in t.fields}
+
+
+def _plain(t: Any) -> Any:
+    """``t`` without logical types (the random values are of the underlying types)."""
+    from dataclasses import replace
+
+    return replace(
+        t, logical=None,
+        fields=tuple((n, _plain(f)) for n, f in t.fields),
+        items=_plain(t.items) if t.items is not None else None,
+        branches=tuple(_plain(b) for b in t.branches),
+    )
+
+
+def test_random_values_round_trip_and_damage_raises_decode_error() -> None:
+    import random
+
+    sp = statequery.open(str(fixture_dir("types-avro-hashmap-canonical")))
+    spec = next(s.value_spec for s in sp.states if s.name == "everything")
+    assert isinstance(spec, AvroSpec)
+    t = _plain(parse_schema(spec.schema))
+    read = avro_reader(t)
+    rnd = random.Random(32)
+    for _ in range(40):
+        value = _random_value(t, rnd)
+        data = _encode(t, value)
+        got, pos = read(data, 0, len(data))
+        assert pos == len(data)
+        assert got["i"] == value["i"] and got["ints"] == value["ints"]
+        assert got["color"] == value["color"] and got["by"] == value["by"]
+        for cut in range(0, len(data), 7):  # every truncation: DecodeError, nothing else
+            with pytest.raises(DecodeError):
+                read(data[:cut], 0, cut)
+        damaged = bytearray(data)
+        for _ in range(20):  # random bytes set to 0xFF: a value or a DecodeError, never more
+            damaged[rnd.randrange(len(damaged))] = 0xFF
+            try:
+                read(bytes(damaged), 0, len(damaged))
+            except DecodeError:
+                pass
