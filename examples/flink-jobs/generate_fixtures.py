@@ -154,6 +154,11 @@ MATRIX = [
     # GenericRecord state through flink-avro's AvroSerializer (needs FLINK_AVRO_CLASSPATH)
     _fx("types-avro-hashmap-canonical", "types-avro", "hashmap", "savepoint", "canonical"),
     _fx("types-avro-rocksdb-native", "types-avro", "rocksdb", "savepoint", "native"),
+    # a V1 run's savepoint restored with a compatible V2 schema (Flink migrates every value)
+    _fx("types-avro-evolved-hashmap-canonical", "types-avro-evolved", "hashmap", "savepoint",
+        "canonical"),
+    _fx("types-avro-evolved-rocksdb-native", "types-avro-evolved", "rocksdb", "savepoint",
+        "native"),
     # an operator's own raw keyed and raw operator state (listed with a reason, never hidden)
     _fx("raw-state-hashmap-canonical", "raw-state", "hashmap", "savepoint", "canonical"),
     _fx("raw-state-rocksdb-native", "raw-state", "rocksdb", "savepoint", "native"),
@@ -786,6 +791,48 @@ def avro_everything(k: int) -> dict:
                             "tag": colors[(k + 1) % 3]}}
     r["nested"] = nested
     return r
+
+
+AV_EVOLVE_UIDS = {
+    "fixture-source": "Source: Fixture Source",
+    "avro-evolve": "Avro Evolve",
+    "fixture-sink": "Fixture Sink: Writer",
+}
+AV_EVOLVE_STATES = {
+    "fixture-source": DS_STATES["fixture-source"],
+    "avro-evolve": [
+        _st("latest", "value", "AVRO<statequery.avro.Evolving>", "STRING", "VOID"),
+        _st("firsts", "list", "AVRO<statequery.avro.Evolving>", "STRING", "VOID"),
+        _st("seen", "value", "BIGINT", "STRING", "VOID"),
+        _st("_timer_state/event_user-timers", "event_timer", None, "STRING", "VOID"),
+        _st("_timer_state/processing_user-timers", "processing_timer", None, "STRING", "VOID"),
+    ],
+}
+
+
+def avro_evolved_expected() -> list[dict]:
+    """AvroEvolveJob: the V1 run's records, as Flink migrated them to V2 (``scratch`` dropped,
+    ``qty`` a long)."""
+    entries: list[dict] = []
+    ids = {uid: operator_id_for_uid(uid) for uid in AV_EVOLVE_UIDS}
+
+    def add(uid, state, kind, **fields):
+        entries.append({"operator_uid": uid, "operator_id": ids[uid], "state": state,
+                        "kind": kind, **fields})
+
+    def record(e: dict) -> dict:
+        return {"name": f"e{e['id']}", "qty": e["amount"],
+                "note": e["category"] if e["amount"] % 2 == 1 else None}
+
+    source_expected(add)
+    events = [ds_event(i) for i in range(N_EVENTS)]
+    for k in range(AV_KEYS):
+        mine = [e for e in events if e["id"] % AV_KEYS == k]
+        ks = {"key": f"k{k}", "namespace": None}
+        add("avro-evolve", "latest", "value", value=record(mine[-1]), **ks)
+        add("avro-evolve", "firsts", "list", value=[record(e) for e in mine[:2]], **ks)
+        add("avro-evolve", "seen", "value", value=len(mine), **ks)
+    return entries
 
 
 def avro_expected() -> list[dict]:
@@ -1575,10 +1622,11 @@ def run_job(fx: dict, scratch: Path, s3_endpoint: str | None = None) -> dict[str
     elif fx["job"] == "ttl-kryo":
         cmd = ["java", "-cp", build(), "statequery.fixtures.TtlKryoJob", fx["backend"],
                f"savepoint-{fx['format']}", str(out)]
-    elif fx["job"] == "types-avro":
+    elif fx["job"] in ("types-avro", "types-avro-evolved"):
         if not os.environ.get("FLINK_AVRO_CLASSPATH"):
-            raise RuntimeError("types-avro needs FLINK_AVRO_CLASSPATH (docs/fixtures.md)")
-        cmd = ["java", "-cp", build(), "statequery.fixtures.AvroStateJob", fx["backend"],
+            raise RuntimeError(f"{fx['job']} needs FLINK_AVRO_CLASSPATH (docs/fixtures.md)")
+        main = "AvroStateJob" if fx["job"] == "types-avro" else "AvroEvolveJob"
+        cmd = ["java", "-cp", build(), f"statequery.fixtures.{main}", fx["backend"],
                f"savepoint-{fx['format']}", str(out)]
     elif fx["job"] == "sql-keys":
         cmd = [sys.executable, str(HERE / "sql_keys_job.py"), "--backend", fx["backend"],
@@ -1734,7 +1782,8 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
         fixture_dir = FIXTURES / rel
 
         infos = snapshot_info(fixture_dir)
-        if fx["job"] in ("datastream", "ttl-kryo", "types-avro", "raw-state", "edge-datastream",
+        if fx["job"] in ("datastream", "ttl-kryo", "types-avro", "types-avro-evolved",
+                         "raw-state", "edge-datastream",
                          "changelog-ops", "changelog-ttl", "labels", "async-datastream",
                          "cep-stream"):
             for info in infos:
@@ -1742,6 +1791,7 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
                     raise RuntimeError(f"operator id mismatch for uid {info['uid']}: {info}")
             entries = {"datastream": datastream_expected, "ttl-kryo": ttl_kryo_expected,
                        "types-avro": avro_expected,
+                       "types-avro-evolved": avro_evolved_expected,
                        "cep-stream": cep_stream_expected,
                        "raw-state": raw_state_expected,
                        "changelog-ops": changelog_ops_expected,
@@ -1905,6 +1955,8 @@ def manifest_record(fx: dict, rel: str, infos: list[dict]) -> dict:
             states = TK_STATES.get(info["uid"], [])
         elif fx["job"] == "types-avro":
             states = AV_STATES.get(info["uid"], [])
+        elif fx["job"] == "types-avro-evolved":
+            states = AV_EVOLVE_STATES.get(info["uid"], [])
         elif fx["job"] == "raw-state":
             states = RAW_STATES.get(info["uid"], [])
         elif fx["job"] == "edge-datastream":
