@@ -672,6 +672,7 @@ AV_STATES = {
             user_key_type="STRING"),
         _st("history", "list", "AVRO<statequery.avro.Item>", "STRING", "VOID"),
         _st("seen", "value", "BIGINT", "STRING", "VOID"),
+        _st("specific", "value", "AVRO<statequery.avro.Reading>", "STRING", "VOID"),
         _st("_timer_state/event_user-timers", "event_timer", None, "STRING", "VOID"),
         _st("_timer_state/processing_user-timers", "processing_timer", None, "STRING", "VOID"),
     ],
@@ -851,6 +852,13 @@ def avro_expected() -> list[dict]:
         ks = {"key": key, "namespace": None}
         add("avro-state", "everything", "value", value=avro_everything(k), **ks)
         add("avro-state", "seen", "value", value=len(mine), **ks)
+        last = mine[-1]
+        add("avro-state", "specific", "value", value={
+            "sensor": key, "reading": last["amount"] / 4.0, "at": last["ts"] * 10**6,
+            "level": "HIGH" if last["amount"] > 50 else "LOW",
+            "samples": [last["id"], last["amount"]],
+            "tags": _map({"category": last["category"], "user": last["user"]}),
+            "remark": None if last["amount"] % 2 == 1 else "even"}, **ks)
         add("avro-state", "history", "list",
             value=[_avro_item(f"e{e['id']}", e["amount"], None) for e in mine[:3]], **ks)
         by_cat: dict[str, int] = {}
