@@ -91,8 +91,9 @@ MAGIC = "statequery-statemeta"
 #: RocksDB checkpoints, ``raw_keyed_header``, ``StateInfo.stream``) and raw state listed as such;
 #: 6: ``HeaderInfo.layout`` (a type-12 stream's layout, from its bytes); 7: the rows SQL
 #: operators keep show their RowKind (``RowDataSpec.row_kind``) and accumulators named from a
-#: plan their current value (``RowDataSpec.derived``)
-FORMAT_VERSION = 7
+#: plan their current value (``RowDataSpec.derived``); 8: Avro values decoded from the writer
+#: schema (``AvroSpec``, where 7 kept an opaque spec)
+FORMAT_VERSION = 8
 SNAPSHOT_FILE_NAME = "_statequery_meta.msgpack"
 MAX_SNAPSHOT_BYTES = 256 << 20
 
