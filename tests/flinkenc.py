@@ -18,10 +18,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from statequery.serializers.avro import AvroType
 from statequery.serializers.readers import primitive_name, sql_fixed_size
 from statequery.serializers.spec import (
     ROW_KINDS,
     ArrayDataSpec,
+    AvroSpec,
     EnumSpec,
     ListSpec,
     MapSpec,
@@ -47,6 +49,7 @@ LIST_DELIMITER = b","
 END_OF_KEY_GROUP = 0xFFFF
 _DEC = decimal.Context(prec=200, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN)
 
+_AVRO_STRING = AvroType("string")
 _FIXED = {
     "long": ">q",
     "int": ">i",
@@ -77,8 +80,57 @@ def string_value(s: str | None) -> bytes:
     return bytes(out)
 
 
+def avro_value(t: Any, v: Any) -> bytes:
+    """Flink's ``AvroSerializer`` bytes (``DataOutputEncoder``: big-endian fixed-width numbers,
+    int32 lengths and indexes, LEB128 block counts; docs/avro.md) of ``v`` in the reader's form
+    (:mod:`statequery.serializers.avro`) for the parsed schema ``t``."""
+    import decimal
+    import uuid
+
+    from statequery.serializers.avro import union_member_names
+
+    k = t.kind
+    if k == "union":
+        members = [i for i, b in enumerate(t.branches) if b.kind != "null"]
+        nulls = [i for i, b in enumerate(t.branches) if b.kind == "null"]
+        if v is None:
+            return struct.pack(">i", nulls[0])
+        if len(members) == 1:
+            return struct.pack(">i", members[0]) + avro_value(t.branches[members[0]], v)
+        name = dict(zip(members, union_member_names(t), strict=True))[v["branch"]]
+        return struct.pack(">i", v["branch"]) + avro_value(t.branches[v["branch"]], v[name])
+    if k == "record":
+        return b"".join(avro_value(f, v[n]) for n, f in t.fields)
+    if k in ("array", "map"):
+        body = b"".join(avro_value(t.items, x) if k == "array"
+                        else avro_value(_AVRO_STRING, x[0]) + avro_value(t.items, x[1])
+                        for x in v)
+        return (varint(len(v)) + body if v else b"") + b"\x00"
+    if t.logical == "decimal":
+        unscaled = int(decimal.Decimal(v).scaleb(t.scale))
+        n = t.size if k == "fixed" else max(1, (unscaled.bit_length() + 8) // 8)
+        raw = unscaled.to_bytes(n, "big", signed=True)
+        return raw if k == "fixed" else struct.pack(">i", len(raw)) + raw
+    if t.logical == "uuid" and k == "fixed":
+        return uuid.UUID(v).bytes
+    if k == "null":
+        return b""
+    if k == "boolean":
+        return b"\x01" if v else b"\x00"
+    if k in ("int", "long", "float", "double"):
+        return struct.pack({"int": ">i", "long": ">q", "float": ">f", "double": ">d"}[k], v)
+    if k == "enum":
+        return struct.pack(">i", t.symbols.index(v))
+    raw = v.encode("utf-8") if isinstance(v, str) else bytes(v)
+    return raw if k == "fixed" else struct.pack(">i", len(raw)) + raw
+
+
 def encode(spec: SerializerSpec, v: Any) -> bytes:
     """The bytes Flink's serializer for ``spec`` writes for ``v``."""
+    if isinstance(spec, AvroSpec):
+        from statequery.serializers.avro import parse_schema
+
+        return avro_value(parse_schema(spec.schema), v)
     if isinstance(spec, PrimitiveSpec):
         name = primitive_name(spec.name)
         fmt = _FIXED.get(name)

@@ -400,7 +400,7 @@ def test_the_snapshot_keeps_the_index_only_when_asked(tmp_path: Path) -> None:
     assert statequery.open(path, snapshot=str(tmp_path / "b")).from_snapshot
     # the index is a compact part of the snapshot: per key group a flat array of ints
     envelope = msgpack.unpackb((tmp_path / "a").read_bytes())
-    assert envelope["format_version"] == FORMAT_VERSION == 7
+    assert envelope["format_version"] == FORMAT_VERSION == 8
     body = msgpack.unpackb(envelope["body"], strict_map_key=False)
     section = body["run_index"]
     assert section["version"] == 1

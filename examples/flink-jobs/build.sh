@@ -14,4 +14,14 @@ mapfile -t sources < <(find "$here/src" -name '*.java' | sort)
 javac -nowarn -encoding UTF-8 -d "$here/build" -cp "$flink_lib/*" "${sources[@]}" >&2
 # service registrations (the s3:// file system of the S3 test server)
 cp -r "$here/src/META-INF" "$here/build/"
+# The Avro fixture job and the oracle's Avro rendering (src-avro/) need flink-avro's classes and
+# Avro's jar (with the Jackson jars Avro uses), which the wheel does not ship: set
+# FLINK_AVRO_CLASSPATH to them (docs/fixtures.md, "The Avro fixtures"); without it they are not
+# built and the dump shows Avro values as raw bytes.
+if [[ -n "${FLINK_AVRO_CLASSPATH:-}" ]]; then
+    mapfile -t avro_sources < <(find "$here/src-avro" -name '*.java' | sort)
+    javac -nowarn -encoding UTF-8 -d "$here/build" -cp "$flink_lib/*:$FLINK_AVRO_CLASSPATH:$here/build" \
+        "${avro_sources[@]}" >&2
+    cp="$cp:$FLINK_AVRO_CLASSPATH"
+fi
 echo "$cp"

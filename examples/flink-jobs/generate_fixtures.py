@@ -151,6 +151,14 @@ MATRIX = [
         changelog="1h@memory"),
     _fx("ttl-kryo-hashmap-canonical", "ttl-kryo", "hashmap", "savepoint", "canonical"),
     _fx("ttl-kryo-rocksdb-native", "ttl-kryo", "rocksdb", "savepoint", "native"),
+    # GenericRecord state through flink-avro's AvroSerializer (needs FLINK_AVRO_CLASSPATH)
+    _fx("types-avro-hashmap-canonical", "types-avro", "hashmap", "savepoint", "canonical"),
+    _fx("types-avro-rocksdb-native", "types-avro", "rocksdb", "savepoint", "native"),
+    # a V1 run's savepoint restored with a compatible V2 schema (Flink migrates every value)
+    _fx("types-avro-evolved-hashmap-canonical", "types-avro-evolved", "hashmap", "savepoint",
+        "canonical"),
+    _fx("types-avro-evolved-rocksdb-native", "types-avro-evolved", "rocksdb", "savepoint",
+        "native"),
     # an operator's own raw keyed and raw operator state (listed with a reason, never hidden)
     _fx("raw-state-hashmap-canonical", "raw-state", "hashmap", "savepoint", "canonical"),
     _fx("raw-state-rocksdb-native", "raw-state", "rocksdb", "savepoint", "native"),
@@ -640,6 +648,224 @@ def ttl_kryo_expected() -> list[dict]:
                 value=kryo_note(cat, len(amounts)), **ks)
         add("ttl-kryo-state", "kryo-value", "value",
             value=kryo_note(key, sum(e["amount"] for e in mine)), **ks)
+    return entries
+
+
+# --------------------------------------------------------------------------------------------
+# The Avro job, modelled (src-avro/.../AvroStateJob.java): GenericRecords through Flink's
+# AvroSerializer, in the oracle's rendering (DumpAvro.java, docs/avro.md): null + T as T, other
+# unions as {"branch", one member per non-null branch}, decimal as plain text, timestamps as
+# epoch nanoseconds, uuid as text, bytes and fixed as {"$bytes"}.
+# --------------------------------------------------------------------------------------------
+
+AV_KEYS = 8
+AV_UIDS = {
+    "fixture-source": "Source: Fixture Source",
+    "avro-state": "Avro State",
+    "fixture-sink": "Fixture Sink: Writer",
+}
+AV_STATES = {
+    "fixture-source": DS_STATES["fixture-source"],
+    "avro-state": [
+        _st("everything", "value", "AVRO<statequery.avro.Everything>", "STRING", "VOID"),
+        _st("items", "map", "AVRO<statequery.avro.Item>", "STRING", "VOID",
+            user_key_type="STRING"),
+        _st("history", "list", "AVRO<statequery.avro.Item>", "STRING", "VOID"),
+        _st("seen", "value", "BIGINT", "STRING", "VOID"),
+        _st("specific", "value", "AVRO<statequery.avro.Reading>", "STRING", "VOID"),
+        _st("_timer_state/event_user-timers", "event_timer", None, "STRING", "VOID"),
+        _st("_timer_state/processing_user-timers", "processing_timer", None, "STRING", "VOID"),
+    ],
+}
+_INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
+_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
+_FLOAT_MAX = struct.unpack(">f", b"\x7f\x7f\xff\xff")[0]
+
+
+def _avro_item(name: str, qty: int, note) -> dict:
+    return {"name": name, "qty": qty, "note": note}
+
+
+def _union(index: int, names: list[str], branch: str, value) -> dict:
+    out = dict.fromkeys(names)
+    out["branch"] = index
+    out[branch] = value
+    return out
+
+
+def _map(pairs: dict) -> list[dict]:
+    return [{"key": k, "value": v} for k, v in sorted(pairs.items(),
+                                                      key=lambda kv: canonical(kv[0]))]
+
+
+def _dec(unscaled: int, scale: int) -> str:
+    from decimal import Decimal
+
+    return format(Decimal(unscaled).scaleb(-scale), "f")
+
+
+def _uuid16(hi: int, lo: int) -> str:
+    import uuid
+
+    return str(uuid.UUID(bytes=struct.pack(">qq", hi, lo)))
+
+
+def _f32(x: float) -> float:
+    return struct.unpack(">f", struct.pack(">f", x))[0]
+
+
+def avro_everything(k: int) -> dict:
+    """AvroStateJob.everything(k) as the oracle renders it."""
+    colors = ["RED", "GREEN", "BLUE"]
+    multi_names = ["int", "string", "Item", "array"]
+    r: dict = {"n": None, "color": colors[k % 3],
+               "fx": b64(bytes([k, 0, 0xFF, (k * 37) & 0xFF]))}
+    if k == 0:
+        r.update(b=False, i=0, l=0, f=0.0, d=0.0, s="", by=b64(b""), ints=[], items=[], longs=[],
+                 opt_strings=[], opt_s=None, opt_item=None, multi=None,
+                 either=_union(0, ["string", "long"], "string", ""),
+                 dec_bytes=_dec(0, 4), dec_fixed=_dec(0, 2), day=0, t_ms=0, t_us=0, ts_ms=0,
+                 ts_us=0, lts_ms=0, lts_us=0, id="00000000-0000-0000-0000-000000000000",
+                 uid16=_uuid16(0, 0), opt_day=None, opt_list=[])
+        nested = {"label": "", "inner": {"grid": [], "tag": None}}
+    elif k == 1:
+        r.update(b=True, i=_INT_MIN, l=_LONG_MIN, f=-_FLOAT_MAX, d=-0.0, s="\0", by=b64(b"\0"),
+                 ints=[_INT_MIN, -1, 0], items=[_avro_item("", _LONG_MIN, None)],
+                 longs=_map({"": _LONG_MIN, "\0": -1}),
+                 opt_strings=_map({"null": None, "empty": ""}), opt_s="",
+                 opt_item=_avro_item("\0", -1, ""),
+                 multi=_union(1, multi_names, "int", _INT_MIN),
+                 either=_union(1, ["string", "long"], "long", _LONG_MIN),
+                 dec_bytes=_dec(-99999999999999999999, 4),
+                 dec_fixed=_dec(-999999999999999999999, 2), day=-719162, t_ms=1, t_us=1,
+                 ts_ms=-62135596800000 * 10**6, ts_us=-62135596800000000 * 1000,
+                 lts_ms=-1 * 10**6, lts_us=-1000, id="ffffffff-ffff-ffff-ffff-ffffffffffff",
+                 uid16=_uuid16(-1, -1), opt_day=-1, opt_list=None)
+        nested = {"label": "\0x\0", "inner": {"grid": [[]], "tag": "BLUE"}}
+    elif k == 2:
+        smile, clef = "\U0001F600", "\U0001D11E"
+        r.update(b=False, i=_INT_MAX, l=_LONG_MAX, f="NaN", d="NaN",
+                 s=f"{smile} {clef} \u00e9\u4e2d", by=b64(b"\xff\x00\x7f"), ints=[_INT_MAX],
+                 items=[_avro_item(smile, _LONG_MAX, clef), _avro_item("two", 2, None)],
+                 longs=_map({smile: _LONG_MAX}), opt_strings=_map({clef: smile}), opt_s=smile,
+                 opt_item=None, multi=_union(2, multi_names, "string", smile),
+                 either=_union(0, ["string", "long"], "string", clef),
+                 dec_bytes=_dec(99999999999999999999, 4),
+                 dec_fixed=_dec(999999999999999999999, 2), day=2932896, t_ms=86399999,
+                 t_us=86399999999, ts_ms=253402300799999 * 10**6,
+                 ts_us=253402300799999999 * 1000, lts_ms=253402300799999 * 10**6,
+                 lts_us=253402300799999999 * 1000, id="123e4567-e89b-12d3-a456-426614174000",
+                 uid16=_uuid16(0x123e4567e89b12d3, 0xa456426614174000 - (1 << 64)),
+                 opt_day=2932896, opt_list=["", "\0", smile])
+        cell = _map({"nan": "NaN", "inf": "Infinity", "ninf": "-Infinity", "null": None})
+        nested = {"label": smile, "inner": {"grid": [cell, []], "tag": None}}
+    else:
+        dec = k * 123456789 - 500_000_000
+        multis = [
+            _union(1, multi_names, "int", k),
+            _union(2, multi_names, "string", f"m{k}"),
+            _union(3, multi_names, "Item", _avro_item(f"mi{k}", k, "n")),
+            _union(4, multi_names, "array", [k + 0.5, -0.0]),
+            None,
+        ]
+        r.update(b=k % 2 == 0, i=k * 1000 - 3, l=k * 1_000_000_007, f=_f32(k + 0.25),
+                 d=k / 3.0, s=f"value-{k}", by=b64(f"b{k}".encode()),
+                 ints=[j * k for j in range(k)],
+                 items=[_avro_item(f"i{k}", k, None if k % 2 == 0 else "odd")],
+                 longs=_map({f"m{j}": j - k for j in range(k)}),
+                 opt_strings=_map({"k": None if k % 2 == 0 else f"v{k}"}),
+                 opt_s=None if k % 2 == 0 else f"s{k}", opt_item=_avro_item(f"opt{k}", -k, None),
+                 multi=multis[k % 5],
+                 either=(_union(0, ["string", "long"], "string", f"e{k}") if k % 2 == 0
+                         else _union(1, ["string", "long"], "long", -k)),
+                 dec_bytes=_dec(dec, 4), dec_fixed=_dec(-dec, 2), day=19000 + k,
+                 t_ms=k * 3_600_000 + 1, t_us=k * 3_600_000_000 + 7,
+                 ts_ms=(1_700_000_000_000 + k) * 10**6,
+                 ts_us=(1_700_000_000_000_000 + k) * 1000,
+                 lts_ms=(1_600_000_000_000 - k) * 10**6,
+                 lts_us=(1_600_000_000_000_000 - k) * 1000,
+                 id=f"00000000-0000-4000-8000-{k:012d}", uid16=_uuid16(k, -k),
+                 opt_day=None if k % 2 == 0 else -k,
+                 opt_list=None if k % 2 == 0 else [f"a{k}"])
+        nested = {"label": f"outer-{k}",
+                  "inner": {"grid": [_map({"x": float(k), "y": None})],
+                            "tag": colors[(k + 1) % 3]}}
+    r["nested"] = nested
+    return r
+
+
+AV_EVOLVE_UIDS = {
+    "fixture-source": "Source: Fixture Source",
+    "avro-evolve": "Avro Evolve",
+    "fixture-sink": "Fixture Sink: Writer",
+}
+AV_EVOLVE_STATES = {
+    "fixture-source": DS_STATES["fixture-source"],
+    "avro-evolve": [
+        _st("latest", "value", "AVRO<statequery.avro.Evolving>", "STRING", "VOID"),
+        _st("firsts", "list", "AVRO<statequery.avro.Evolving>", "STRING", "VOID"),
+        _st("seen", "value", "BIGINT", "STRING", "VOID"),
+        _st("_timer_state/event_user-timers", "event_timer", None, "STRING", "VOID"),
+        _st("_timer_state/processing_user-timers", "processing_timer", None, "STRING", "VOID"),
+    ],
+}
+
+
+def avro_evolved_expected() -> list[dict]:
+    """AvroEvolveJob: the V1 run's records, as Flink migrated them to V2 (``scratch`` dropped,
+    ``qty`` a long)."""
+    entries: list[dict] = []
+    ids = {uid: operator_id_for_uid(uid) for uid in AV_EVOLVE_UIDS}
+
+    def add(uid, state, kind, **fields):
+        entries.append({"operator_uid": uid, "operator_id": ids[uid], "state": state,
+                        "kind": kind, **fields})
+
+    def record(e: dict) -> dict:
+        return {"name": f"e{e['id']}", "qty": e["amount"],
+                "note": e["category"] if e["amount"] % 2 == 1 else None}
+
+    source_expected(add)
+    events = [ds_event(i) for i in range(N_EVENTS)]
+    for k in range(AV_KEYS):
+        mine = [e for e in events if e["id"] % AV_KEYS == k]
+        ks = {"key": f"k{k}", "namespace": None}
+        add("avro-evolve", "latest", "value", value=record(mine[-1]), **ks)
+        add("avro-evolve", "firsts", "list", value=[record(e) for e in mine[:2]], **ks)
+        add("avro-evolve", "seen", "value", value=len(mine), **ks)
+    return entries
+
+
+def avro_expected() -> list[dict]:
+    entries: list[dict] = []
+    ids = {uid: operator_id_for_uid(uid) for uid in AV_UIDS}
+
+    def add(uid, state, kind, **fields):
+        entries.append({"operator_uid": uid, "operator_id": ids[uid], "state": state,
+                        "kind": kind, **fields})
+
+    source_expected(add)
+    events = [ds_event(i) for i in range(N_EVENTS)]
+    for k in range(AV_KEYS):
+        key = f"k{k}"
+        mine = [e for e in events if e["id"] % AV_KEYS == k]  # input order
+        ks = {"key": key, "namespace": None}
+        add("avro-state", "everything", "value", value=avro_everything(k), **ks)
+        add("avro-state", "seen", "value", value=len(mine), **ks)
+        last = mine[-1]
+        add("avro-state", "specific", "value", value={
+            "sensor": key, "reading": last["amount"] / 4.0, "at": last["ts"] * 10**6,
+            "level": "HIGH" if last["amount"] > 50 else "LOW",
+            "samples": [last["id"], last["amount"]],
+            "tags": _map({"category": last["category"], "user": last["user"]}),
+            "remark": None if last["amount"] % 2 == 1 else "even"}, **ks)
+        add("avro-state", "history", "list",
+            value=[_avro_item(f"e{e['id']}", e["amount"], None) for e in mine[:3]], **ks)
+        by_cat: dict[str, int] = {}
+        for e in mine:
+            by_cat[e["category"]] = by_cat.get(e["category"], 0) + 1
+        for cat, n in by_cat.items():
+            add("avro-state", "items", "map", user_key=cat, value=_avro_item(cat, n, key), **ks)
     return entries
 
 
@@ -1404,6 +1630,12 @@ def run_job(fx: dict, scratch: Path, s3_endpoint: str | None = None) -> dict[str
     elif fx["job"] == "ttl-kryo":
         cmd = ["java", "-cp", build(), "statequery.fixtures.TtlKryoJob", fx["backend"],
                f"savepoint-{fx['format']}", str(out)]
+    elif fx["job"] in ("types-avro", "types-avro-evolved"):
+        if not os.environ.get("FLINK_AVRO_CLASSPATH"):
+            raise RuntimeError(f"{fx['job']} needs FLINK_AVRO_CLASSPATH (docs/fixtures.md)")
+        main = "AvroStateJob" if fx["job"] == "types-avro" else "AvroEvolveJob"
+        cmd = ["java", "-cp", build(), f"statequery.fixtures.{main}", fx["backend"],
+               f"savepoint-{fx['format']}", str(out)]
     elif fx["job"] == "sql-keys":
         cmd = [sys.executable, str(HERE / "sql_keys_job.py"), "--backend", fx["backend"],
                "--kind", f"savepoint-{fx['format']}", "--out", str(out), "--max-parallelism",
@@ -1558,13 +1790,16 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
         fixture_dir = FIXTURES / rel
 
         infos = snapshot_info(fixture_dir)
-        if fx["job"] in ("datastream", "ttl-kryo", "raw-state", "edge-datastream",
+        if fx["job"] in ("datastream", "ttl-kryo", "types-avro", "types-avro-evolved",
+                         "raw-state", "edge-datastream",
                          "changelog-ops", "changelog-ttl", "labels", "async-datastream",
                          "cep-stream"):
             for info in infos:
                 if info["uid"] and info["operator_id"] != operator_id_for_uid(info["uid"]):
                     raise RuntimeError(f"operator id mismatch for uid {info['uid']}: {info}")
             entries = {"datastream": datastream_expected, "ttl-kryo": ttl_kryo_expected,
+                       "types-avro": avro_expected,
+                       "types-avro-evolved": avro_evolved_expected,
                        "cep-stream": cep_stream_expected,
                        "raw-state": raw_state_expected,
                        "changelog-ops": changelog_ops_expected,
@@ -1726,6 +1961,10 @@ def manifest_record(fx: dict, rel: str, infos: list[dict]) -> dict:
             states = SQL_ASYNC_STATES if info["name"].startswith("GroupAggregate") else []
         elif fx["job"] == "ttl-kryo":
             states = TK_STATES.get(info["uid"], [])
+        elif fx["job"] == "types-avro":
+            states = AV_STATES.get(info["uid"], [])
+        elif fx["job"] == "types-avro-evolved":
+            states = AV_EVOLVE_STATES.get(info["uid"], [])
         elif fx["job"] == "raw-state":
             states = RAW_STATES.get(info["uid"], [])
         elif fx["job"] == "edge-datastream":

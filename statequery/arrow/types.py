@@ -24,7 +24,8 @@
 | TtlValue | struct<last_access: timestamp[ms, UTC], value> |
 | TimeWindow | struct<start: timestamp[ms, UTC], end: timestamp[ms, UTC]> |
 | VoidNamespace, GlobalWindow, Void | null |
-| opaque (Kryo, Avro, Java, unknown) | binary |
+| Avro (``AvroSerializer``) | from the writer schema (:func:`avro_arrow_type`) |
+| opaque (Kryo, Java, unknown, a recursive Avro schema) | binary |
 """
 
 from __future__ import annotations
@@ -32,9 +33,12 @@ from __future__ import annotations
 import pyarrow as pa
 
 from statequery.exceptions import UnsupportedFormatError
+from statequery.serializers.avro import AvroType, union_member_names
+from statequery.serializers.avro import parse_schema as parse_avro_schema
 from statequery.serializers.readers import primitive_name, timestamp_unit
 from statequery.serializers.spec import (
     ArrayDataSpec,
+    AvroSpec,
     EitherSpec,
     EnumSpec,
     GenericArraySpec,
@@ -61,7 +65,7 @@ from statequery.serializers.spec import (
     WindowKeySpec,
 )
 
-__all__ = ["EPOCH_MS", "arrow_type", "sql_arrow_type"]
+__all__ = ["EPOCH_MS", "arrow_type", "avro_arrow_type", "sql_arrow_type"]
 
 #: Arrow type of event-time instants in epoch milliseconds (timers, windows, TTL timestamps).
 EPOCH_MS = pa.timestamp("ms", tz="UTC")
@@ -173,7 +177,56 @@ def arrow_type(spec: SerializerSpec) -> pa.DataType:
         return arrow_type(spec.inner)
     if isinstance(spec, OpaqueSpec):
         return pa.binary()
+    if isinstance(spec, AvroSpec):
+        return avro_arrow_type(parse_avro_schema(spec.schema))
     raise UnsupportedFormatError(f"no Arrow type for serializer kind {spec.kind!r}")
+
+
+_AVRO_PRIMITIVES: dict[str, pa.DataType] = {
+    "null": pa.null(), "boolean": pa.bool_(), "int": pa.int32(), "long": pa.int64(),
+    "float": pa.float32(), "double": pa.float64(), "bytes": pa.binary(), "string": pa.string(),
+    "fixed": pa.binary(), "enum": pa.string(),
+}
+_AVRO_LOGICAL: dict[str, pa.DataType] = {
+    "date": pa.date32(), "time-millis": pa.time32("ms"), "time-micros": pa.time64("us"),
+    "timestamp-millis": pa.timestamp("ms", tz="UTC"),
+    "timestamp-micros": pa.timestamp("us", tz="UTC"),
+    "timestamp-nanos": pa.timestamp("ns", tz="UTC"),
+    "local-timestamp-millis": pa.timestamp("ms"), "local-timestamp-micros": pa.timestamp("us"),
+    "local-timestamp-nanos": pa.timestamp("ns"), "uuid": pa.string(),
+}
+
+
+def avro_arrow_type(t: AvroType) -> pa.DataType:
+    """The Arrow type of Avro values (:mod:`statequery.serializers.avro`): records as structs
+    with the Avro field names, null + T as T, other unions as ``struct<branch: int32, <one
+    field per non-null branch>>``, enums as strings, fixed and bytes as binary, arrays as lists,
+    maps as ``map<string, V>``, logical types as date32, time32/64, timestamp (UTC for
+    ``timestamp-*``, none for ``local-timestamp-*``), decimal(p, s) and uuid strings."""
+    if t.logical == "decimal":
+        return _decimal_type(t.precision, t.scale)
+    if t.logical is not None:
+        return _AVRO_LOGICAL[t.logical]
+    if t.kind in _AVRO_PRIMITIVES:
+        return _AVRO_PRIMITIVES[t.kind]
+    if t.kind == "record":
+        return pa.struct([(name, avro_arrow_type(f)) for name, f in t.fields])
+    if t.kind == "array":
+        assert t.items is not None
+        return pa.list_(avro_arrow_type(t.items))
+    if t.kind == "map":
+        assert t.items is not None
+        return pa.map_(pa.string(), avro_arrow_type(t.items))
+    if t.kind == "union":
+        members = [b for b in t.branches if b.kind != "null"]
+        if not members:
+            return pa.null()
+        if len(members) == 1:
+            return avro_arrow_type(members[0])
+        names = union_member_names(t)
+        return pa.struct([("branch", pa.int32()),
+                          *((n, avro_arrow_type(b)) for n, b in zip(names, members, strict=True))])
+    raise UnsupportedFormatError(f"no Arrow type for Avro type {t.kind!r}")
 
 
 #: the Arrow types of :attr:`RowDataSpec.derived` values, by their SQL type root

@@ -31,6 +31,7 @@ from statequery.exceptions import (
 from statequery.hashing import operator_id_from_uid
 from statequery.io import location_parent
 from statequery.metadata.checkpoint import CheckpointMetadata, OperatorState, parse_metadata
+from statequery.metadata.decoding import value_decoding
 from statequery.metadata.handles import (
     ChangelogHandle,
     ChangelogStreamHandle,
@@ -1103,6 +1104,8 @@ def _schema() -> pa.Schema:
             ("changelog_changes", pa.int64()),
             ("declared_ttl_ms", pa.int64()),
             ("pickled_columns", pa.list_(pa.string())),
+            ("value_decoding", pa.string()),
+            ("value_decoding_hint", pa.string()),
         ]
     )
 
@@ -1157,6 +1160,9 @@ def state_meta_table(
             rows["changelog_changes"].append(s.changes)
             rows["declared_ttl_ms"].append((declared_ttl or {}).get((op.operator_id, s.name)))
             rows["pickled_columns"].append(pickled_columns(s) if pickled_columns else [])
+            decoding, hint = value_decoding(s)
+            rows["value_decoding"].append(decoding)
+            rows["value_decoding_hint"].append(hint)
     return pa.Table.from_pydict(rows, schema=_schema())
 
 
@@ -1187,4 +1193,6 @@ STATE_META_COLUMNS = (
     "changelog_changes",
     "declared_ttl_ms",
     "pickled_columns",
+    "value_decoding",
+    "value_decoding_hint",
 )

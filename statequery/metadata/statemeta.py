@@ -40,6 +40,7 @@ from statequery.metadata.handles import (
 from statequery.metadata.kinds import OPERATOR_KINDS, StateLayout, layout_or_unknown
 from statequery.metadata.runindex import RunIndex
 from statequery.serializers.spec import (
+    AvroSpec,
     EnumSpec,
     GenericArraySpec,
     ListSpec,
@@ -90,8 +91,9 @@ MAGIC = "statequery-statemeta"
 #: RocksDB checkpoints, ``raw_keyed_header``, ``StateInfo.stream``) and raw state listed as such;
 #: 6: ``HeaderInfo.layout`` (a type-12 stream's layout, from its bytes); 7: the rows SQL
 #: operators keep show their RowKind (``RowDataSpec.row_kind``) and accumulators named from a
-#: plan their current value (``RowDataSpec.derived``)
-FORMAT_VERSION = 7
+#: plan their current value (``RowDataSpec.derived``); 8: Avro values decoded from the writer
+#: schema (``AvroSpec``, where 7 kept an opaque spec)
+FORMAT_VERSION = 8
 SNAPSHOT_FILE_NAME = "_statequery_meta.msgpack"
 MAX_SNAPSHOT_BYTES = 256 << 20
 
@@ -463,6 +465,10 @@ def type_string(spec: SerializerSpec | None) -> str | None:
     if isinstance(spec, OpaqueSpec):
         what = spec.type_class or spec.snapshot_class or "?"
         return f"{spec.family.upper()}<{what}>"
+    if isinstance(spec, AvroSpec):
+        from statequery.serializers.avro import parse_schema
+
+        return f"AVRO<{parse_schema(spec.schema).name or spec.type_class or '?'}>"
     return spec.display
 
 

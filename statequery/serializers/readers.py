@@ -38,6 +38,7 @@ from statequery.exceptions import CorruptStateError, UnsupportedFormatError
 from statequery.serializers.spec import (
     ROW_KINDS,
     ArrayDataSpec,
+    AvroSpec,
     EitherSpec,
     EnumSpec,
     GenericArraySpec,
@@ -1483,6 +1484,15 @@ def reader_for(spec: SerializerSpec) -> Reader:
     return reader
 
 
+def _avro_reader(spec: AvroSpec) -> Reader:
+    """Flink's ``AvroSerializer``: one value decoded from the writer schema
+    (:mod:`statequery.serializers.avro`)."""
+    from statequery.serializers.avro import avro_reader, min_size, parse_schema
+
+    t = parse_schema(spec.schema)
+    return Reader(spec, avro_reader(t), min_size=min_size(t))
+
+
 def _build(spec: SerializerSpec) -> Reader:
     if isinstance(spec, PrimitiveSpec):
         return _primitive_reader(spec)
@@ -1531,6 +1541,8 @@ def _build(spec: SerializerSpec) -> Reader:
         return _optional_reader(spec)
     if isinstance(spec, OpaqueSpec):
         return _opaque_reader(spec)
+    if isinstance(spec, AvroSpec):
+        return _avro_reader(spec)
     raise UnsupportedFormatError(
         f"no reader for serializer kind {spec.kind!r} ({type(spec).__name__})"
     )

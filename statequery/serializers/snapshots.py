@@ -26,6 +26,8 @@ from typing import Any
 
 from statequery.decoder import Decoder
 from statequery.exceptions import CorruptStateError, UnknownSerializerError
+from statequery.serializers.avro import AvroSchemaError
+from statequery.serializers.avro import parse_schema as parse_avro_schema
 from statequery.serializers.logical_types import (
     logical_type_from_java,
     read_java_object,
@@ -33,6 +35,7 @@ from statequery.serializers.logical_types import (
 )
 from statequery.serializers.spec import (
     ArrayDataSpec,
+    AvroSpec,
     EitherSpec,
     EnumSpec,
     GenericArraySpec,
@@ -669,20 +672,24 @@ _register(f"{_RUNTIME}kryo.KryoSerializerSnapshot", _read_kryo)
 
 
 def _read_avro(decoder: Decoder, class_name: str, version: int) -> SerializerSpec:
-    # AvroSerializerSnapshot: v1 schema; v2 schema and runtime class (order differs by release:
-    # the JSON schema is the string that starts with '{' or '"')
+    # AvroSerializerSnapshot: v1 schema; v2 runtime class and schema (the order differed in early
+    # releases: the JSON schema is the string that starts with '{', '"' or '[')
     first = decoder.read_utf()
     second = decoder.read_utf() if version >= 2 else None
     schema, type_class = first, second
     if second is not None and not first.lstrip().startswith(("{", '"', "[")):
         schema, type_class = second, first
-    return OpaqueSpec(
-        snapshot_class=class_name,
-        family="avro",
-        type_class=type_class,
-        avro_schema=schema,
-        reason="Avro binary encoding",
-    )
+    try:
+        parse_avro_schema(schema)
+    except AvroSchemaError as e:
+        return OpaqueSpec(
+            snapshot_class=class_name,
+            family="avro",
+            type_class=type_class,
+            avro_schema=schema,
+            reason=f"Avro values with a schema statequery cannot decode: {e}",
+        )
+    return AvroSpec(snapshot_class=class_name, schema=schema, type_class=type_class)
 
 
 _register("org.apache.flink.formats.avro.typeutils.AvroSerializerSnapshot", _read_avro)

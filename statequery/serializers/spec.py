@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 __all__ = [
     "SPEC_TYPES",
     "ArrayDataSpec",
+    "AvroSpec",
     "EitherSpec",
     "EnumSpec",
     "GenericArraySpec",
@@ -597,13 +598,28 @@ class OpaqueSpec(SerializerSpec):
         return False
 
 
+@dataclass(frozen=True)
+class AvroSpec(SerializerSpec):
+    """Flink's ``AvroSerializer``: values decoded from the writer schema its snapshot keeps
+    (:mod:`statequery.serializers.avro`). ``schema`` is that schema's JSON text, ``type_class``
+    the runtime class (``GenericRecord`` or a generated ``SpecificRecord``)."""
+
+    kind: ClassVar[str] = "avro"
+    schema: str = ""
+    type_class: str | None = None
+
+    @property
+    def display(self) -> str:
+        return f"avro<{(self.type_class or '?').rsplit('.', 1)[-1]}>"
+
+
 SPEC_TYPES: dict[str, type[SerializerSpec]] = {
     cls.kind: cls
     for cls in (
         PrimitiveSpec, PrimitiveArraySpec, NamespaceSpec, EnumSpec, TupleSpec, RowSpec, PojoSpec,
         ListSpec, MapSpec, GenericArraySpec, NullableSpec, EitherSpec, TtlSpec, TimerSpec,
         RowDataSpec, ArrayDataSpec, MapDataSpec, RawValueSpec, LinkedListSpec, WindowKeySpec,
-        StructSpec, OptionalSpec, OpaqueSpec,
+        StructSpec, OptionalSpec, OpaqueSpec, AvroSpec,
     )
 }
 

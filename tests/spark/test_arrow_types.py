@@ -12,7 +12,7 @@ from statequery.spark import _cast, _to_spark_struct, spark_arrow_schema
 
 
 @pytest.mark.parametrize("name", ["keys-sql-hashmap-native", "edge-sql-rocksdb-native",
-                                  "sql-cep-hashmap-native"])
+                                  "sql-cep-hashmap-native", "types-avro-rocksdb-native"])
 def test_every_keyed_state_casts_to_what_spark_takes(name: str) -> None:
     """A SQL ``TIME`` field (``time32[ms]``, inside the composite key struct of
     ``GroupAggregate[20]``) failed the cast to int64; it is the int32 milliseconds of the day."""

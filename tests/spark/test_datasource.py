@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import subprocess
 import sys
@@ -275,3 +276,21 @@ def test_sql_state_with_the_query_names(spark, tmp_path: Path) -> None:  # type:
     assert max(r["user_key"]["amount"] for r in rows) == 100
     assert all(v["category"] == "books" for r in rows for v in r["value"])
     assert {v["row_kind"] for r in rows for v in r["value"]} <= {"+I", "+U", "-U", "-D"}
+
+
+def test_avro_record_state(spark) -> None:  # type: ignore[no-untyped-def]
+    """Avro GenericRecords (docs/avro.md) reach Spark as structs with the Avro field names, the
+    logical types as Spark's decimal, date and timestamp types."""
+    df = (
+        spark.read.format("statequery")
+        .option("operator", "avro-state")
+        .option("state", "everything")
+        .load(str(fixture_dir("types-avro-rocksdb-native")))
+    )
+    assert df.schema["value"].dataType["dec_bytes"].dataType.simpleString() == "decimal(20,4)"
+    rows = df.where("key = 'k2'").selectExpr(
+        "value.nested.label", "value.multi.branch", "value.dec_bytes", "value.day"
+    ).collect()
+    assert [tuple(r) for r in rows] == [
+        ("\U0001F600", 2, Decimal("9999999999999999.9999"), datetime.date(9999, 12, 31))
+    ]
