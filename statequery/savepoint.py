@@ -75,6 +75,7 @@ class Savepoint:
         max_workers: int = DEFAULT_WORKERS,
         plan: CompiledPlan | None = None,
         job: JobInfo | None = None,
+        classpath: tuple[str, ...] = (),
     ) -> None:
         self.io = io
         self.metadata_location = metadata_location
@@ -96,7 +97,8 @@ class Savepoint:
         from statequery.backends.pool import OpenDatabases
 
         #: how reads reach the bytes (statequery.scan.ReadContext)
-        self.context = scan.ReadContext(self.resolver, self.run_index, OpenDatabases())
+        self.context = scan.ReadContext(self.resolver, self.run_index, OpenDatabases(),
+                                        classpath)
 
     @classmethod
     def open(
@@ -110,8 +112,13 @@ class Savepoint:
         max_workers: int = DEFAULT_WORKERS,
         plan: str | None = None,
         rederive: bool = False,
+        classpath: Sequence[str] | str | None = None,
     ) -> Savepoint:
         """Open the savepoint/checkpoint at ``location`` (directory, ``_metadata`` or URI).
+
+        ``classpath``: the job's jars (or class directories; a string: comma or path-separator
+        separated): values Flink serialized with Kryo are decoded with their classes
+        (docs/decoding.md, "Kryo values"); without it they are raw bytes with a reason.
 
         ``snapshot`` names a StateMeta snapshot file (default: ``_statequery_meta.msgpack`` next
         to ``_metadata``); it is used only if ``use_snapshot`` and it matches ``_metadata``.
@@ -124,6 +131,9 @@ class Savepoint:
         took the savepoint: its column names replace ``f0, f1, ...`` (docs/decoding.md); a
         snapshot written with a plan brings its own.
         """
+        from statequery.arrow.kryo import checked_classpath
+
+        entries = checked_classpath(classpath)
         io = io or FileIO(storage_options)
         metadata_location = find_metadata(io, location)
         data = io.new_input(metadata_location).read()
@@ -171,7 +181,7 @@ class Savepoint:
                 kept.plan, f"the plan of the StateMeta snapshot (format {kept.format_version})"
             )
         job = kept.job if kept is not None else None
-        return cls(io, metadata_location, data, meta, max_workers, compiled, job)
+        return cls(io, metadata_location, data, meta, max_workers, compiled, job, entries)
 
     def __repr__(self) -> str:
         return f"Savepoint({self.location!r})"
@@ -278,7 +288,18 @@ class Savepoint:
     def state_meta(self) -> pa.Table:
         """One row per state (keyed, timers, operator list/union, broadcast): see the columns of
         :data:`STATE_META_COLUMNS`."""
-        return self.model.state_meta(_pickled_columns)
+        return self.model.state_meta(_pickled_columns, self._value_decoding)
+
+    def _value_decoding(self, state: StateInfo) -> tuple[str, str | None]:
+        """``state_meta``'s ``value_decoding``/``value_decoding_hint`` with this savepoint's
+        read options (a Kryo value is ``kryo-classpath`` when the classpath types it)."""
+        from statequery.arrow.kryo import is_kryo, value_decoding
+        from statequery.metadata.model import default_value_decoding
+
+        spec = state.layout.value
+        if is_kryo(spec):
+            return value_decoding(spec, self.context.classpath)
+        return default_value_decoding(state)
 
     # -- snapshot --------------------------------------------------------------------------------
 

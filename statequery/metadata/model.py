@@ -377,7 +377,9 @@ class SavepointModel:
         return out
 
     def state_meta(
-        self, pickled_columns: Callable[[StateInfo], list[str]] | None = None
+        self,
+        pickled_columns: Callable[[StateInfo], list[str]] | None = None,
+        value_decoding: Callable[[StateInfo], tuple[str, str | None]] | None = None,
     ) -> pa.Table:
         """One row per state (keyed, timers, operator list/union, broadcast): see the columns of
         :data:`STATE_META_COLUMNS`. With a SQL plan attached, ``declared_ttl_ms`` holds the TTL
@@ -390,7 +392,7 @@ class SavepointModel:
             from statequery.metadata.ttl import declared_ttls
 
             declared = declared_ttls(self.plan_nodes, meta.operators)
-        return state_meta_table(meta, declared, pickled_columns)
+        return state_meta_table(meta, declared, pickled_columns, value_decoding)
 
 
 # -- deriving the StateMeta model ----------------------------------------------------------------
@@ -1103,6 +1105,8 @@ def _schema() -> pa.Schema:
             ("changelog_changes", pa.int64()),
             ("declared_ttl_ms", pa.int64()),
             ("pickled_columns", pa.list_(pa.string())),
+            ("value_decoding", pa.string()),
+            ("value_decoding_hint", pa.string()),
         ]
     )
 
@@ -1117,9 +1121,12 @@ def state_meta_table(
     meta: StateMeta,
     declared_ttl: dict[tuple[str, str], int] | None = None,
     pickled_columns: Callable[[StateInfo], list[str]] | None = None,
+    value_decoding: Callable[[StateInfo], tuple[str, str | None]] | None = None,
 ) -> pa.Table:
     """The ``state_meta`` table of a StateMeta model (one row per state); ``declared_ttl``:
     ``(operator id, state) -> ms`` from a SQL plan (:func:`~statequery.metadata.ttl.declared_ttls`).
+    ``value_decoding``: how a state's values are decoded and, when raw, what to supply (the
+    facade's, which knows the read options; default :func:`default_value_decoding`).
     """
     import pyarrow as pa
 
@@ -1157,7 +1164,30 @@ def state_meta_table(
             rows["changelog_changes"].append(s.changes)
             rows["declared_ttl_ms"].append((declared_ttl or {}).get((op.operator_id, s.name)))
             rows["pickled_columns"].append(pickled_columns(s) if pickled_columns else [])
+            decoding, hint = (value_decoding or default_value_decoding)(s)
+            rows["value_decoding"].append(decoding)
+            rows["value_decoding_hint"].append(hint)
     return pa.Table.from_pydict(rows, schema=_schema())
+
+
+def default_value_decoding(state: StateInfo) -> tuple[str, str | None]:
+    """``native`` (statequery decodes the values itself) or ``raw`` with what to supply:
+    ``value_decoding`` and ``value_decoding_hint`` of ``state_meta``."""
+    from statequery.serializers.spec import OpaqueSpec
+
+    spec = state.layout.value
+    if spec is None or spec.decodable:
+        return "native", None
+    stack = [spec]
+    while stack:
+        s = stack.pop()
+        if isinstance(s, OpaqueSpec):
+            if s.family == "kryo":
+                return "raw", ("pass the job's jar: classpath=[...] (statequery.open, attach, "
+                               "Spark option classpath) or --classpath JAR on the command line")
+            return "raw", s.reason or None
+        stack.extend(s.children())
+    return "raw", state.reason or None
 
 
 STATE_META_COLUMNS = (
@@ -1187,4 +1217,6 @@ STATE_META_COLUMNS = (
     "changelog_changes",
     "declared_ttl_ms",
     "pickled_columns",
+    "value_decoding",
+    "value_decoding_hint",
 )
