@@ -353,7 +353,8 @@ def plan(
         tasks = plan_states(
             model, ctx, [state], keys=keys, key_groups=key_groups, mode=mode, split=split
         )
-    if ctx.classpath:
+    if ctx.classpath:  # Kryo values decoded with the job's classes (the state reads only:
+        # read_operator, diff and stats keep them bytes)
         tasks = [replace(t, classpath=ctx.classpath) for t in tasks]
     return [replace(t, pickled=True) for t in tasks] if pickled else tasks
 
@@ -435,8 +436,6 @@ def plan_states(
         for chunk in _chunks(st, task_groups, split):
             runs = _task_runs(indexed, st, chunk, held, header.state_ids)
             tasks.append(_with_groups(base, chunk, runs, gap))
-    if ctx.classpath:
-        tasks = [replace(t, classpath=ctx.classpath) for t in tasks]
     return tasks
 
 
@@ -897,6 +896,8 @@ def lookup(
         tried += 1
         try:
             tasks = plan_states(model, ctx, refs, keys=[key])
+            if ctx.classpath:  # Kryo values decoded with the job's classes (read_schema)
+                tasks = [replace(t, classpath=ctx.classpath) for t in tasks]
         except (InvalidOptionError, UnsupportedFormatError, TypeError, ValueError, OverflowError) \
                 as e:
             if operator is not None:
