@@ -96,6 +96,8 @@ class Savepoint:
         # restored RocksDB databases stay open for this savepoint (bounded; closed by close())
         from statequery.backends.pool import OpenDatabases
 
+        #: why a classpath given to open() is not used (a Flink 1.x savepoint), else None
+        self._kryo_note: str | None = None
         #: how reads reach the bytes (statequery.scan.ReadContext)
         self.context = scan.ReadContext(self.resolver, self.run_index, OpenDatabases(),
                                         classpath)
@@ -181,7 +183,16 @@ class Savepoint:
                 kept.plan, f"the plan of the StateMeta snapshot (format {kept.format_version})"
             )
         job = kept.job if kept is not None else None
-        return cls(io, metadata_location, data, meta, max_workers, compiled, job, entries)
+        kryo_note = None
+        if entries and len(data) >= 8 and int.from_bytes(data[4:8], "big", signed=True) < 5:
+            # _metadata before version 5: Flink 1.x, whose KryoSerializer is Kryo 2.24
+            kryo_note = (f"{metadata_location} was written by Flink 1.x (Kryo 2.24): its Kryo "
+                         "values are not decoded with the classpath (Flink 2.x's Kryo 5 only)")
+            warnings.warn(kryo_note, stacklevel=2)
+            entries = ()
+        sp = cls(io, metadata_location, data, meta, max_workers, compiled, job, entries)
+        sp._kryo_note = kryo_note
+        return sp
 
     def __repr__(self) -> str:
         return f"Savepoint({self.location!r})"
@@ -297,6 +308,8 @@ class Savepoint:
         from statequery.metadata.model import default_value_decoding
 
         spec = state.layout.value
+        if is_kryo(spec) and self._kryo_note:
+            return "raw", self._kryo_note
         if is_kryo(spec):
             return value_decoding(spec, self.context.classpath)
         return default_value_decoding(state)
