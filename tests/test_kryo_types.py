@@ -173,3 +173,40 @@ def test_a_flink_1x_savepoint_keeps_kryo_values_raw_with_a_classpath() -> None:
         meta = {r["state_name"]: r for r in sp.state_meta().to_pylist()}
         assert meta["kryo-value"]["value_decoding"] == "raw"
         assert "Flink 1.x" in meta["kryo-value"]["value_decoding_hint"]
+
+
+def test_mutated_values_decode_or_stay_raw_never_crash() -> None:
+    """Seeded byte flips, insertions and deletions of every fixture value: each row is a value
+    of the Arrow type or raw with a reason, never an exception."""
+    import random
+
+    from statequery.arrow.kryo import _column
+
+    name = KRYO[0]
+    rng = random.Random(32)
+    with _open(name) as sp:
+        for state in ("order", "shapes"):
+            spec = sp.state(OP, state).layout.value
+            values = sp.read(OP, state).column("value").to_pylist()
+            codec = kryo_codec(spec, (str(_jar(name)),))
+            assert codec is not None
+            typ = codec.arrow_type()
+            mutated: list[bytes | None] = []
+            for data in values:
+                for _ in range(150):
+                    b = bytearray(data)
+                    for _ in range(rng.randint(1, 3)):
+                        op, i = rng.random(), rng.randrange(len(b) or 1)
+                        if op < 0.6 and b:
+                            b[i] = rng.randrange(256)
+                        elif op < 0.8:
+                            b.insert(i, rng.randrange(256))
+                        elif b:
+                            del b[i]
+                    mutated.append(bytes(b))
+            arr, reasons, raw = _column(codec, typ, mutated, "Kryo")
+            assert len(arr) == len(mutated) and arr.type == typ
+            for v, why, r, data in zip(arr.to_pylist(), reasons.to_pylist(), raw.to_pylist(),
+                                       mutated, strict=True):
+                assert (v is None) == (why is not None) == (r is not None)
+                assert r is None or r == data

@@ -24,6 +24,7 @@ bytes left.
 
 from __future__ import annotations
 
+import re
 import struct
 import threading
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from statequery.exceptions import StatequeryError
 from statequery.serializers.classfile import ClassInfo, ClassPath, JType, parse_descriptor
 
 __all__ = [
@@ -87,6 +89,10 @@ _BUILTIN_IDS: dict[int, str] = {
 }
 _PRIMITIVE_WRAPPER = {v: k for k, v in _BOXED.items()}
 _FIRST_USER_ID = 85
+#: a Java binary class name as Kryo writes it (anything else read from the bytes is refused
+#: before it names a class file)
+_CLASS_NAME = re.compile(r"[^\W\d][\w$]*(\.[^\W\d][\w$]*)*")
+_ARRAY_NAME = re.compile(r"\[+([BCDFIJSZ]|L[^\W\d][\w$]*(\.[^\W\d][\w$]*)*;)")
 
 
 class KryoUndecodable(Exception):
@@ -271,7 +277,12 @@ class KryoCodec:
     # -- classes -----------------------------------------------------------------------------
 
     def _class(self, name: str) -> ClassInfo:
-        info = self.classpath.find(name)
+        if not _CLASS_NAME.fullmatch(name):
+            raise KryoUndecodable(f"{name!r} is not a class name")
+        try:
+            info = self.classpath.find(name)
+        except StatequeryError as e:
+            raise KryoUndecodable(f"class {name}: {e}") from None
         if info is None:
             raise KryoUndecodable(f"class {name} is not in the classpath")
         return info
@@ -295,7 +306,10 @@ class KryoCodec:
             for f in info.fields:
                 if f.static or f.synthetic or f.transient:
                     continue
-                out.append(_Field(f.name, f.type, cls))
+                try:
+                    out.append(_Field(f.name, f.type, cls))
+                except StatequeryError as e:
+                    raise KryoUndecodable(f"field {f.name} of {cls}: {e}") from None
             cls = info.super_name
         fields = tuple(sorted(out, key=lambda f: f.name.encode("utf-16-be")))
         with self._lock:
@@ -312,8 +326,11 @@ class KryoCodec:
             return True
         if jt.name.startswith("java."):
             return False
-        info = self.classpath.find(jt.name)
-        return info is not None and info.final
+        try:
+            info = self._class(jt.name)
+        except KryoUndecodable:
+            return False
+        return info.final
 
     def _implementations(self, name: str) -> tuple[str, ...]:
         """The concrete classes of the classpath assignable to ``name`` (sorted)."""
@@ -330,8 +347,9 @@ class KryoCodec:
             while stack and seen < 256:
                 seen += 1
                 c = stack.pop()
-                info = self.classpath.find(c)
-                if info is None:
+                try:
+                    info = self._class(c)
+                except KryoUndecodable:
                     continue
                 if c == cand:
                     concrete = not info.abstract
@@ -466,7 +484,11 @@ class _Read:
                 name = text
                 self.names[name_id] = name
             if name.startswith("["):
+                if not _ARRAY_NAME.fullmatch(name):
+                    raise KryoUndecodable(f"{name!r} is not an array class name")
                 return parse_descriptor(name.replace(".", "/"))
+            if not _CLASS_NAME.fullmatch(name):
+                raise KryoUndecodable(f"{name!r} is not a class name")
             return JType(name)
         name = self.codec.ids.get(cid - 2)
         if name is None:
@@ -483,8 +505,11 @@ class _Read:
     def _enum(self, jt: JType) -> ClassInfo | None:
         if jt.dims or jt.name.startswith("java.") or jt.name in _PRIMITIVE_ARROW:
             return None
-        info = self.codec.classpath.find(jt.name)
-        return info if info is not None and info.enum else None
+        try:
+            info = self.codec._class(jt.name)
+        except KryoUndecodable:
+            return None
+        return info if info.enum else None
 
     def _reference(self, jt: JType, may_be_null: bool, generics: JType, depth: int) -> Any:
         """``readObject``/``readObjectOrNull`` with references on."""
@@ -511,7 +536,7 @@ class _Read:
         if marker == 0:
             raise KryoUndecodable(f"null where a value must be (offset {inp.pos})")
         ref = marker - 2
-        if ref >= len(self.refs):
+        if ref < 0 or ref >= len(self.refs):
             raise KryoUndecodable(f"reference {ref} to an object not read yet")
         value = self.refs[ref]
         if value is _UNSET:
@@ -532,8 +557,11 @@ class _Read:
         if declared.dims or declared.var or declared.name.startswith("java.") or (
                 declared.name in _PRIMITIVE_ARROW):
             return value
-        info = self.codec.classpath.find(declared.name)
-        if info is None or info.enum:
+        try:
+            info = self.codec._class(declared.name)
+        except KryoUndecodable:
+            return value
+        if info.enum:
             return value
         if info.abstract:
             impls = self.codec._implementations(declared.name)
@@ -593,7 +621,7 @@ class _Read:
             if ordinal == 0:
                 return None
             constants = info.enum_constants()
-            if ordinal - 1 >= len(constants):
+            if not 0 <= ordinal - 1 < len(constants):
                 raise KryoUndecodable(f"enum {name}: ordinal {ordinal - 1} out of range")
             return constants[ordinal - 1]
         if info.abstract:
@@ -628,7 +656,7 @@ class _Read:
         day = inp.byte()
         try:
             return (dt.date(year, month, day) - dt.date(1970, 1, 1)).days
-        except ValueError as e:
+        except (ValueError, OverflowError) as e:
             raise KryoUndecodable(f"LocalDate {year}-{month}-{day}: {e}") from None
 
     def _local_time(self) -> int:
@@ -739,8 +767,8 @@ class _Read:
         if n == 0:
             return None
         n -= 1
-        if n > inp.end - inp.pos:
-            raise KryoUndecodable(f"map of {n} entries exceeds the bytes left")
+        if not 0 <= n <= inp.end - inp.pos:
+            raise KryoUndecodable(f"map of {n} entries at offset {inp.pos}: beyond the bytes left")
         kt = self._element_type(generics, 0)
         vt = self._element_type(generics, 1)
         out = []
