@@ -210,3 +210,16 @@ def test_mutated_values_decode_or_stay_raw_never_crash() -> None:
                                        mutated, strict=True):
                 assert (v is None) == (why is not None) == (r is not None)
                 assert r is None or r == data
+
+
+def test_a_catalog_database_with_its_job_jar_is_read_with_it(tmp_path: Path) -> None:
+    """A catalog database folder that holds ``job.jar`` beside its savepoint (the layout of the
+    types-kryo fixtures): SQL over it sees the Kryo values as structs."""
+    (tmp_path / "kryo_types").symlink_to(FIXTURES / KRYO[0])
+    t = statequery.sql(
+        "SELECT key, value.customer AS c, value.shape.class AS s, value_reason "
+        "FROM kryo_types.kryo_types__order ORDER BY key", catalog=str(tmp_path))
+    rows = t.to_pylist()
+    assert [r["c"] for r in rows[:3]] == ["", "a", "plain ascii"]
+    assert rows[2]["s"] == "statequery.kryotypes.Circle"
+    assert all(r["value_reason"] is None for r in rows)
