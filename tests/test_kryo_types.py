@@ -223,3 +223,29 @@ def test_a_catalog_database_with_its_job_jar_is_read_with_it(tmp_path: Path) -> 
     assert [r["c"] for r in rows[:3]] == ["", "a", "plain ascii"]
     assert rows[2]["s"] == "statequery.kryotypes.Circle"
     assert all(r["value_reason"] is None for r in rows)
+
+
+def test_a_spec_without_its_registrations_is_not_decoded() -> None:
+    """A StateMeta snapshot written before Kryo decoding has no registrations: the values stay
+    raw, the hint says how to get them (never a guess at the class ids)."""
+    from dataclasses import replace
+
+    from statequery.arrow.kryo import value_decoding
+
+    with _open(KRYO[0]) as sp:
+        spec = sp.state(OP, "order").layout.value
+    assert spec.kryo_registrations[0] == ("statequery.kryotypes.Order", False)
+    decoding, hint = value_decoding(replace(spec, kryo_registrations=()), (str(_jar(KRYO[0])),))
+    assert decoding == "raw" and "statequery snapshot" in hint
+
+
+def test_the_registrations_survive_the_statemeta_snapshot(tmp_path: Path) -> None:
+    name = KRYO[1]
+    with _open(name) as sp:
+        where = sp.write_snapshot(str(tmp_path / "meta.msgpack"))
+    with statequery.open(str(fixture_dir(name)), snapshot=where, classpath=[_jar(name)]) as sp:
+        assert sp.from_snapshot
+        t = sp.read(OP, "shapes", key="k5")
+        assert t.column("value_raw").null_count == t.num_rows == 3
+        assert {r["value"]["class"] for r in t.to_pylist()} <= {
+            "statequery.kryotypes.Circle", "statequery.kryotypes.Rect"}

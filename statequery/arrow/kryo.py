@@ -105,6 +105,11 @@ def _typed(
     codec = kryo_codec(spec, classpath)
     if codec is None:
         return None
+    assert isinstance(spec, OpaqueSpec)
+    if not spec.kryo_registrations:  # Flink always registers the type class first
+        return ("the serializer's Kryo registrations are unknown (a StateMeta snapshot written "
+                "before statequery decoded Kryo: write it again with `statequery snapshot`, or "
+                "open with use_snapshot=False)")
     try:
         return codec, codec.arrow_type()
     except KryoUndecodable as e:
