@@ -611,11 +611,14 @@ def _decode_kryo(
     """The Kryo columns of the task's batches decoded with its classpath (both decode paths
     give them as bytes; :mod:`statequery.arrow.kryo`)."""
     from statequery.arrow.kryo import decode_kryo_columns
+    from statequery.metadata.handles import is_heap_stream
 
+    heap = isinstance(task.handle, KeyGroupsHandle) and is_heap_stream(task.handle,
+                                                                       task.stream_layout)
     for name, batch in pairs:
         layout = task.layout(name)
         target = read_schema(layout, task.mode, False, task.classpath)
-        yield name, decode_kryo_columns(batch, layout, task.classpath, target)
+        yield name, decode_kryo_columns(batch, layout, task.classpath, target, heap)
 
 
 def keyed_backend(task: ScanTask, ctx: ReadContext) -> Any:

@@ -49,11 +49,12 @@ def test_kryo_values_equal_the_oracle(name: str, decode_path: str) -> None:
     with _open(name, [_jar(name)]) as sp:
         got = sorted(canonical(_present(json.loads(line))) for line in savepoint_entries(sp))
         want = sorted(canonical(e) for e in read_jsonl(FIXTURES / "dump" / f"{name}.jsonl"))
-        assert len(got) == len(want) == 34
+        assert len(got) == len(want) == 42
         assert got == want
-        for state in ("order", "shapes"):
+        for state in ("order", "shapes", "shape-log"):
             t = sp.read(OP, state)
-            assert pa.types.is_struct(t.schema.field("value").type)
+            typ = t.schema.field("value").type
+            assert pa.types.is_struct(typ.value_type if state == "shape-log" else typ)
             # no value stays raw
             assert t.column("value_raw").null_count == t.num_rows
             assert t.column("value_reason").null_count == t.num_rows
@@ -185,12 +186,13 @@ def test_mutated_values_decode_or_stay_raw_never_crash() -> None:
     name = KRYO[0]
     rng = random.Random(32)
     with _open(name) as sp:
-        for state in ("order", "shapes"):
+        for state in ("order", "shapes", "shape-log"):
             spec = sp.state(OP, state).layout.value
             values = sp.read(OP, state).column("value").to_pylist()
             codec = kryo_codec(spec, (str(_jar(name)),))
             assert codec is not None
-            typ = codec.arrow_type()
+            lists = state == "shape-log"  # elements joined by "," bytes
+            typ = pa.list_(codec.arrow_type()) if lists else codec.arrow_type()
             mutated: list[bytes | None] = []
             for data in values:
                 for _ in range(150):
@@ -204,7 +206,7 @@ def test_mutated_values_decode_or_stay_raw_never_crash() -> None:
                         elif b:
                             del b[i]
                     mutated.append(bytes(b))
-            arr, reasons, raw = _column(codec, typ, mutated, "Kryo")
+            arr, reasons, raw = _column(codec, typ, mutated, "Kryo", lists)
             assert len(arr) == len(mutated) and arr.type == typ
             for v, why, r, data in zip(arr.to_pylist(), reasons.to_pylist(), raw.to_pylist(),
                                        mutated, strict=True):

@@ -664,6 +664,8 @@ KT_STATES = {
             "STRING", "VOID", decodable=False),
         _st("shapes", "map", f"KRYO<{KT_PKG}.Shape> (an interface)", "STRING", "VOID",
             user_key_type="STRING", decodable=False),
+        _st("shape-log", "list", f"KRYO<{KT_PKG}.Shape> (an interface)", "STRING", "VOID",
+            decodable=False),
         _st("_timer_state/event_user-timers", "event_timer", None, "STRING", "VOID"),
         _st("_timer_state/processing_user-timers", "processing_timer", None, "STRING", "VOID"),
     ],
@@ -737,6 +739,8 @@ def kryo_types_expected() -> list[dict]:
         for r in range(3):
             last = max(i for i in range(1, n + 1) if i % 3 == r)
             add("kryo-types", "shapes", "map", user_key=f"s{r}", value=_kt_shape(k, last), **ks)
+        add("kryo-types", "shape-log", "list",
+            value=[_kt_shape(k, i) for i in range(1, n + 1) if i % 5 == 0], **ks)
     return entries
 
 

@@ -120,6 +120,11 @@ def _specs(layout: Any) -> dict[str, SerializerSpec | None]:
     return {"key": layout.key, "user_key": layout.user_key, "value": layout.value}
 
 
+def _is_list(layout: Any, name: str) -> bool:
+    """A list state's ``value`` column: its elements joined (``,`` between two)."""
+    return name == "value" and getattr(layout, "kind", None) == "list"
+
+
 def kryo_schema(schema: pa.Schema, layout: Any, classpath: tuple[str, ...]) -> pa.Schema:
     """``schema`` with the Kryo columns the classes type as structs (and ``<column>_raw``)."""
     if not classpath:
@@ -132,16 +137,21 @@ def kryo_schema(schema: pa.Schema, layout: Any, classpath: tuple[str, ...]) -> p
             continue
         i = schema.get_field_index(name)
         old = schema.field(i)
+        if not pa.types.is_binary(old.type):
+            continue
         meta = dict(old.metadata or {})
         meta[b"statequery.decoding"] = b"kryo-classpath"
-        schema = schema.set(i, pa.field(name, typed[1], metadata=meta))
+        typ = pa.list_(typed[1]) if _is_list(layout, name) else typed[1]
+        schema = schema.set(i, pa.field(name, typ, metadata=meta))
         j = schema.get_field_index(f"{name}_reason")
         schema = schema.insert(j + 1, pa.field(f"{name}_raw", pa.binary()))
     return schema
 
 
 def _column(codec: KryoCodec, typ: pa.DataType, raw: list[bytes | None],
-            reason: str) -> tuple[pa.Array, pa.Array, pa.Array]:
+            reason: str, elements: bool | str = False) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """The decoded column, its reasons and raw bytes. ``elements``: each value is a list
+    state's joined elements (True), or a reason why such values cannot be split here."""
     values: list[Any] = []
     reasons: list[str | None] = []
     for data in raw:
@@ -150,7 +160,9 @@ def _column(codec: KryoCodec, typ: pa.DataType, raw: list[bytes | None],
             reasons.append(None)
             continue
         try:
-            values.append(codec.decode(data))
+            if isinstance(elements, str):
+                raise KryoUndecodable(elements)
+            values.append(codec.decode_delimited(data) if elements else codec.decode(data))
             reasons.append(None)
         except KryoUndecodable as e:
             values.append(None)
@@ -177,10 +189,12 @@ def _column(codec: KryoCodec, typ: pa.DataType, raw: list[bytes | None],
 
 
 def decode_kryo_columns(
-    batch: pa.RecordBatch, layout: Any, classpath: tuple[str, ...], schema: pa.Schema
+    batch: pa.RecordBatch, layout: Any, classpath: tuple[str, ...], schema: pa.Schema,
+    heap_lists: bool = False,
 ) -> pa.RecordBatch:
     """``batch`` (read with the bytes columns) in ``schema`` (:func:`kryo_schema`): its Kryo
-    columns decoded."""
+    columns decoded. ``heap_lists``: the stream is the hashmap backend's own layout, whose list
+    values are not joined by delimiters (they stay raw)."""
     if schema.names == batch.schema.names:
         return batch
     columns: dict[str, pa.Array] = {n: batch.column(n) for n in batch.schema.names}
@@ -193,7 +207,12 @@ def decode_kryo_columns(
         codec, typ = typed
         reasons = columns[f"{name}_reason"].to_pylist()
         reason = next((r for r in reasons if r), "Kryo")
-        arr, why, raw = _column(codec, typ, columns[name].to_pylist(), reason)
+        elements: bool | str = False
+        if _is_list(layout, name):
+            typ = pa.list_(typ)
+            elements = ("a list state in the hashmap backend's own layout: its Kryo elements "
+                        "are not split") if heap_lists else True
+        arr, why, raw = _column(codec, typ, columns[name].to_pylist(), reason, elements)
         columns[name] = arr
         columns[f"{name}_reason"] = why
         columns[f"{name}_raw"] = raw

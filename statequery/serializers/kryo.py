@@ -455,15 +455,33 @@ class KryoCodec:
                 f"{r.inp.end - r.inp.pos} bytes left after the value (at offset {r.inp.pos})")
         return value
 
+    def decode_delimited(self, data: bytes, delimiter: int = 0x2C) -> list[Any]:
+        """A list state's elements as Flink's RocksDB layout (and the canonical savepoint
+        format) joins them: each element its own ``writeClassAndObject``, a ``,`` byte between
+        two; every byte must be used."""
+        out: list[Any] = []
+        pos = 0
+        while True:
+            r = _Read(self, data, pos)
+            out.append(r.class_and_object(JType(self.type_class), 0))
+            pos = r.inp.pos
+            if pos == len(data):
+                return out
+            if data[pos] != delimiter or pos + 1 == len(data):
+                raise KryoUndecodable(
+                    f"no element delimiter {delimiter:#x} between list elements at offset {pos}")
+            pos += 1
+
 
 class _Read:
     """The state of one value's read: name ids and references are per top-level object."""
 
     __slots__ = ("codec", "inp", "names", "refs")
 
-    def __init__(self, codec: KryoCodec, data: bytes) -> None:
+    def __init__(self, codec: KryoCodec, data: bytes, start: int = 0) -> None:
         self.codec = codec
         self.inp = _In(data)
+        self.inp.pos = start
         self.names: dict[int, str] = {}
         self.refs: list[Any] = []
 

@@ -3,6 +3,8 @@ package statequery.kryotypes;
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
 import org.apache.flink.api.common.functions.OpenContext;
+import org.apache.flink.api.common.state.ListState;
+import org.apache.flink.api.common.state.ListStateDescriptor;
 import org.apache.flink.api.common.state.MapState;
 import org.apache.flink.api.common.state.MapStateDescriptor;
 import org.apache.flink.api.common.state.ValueState;
@@ -34,7 +36,8 @@ import java.util.concurrent.TimeUnit;
  * {@code kryo-types}) whose states hold classes Flink serializes with Kryo: {@code order} (a
  * ValueState of {@link Order}: {@code Order.make(k, n)} after the key's n-th event) and
  * {@code shapes} (a MapState of {@link Shape}, an interface: {@code shapes["s" + n % 3] =
- * Shape.make(k, n)}). Takes one savepoint, cancels and exits.
+ * Shape.make(k, n)}) and {@code shape-log} (a ListState of {@link Shape}: {@code Shape.make(k, n)}
+ * appended when n % 5 == 0). Takes one savepoint, cancels and exits.
  *
  * <pre>
  * java -cp CP statequery.kryotypes.KryoTypesJob BACKEND KIND OUT_DIR
@@ -113,6 +116,7 @@ public class KryoTypesJob {
     public static class KryoTypesFunction extends KeyedProcessFunction<String, Event, String> {
         private transient ValueState<Order> order;
         private transient MapState<String, Shape> shapes;
+        private transient ListState<Shape> shapeLog;
 
         @Override
         public void open(OpenContext openContext) {
@@ -120,6 +124,8 @@ public class KryoTypesJob {
                     new ValueStateDescriptor<>("order", TypeInformation.of(Order.class)));
             shapes = getRuntimeContext().getMapState(
                     new MapStateDescriptor<>("shapes", Types.STRING, TypeInformation.of(Shape.class)));
+            shapeLog = getRuntimeContext().getListState(
+                    new ListStateDescriptor<>("shape-log", TypeInformation.of(Shape.class)));
         }
 
         @Override
@@ -129,6 +135,9 @@ public class KryoTypesJob {
             int n = prev == null ? 1 : prev.count() + 1;
             order.update(Order.make(k, n));
             shapes.put("s" + (n % 3), Shape.make(k, n));
+            if (n % 5 == 0) {
+                shapeLog.add(Shape.make(k, n));
+            }
             out.collect(ctx.getCurrentKey());
         }
     }
