@@ -89,6 +89,15 @@ _BUILTIN_IDS: dict[int, str] = {
 }
 _PRIMITIVE_WRAPPER = {v: k for k, v in _BOXED.items()}
 _FIRST_USER_ID = 85
+#: interfaces whose classes Kryo writes with a default serializer of its own, not FieldSerializer
+#: (``addDefaultSerializer`` matches subclasses and implementations)
+_DEFAULT_SERIALIZED = frozenset({
+    "java.util.Collection", "java.util.List", "java.util.Set", "java.util.SortedSet",
+    "java.util.NavigableSet", "java.util.Queue", "java.util.Deque", "java.util.Map",
+    "java.util.SortedMap", "java.util.NavigableMap", "java.util.concurrent.ConcurrentMap",
+    "com.esotericsoftware.kryo.KryoSerializable",
+    "com.esotericsoftware.kryo.kryo5.KryoSerializable",
+})
 #: a Java binary class name as Kryo writes it (anything else read from the bytes is refused
 #: before it names a class file)
 _CLASS_NAME = re.compile(r"[^\W\d][\w$]*(\.[^\W\d][\w$]*)*")
@@ -302,7 +311,10 @@ class KryoCodec:
             hops += 1
             if hops > MAX_DEPTH:
                 raise KryoUndecodable(f"class {name}: superclass chain deeper than {MAX_DEPTH}")
-            info = self._class(cls)
+            if cls in self.custom:
+                raise KryoUndecodable(f"{name}: {cls} has a Kryo default serializer of the job's")
+            info = self._class(cls)  # a JDK superclass (Record, HashMap, ...): not in the jar
+            self._check_interfaces(name, info)
             for f in info.fields:
                 if f.static or f.synthetic or f.transient:
                     continue
@@ -315,6 +327,24 @@ class KryoCodec:
         with self._lock:
             self._layouts[name] = fields
         return fields
+
+    def _check_interfaces(self, name: str, info: ClassInfo) -> None:
+        """Refuse a class Kryo would not write with FieldSerializer: one implementing
+        ``Collection``, ``Map`` or ``KryoSerializable`` (directly or through an interface of
+        the jar), or an interface with a default serializer of the job's."""
+        stack = list(info.interfaces)
+        seen = 0
+        while stack and seen < 256:
+            seen += 1
+            iface = stack.pop()
+            if iface in _DEFAULT_SERIALIZED or iface in self.custom:
+                raise KryoUndecodable(
+                    f"{name} implements {iface}: Kryo writes it with its own serializer")
+            if not iface.startswith(("java.", "javax.")):
+                try:
+                    stack.extend(self._class(iface).interfaces)
+                except KryoUndecodable:
+                    continue
 
     def _is_final(self, jt: JType) -> bool:
         """``Kryo.isFinal`` of a declared type: arrays by their element class."""

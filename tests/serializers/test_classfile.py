@@ -15,6 +15,7 @@ from statequery.serializers.classfile import (
     parse_class,
     parse_signature,
 )
+from statequery.serializers.kryo import KryoRegistration
 
 JAR = Path(__file__).resolve().parents[1] / "fixtures" / "types-kryo-hashmap-canonical" / "job.jar"
 PKG = "statequery.kryotypes"
@@ -127,3 +128,62 @@ def _class_with_field(field_name: bytes) -> bytes:
     out += struct.pack(">H", 1) + struct.pack(">HHHH", 0x2, 3, 4, 0)  # one field
     out += struct.pack(">HH", 0, 0)                       # methods, attributes
     return out
+
+
+def synthetic_class(name: str, super_name: str | None, interfaces: tuple[str, ...] = (),
+                    fields: tuple[tuple[str, str, int], ...] = (), access: int = 0x21) -> bytes:
+    """A minimal class file: ``fields`` as (name, descriptor, access)."""
+    import struct
+
+    pool: list[bytes] = []
+
+    def utf8(text: str) -> int:
+        raw = text.encode()
+        pool.append(b"\x01" + struct.pack(">H", len(raw)) + raw)
+        return len(pool)
+
+    def cls(binary: str) -> int:
+        index = utf8(binary.replace(".", "/"))
+        pool.append(b"\x07" + struct.pack(">H", index))
+        return len(pool)
+
+    this = cls(name)
+    sup = cls(super_name) if super_name else 0
+    ifaces = [cls(i) for i in interfaces]
+    field_refs = [(utf8(n), utf8(d), a) for n, d, a in fields]
+    out = struct.pack(">IHHH", 0xCAFEBABE, 0, 61, len(pool) + 1) + b"".join(pool)
+    out += struct.pack(">HHHH", access, this, sup, len(ifaces))
+    out += b"".join(struct.pack(">H", i) for i in ifaces)
+    out += struct.pack(">H", len(field_refs))
+    out += b"".join(struct.pack(">HHHH", a, n, d, 0) for n, d, a in field_refs)
+    out += struct.pack(">HH", 0, 0)
+    return out
+
+
+def test_classes_kryo_does_not_write_with_field_serializer_are_refused(tmp_path: Path) -> None:
+    """A class implementing Map (directly or through an interface of the jar), KryoSerializable,
+    a record (a JDK superclass), or a class with a default serializer of the job's: Kryo writes
+    them otherwise, so they are not typed as FieldSerializer structs."""
+    from statequery.serializers.kryo import KryoCodec, KryoUndecodable
+
+    classes = {
+        "a.MyMap": synthetic_class("a.MyMap", "java.lang.Object", ("a.Lookup",)),
+        "a.Lookup": synthetic_class("a.Lookup", "java.lang.Object", ("java.util.Map",),
+                                    access=0x601),
+        "a.Self": synthetic_class("a.Self", "java.lang.Object",
+                                  ("com.esotericsoftware.kryo.KryoSerializable",)),
+        "a.Rec": synthetic_class("a.Rec", "java.lang.Record", (), (("x", "I", 0x12),)),
+        "a.Plain": synthetic_class("a.Plain", "java.lang.Object", (), (("x", "I", 0x2),)),
+    }
+    for name, data in classes.items():
+        (tmp_path / "a").mkdir(exist_ok=True)
+        (tmp_path / "a" / f"{name[2:]}.class").write_bytes(data)
+    cp = ClassPath([tmp_path])
+    for name, why in (("a.MyMap", "implements java.util.Map"),
+                      ("a.Self", "implements com.esotericsoftware.kryo.KryoSerializable"),
+                      ("a.Rec", "java.lang.Record is not in the classpath")):
+        with pytest.raises(KryoUndecodable, match=why):
+            KryoCodec(cp, name, (KryoRegistration(name),)).arrow_type()
+    assert str(KryoCodec(cp, "a.Plain").arrow_type()) == "struct<x: int32>"
+    with pytest.raises(KryoUndecodable, match="a.Plain has its own Kryo serializer"):
+        KryoCodec(cp, "a.Plain", (), ("a.Plain",)).arrow_type()
