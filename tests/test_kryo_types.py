@@ -225,6 +225,12 @@ def test_a_catalog_database_with_its_job_jar_is_read_with_it(tmp_path: Path) -> 
     assert [r["c"] for r in rows[:3]] == ["", "a", "plain ascii"]
     assert rows[2]["s"] == "statequery.kryotypes.Circle"
     assert all(r["value_reason"] is None for r in rows)
+    # attaching the catalog to Spark stores the jar in the tables' options
+    from statequery.spark.catalog import attach_plans
+
+    [plan] = attach_plans(str(tmp_path))
+    jar = str(tmp_path / "kryo_types" / "job.jar")
+    assert all(f"classpath '{jar}'" in s for s in plan.create_tables())
 
 
 def test_a_spec_without_its_registrations_is_not_decoded() -> None:

@@ -216,8 +216,10 @@ def attach_plans(
                     "can be given only when attaching one savepoint"
                 )
             for db in dbs:
+                # a database folder's own job.jar (Catalog.job_jar) unless a classpath is given
+                jar = cp or ",".join(cat.job_jar(db) or []) or None
                 plans.append(_plan_one(cat.savepoint(db), database or sql_identifier(db), pickled,
-                                       cp))
+                                       jar))
     seen: dict[str, str] = {}
     for plan in plans:
         if not re.fullmatch(r"[A-Za-z0-9_]+", plan.database):
