@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from statequery._version import __version__
@@ -61,11 +62,13 @@ def open(  # noqa: A001
     max_workers: int | None = None,
     plan: str | None = None,
     rederive: bool = False,
+    classpath: Sequence[str] | str | None = None,
 ) -> Savepoint:
     """Open a savepoint or checkpoint: its directory, its ``_metadata`` file, or any fsspec URI.
 
     The options are those of :meth:`statequery.savepoint.Savepoint.open` (``max_workers``
-    defaults to its ``DEFAULT_WORKERS``).
+    defaults to its ``DEFAULT_WORKERS``; ``classpath``: the job's jars, Kryo values decoded with
+    their classes).
     """
     from statequery.savepoint import DEFAULT_WORKERS, Savepoint
 
@@ -78,4 +81,5 @@ def open(  # noqa: A001
         max_workers=DEFAULT_WORKERS if max_workers is None else max_workers,
         plan=plan,
         rederive=rederive,
+        classpath=classpath,
     )

@@ -68,7 +68,8 @@ def schema_of(
 ) -> pa.Schema:
     """The Arrow schema :func:`read_state` produces for this state, mode and ``pickled``."""
     sp = _as_savepoint(savepoint)
-    return read_schema(_state(sp, operator, state, "schema_of").layout, mode, pickled)
+    return read_schema(_state(sp, operator, state, "schema_of").layout, mode, pickled,
+                       sp.context.classpath)
 
 
 def read_state(

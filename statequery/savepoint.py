@@ -75,6 +75,7 @@ class Savepoint:
         max_workers: int = DEFAULT_WORKERS,
         plan: CompiledPlan | None = None,
         job: JobInfo | None = None,
+        classpath: tuple[str, ...] = (),
     ) -> None:
         self.io = io
         self.metadata_location = metadata_location
@@ -95,8 +96,11 @@ class Savepoint:
         # restored RocksDB databases stay open for this savepoint (bounded; closed by close())
         from statequery.backends.pool import OpenDatabases
 
+        #: why a classpath given to open() is not used (a Flink 1.x savepoint), else None
+        self._kryo_note: str | None = None
         #: how reads reach the bytes (statequery.scan.ReadContext)
-        self.context = scan.ReadContext(self.resolver, self.run_index, OpenDatabases())
+        self.context = scan.ReadContext(self.resolver, self.run_index, OpenDatabases(),
+                                        classpath)
 
     @classmethod
     def open(
@@ -110,8 +114,13 @@ class Savepoint:
         max_workers: int = DEFAULT_WORKERS,
         plan: str | None = None,
         rederive: bool = False,
+        classpath: Sequence[str] | str | None = None,
     ) -> Savepoint:
         """Open the savepoint/checkpoint at ``location`` (directory, ``_metadata`` or URI).
+
+        ``classpath``: the job's jars (or class directories; a string: comma or path-separator
+        separated): values Flink serialized with Kryo are decoded with their classes
+        (docs/decoding.md, "Kryo values"); without it they are raw bytes with a reason.
 
         ``snapshot`` names a StateMeta snapshot file (default: ``_statequery_meta.msgpack`` next
         to ``_metadata``); it is used only if ``use_snapshot`` and it matches ``_metadata``.
@@ -124,6 +133,9 @@ class Savepoint:
         took the savepoint: its column names replace ``f0, f1, ...`` (docs/decoding.md); a
         snapshot written with a plan brings its own.
         """
+        from statequery.arrow.kryo import checked_classpath
+
+        entries = checked_classpath(classpath)
         io = io or FileIO(storage_options)
         metadata_location = find_metadata(io, location)
         data = io.new_input(metadata_location).read()
@@ -171,7 +183,16 @@ class Savepoint:
                 kept.plan, f"the plan of the StateMeta snapshot (format {kept.format_version})"
             )
         job = kept.job if kept is not None else None
-        return cls(io, metadata_location, data, meta, max_workers, compiled, job)
+        kryo_note = None
+        if entries and len(data) >= 8 and int.from_bytes(data[4:8], "big", signed=True) < 5:
+            # _metadata before version 5: Flink 1.x, whose KryoSerializer is Kryo 2.24
+            kryo_note = (f"{metadata_location} was written by Flink 1.x (Kryo 2.24): its Kryo "
+                         "values are not decoded with the classpath (Flink 2.x's Kryo 5 only)")
+            warnings.warn(kryo_note, stacklevel=2)
+            entries = ()
+        sp = cls(io, metadata_location, data, meta, max_workers, compiled, job, entries)
+        sp._kryo_note = kryo_note
+        return sp
 
     def __repr__(self) -> str:
         return f"Savepoint({self.location!r})"
@@ -278,7 +299,23 @@ class Savepoint:
     def state_meta(self) -> pa.Table:
         """One row per state (keyed, timers, operator list/union, broadcast): see the columns of
         :data:`STATE_META_COLUMNS`."""
-        return self.model.state_meta(_pickled_columns)
+        return self.model.state_meta(_pickled_columns, self._value_decoding)
+
+    def _value_decoding(self, state: StateInfo) -> tuple[str, str | None]:
+        """``state_meta``'s ``value_decoding``/``value_decoding_hint`` with this savepoint's
+        read options (a Kryo value is ``kryo-classpath`` when the classpath types it)."""
+        from statequery.arrow.kryo import is_kryo, value_decoding
+        from statequery.metadata.decoding import value_decoding as default_value_decoding
+        from statequery.serializers.spec import OpaqueSpec
+
+        spec = state.layout.value
+        if not is_kryo(spec):
+            return default_value_decoding(state)
+        assert isinstance(spec, OpaqueSpec)
+        if self._kryo_note:
+            return "raw", f"{spec.type_class}: {self._kryo_note}"
+        decoding, hint = value_decoding(spec, self.context.classpath)
+        return decoding, None if hint is None else f"{spec.type_class}: {hint}"
 
     # -- snapshot --------------------------------------------------------------------------------
 

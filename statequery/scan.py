@@ -74,11 +74,21 @@ __all__ = [
 DEFAULT_BATCH_SIZE = 65536
 
 
-def read_schema(layout: StateLayout, mode: str | None = None, pickled: bool = False) -> pa.Schema:
-    """The schema of a read of a state: :func:`~statequery.arrow.schemas.state_schema`, with
-    the ``*_py`` columns after its bytes columns when ``pickled``
-    (:func:`statequery.pickled.python_schema`)."""
+def read_schema(
+    layout: StateLayout,
+    mode: str | None = None,
+    pickled: bool = False,
+    classpath: tuple[str, ...] = (),
+) -> pa.Schema:
+    """The schema of a read of a state: :func:`~statequery.arrow.schemas.state_schema`, its
+    Kryo columns as structs when the job's ``classpath`` types them
+    (:func:`statequery.arrow.kryo.kryo_schema`), with the ``*_py`` columns after its bytes
+    columns when ``pickled`` (:func:`statequery.pickled.python_schema`)."""
     schema = state_schema(layout, mode)
+    if classpath:
+        from statequery.arrow.kryo import kryo_schema
+
+        schema = kryo_schema(schema, layout, classpath)
     if pickled:
         from statequery.pickled import python_schema
 
@@ -99,6 +109,9 @@ class ReadContext:
     resolver: HandleResolver
     run_index: RunIndex | None = None
     open_databases: OpenDatabases | None = None
+    #: the job's jars (or class directories) Kryo values are decoded with
+    #: (:mod:`statequery.arrow.kryo`); empty: Kryo values stay bytes
+    classpath: tuple[str, ...] = ()
 
     @property
     def io(self) -> FileIO:
@@ -160,6 +173,8 @@ class ScanTask:
     #: also the ``*_py`` columns: PyFlink's pickles in byte columns as JSON text
     #: (:func:`statequery.pickled.add_python_columns`)
     pickled: bool = False
+    #: the job's jars: Kryo columns decoded with their classes (:mod:`statequery.arrow.kryo`)
+    classpath: tuple[str, ...] = ()
 
     @property
     def keyed(self) -> bool:
@@ -172,7 +187,8 @@ class ScanTask:
         raise KeyError(name)
 
     def schema(self, name: str | None = None) -> pa.Schema:
-        return read_schema(self.layout(name or self.wanted[0]), self.mode, self.pickled)
+        return read_schema(self.layout(name or self.wanted[0]), self.mode, self.pickled,
+                           self.classpath)
 
 
 # -- keys ----------------------------------------------------------------------------------------
@@ -337,6 +353,9 @@ def plan(
         tasks = plan_states(
             model, ctx, [state], keys=keys, key_groups=key_groups, mode=mode, split=split
         )
+    if ctx.classpath:  # Kryo values decoded with the job's classes (the state reads only:
+        # read_operator, diff and stats keep them bytes)
+        tasks = [replace(t, classpath=ctx.classpath) for t in tasks]
     return [replace(t, pickled=True) for t in tasks] if pickled else tasks
 
 
@@ -575,6 +594,8 @@ def execute(
         )
     pairs = (_execute_keyed(task, ctx, batch_size) if task.keyed
              else _execute_operator(task, ctx.resolver, batch_size))
+    if task.classpath:
+        pairs = _decode_kryo(task, pairs)
     if not task.pickled:
         yield from pairs
         return
@@ -582,6 +603,22 @@ def execute(
 
     for name, batch in pairs:
         yield name, add_python_columns(batch)
+
+
+def _decode_kryo(
+    task: ScanTask, pairs: Iterator[tuple[str, pa.RecordBatch]]
+) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """The Kryo columns of the task's batches decoded with its classpath (both decode paths
+    give them as bytes; :mod:`statequery.arrow.kryo`)."""
+    from statequery.arrow.kryo import decode_kryo_columns
+    from statequery.metadata.handles import is_heap_stream
+
+    heap = isinstance(task.handle, KeyGroupsHandle) and is_heap_stream(task.handle,
+                                                                       task.stream_layout)
+    for name, batch in pairs:
+        layout = task.layout(name)
+        target = read_schema(layout, task.mode, False, task.classpath)
+        yield name, decode_kryo_columns(batch, layout, task.classpath, target, heap)
 
 
 def keyed_backend(task: ScanTask, ctx: ReadContext) -> Any:
@@ -804,7 +841,7 @@ def read_table(
 ) -> pa.Table:
     """:func:`read_batches` collected into one Table."""
     _check_readable(state)  # before the schema: a state without rows says why
-    schema = read_schema(state.layout, mode, pickled)
+    schema = read_schema(state.layout, mode, pickled, ctx.classpath)
     batches = list(read_batches(model, ctx, state, keys=keys, key_groups=key_groups, mode=mode,
                                 pickled=pickled))
     return pa.Table.from_batches(batches, schema=schema)
@@ -862,6 +899,8 @@ def lookup(
         tried += 1
         try:
             tasks = plan_states(model, ctx, refs, keys=[key])
+            if ctx.classpath:  # Kryo values decoded with the job's classes (read_schema)
+                tasks = [replace(t, classpath=ctx.classpath) for t in tasks]
         except (InvalidOptionError, UnsupportedFormatError, TypeError, ValueError, OverflowError) \
                 as e:
             if operator is not None:
@@ -883,7 +922,7 @@ def lookup(
         for r in refs:
             if r.name in tables:
                 out[(op.display_name, r.name)] = pa.Table.from_batches(
-                    tables[r.name], schema=state_schema(r.layout)
+                    tables[r.name], schema=read_schema(r.layout, None, False, ctx.classpath)
                 )
     if tried and len(refused) == tried:
         # no operator's key type can hold the key: an error, not "no rows"

@@ -46,6 +46,13 @@ def fixture_dir(name: str) -> Path:
     return FIXTURES / fixture_record(name)["path"]
 
 
+def fixture_classpath(name: str) -> list[str] | None:
+    """The job's jar beside a fixture's snapshot (``<fixture>/job.jar``: the types-kryo-*
+    fixtures), the ``classpath`` to open it with; None when it has none."""
+    jar = FIXTURES / fixture_record(name)["path"].split("/")[0] / "job.jar"
+    return [str(jar)] if jar.is_file() else None
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]

@@ -87,8 +87,12 @@ def jsonify_column(
             for i in range(t.num_fields)
         }
         valid = array.is_valid().to_pylist()
+        # a Kryo value of an interface/abstract type (statequery.serializers.kryo): the oracle
+        # shows the one class's branch, not the others' nulls
+        union = t.num_fields > 0 and (t.field(0).metadata or {}).get(b"statequery.kryo") == b"union"
         return [
-            {name: values[i] for name, values in children.items()} if valid[i] else None
+            {name: values[i] for name, values in children.items()
+             if not (union and values[i] is None)} if valid[i] else None
             for i in range(len(array))
         ]
     if pa.types.is_map(t):
@@ -176,6 +180,13 @@ def state_entries(
         if kind == "broadcast":
             e["subtask"] = 0
         for name in ("key", "user_key", "value"):
+            if f"{name}_raw" in cols:  # Kryo decoded with the job's classes: raw where not
+                raw = cols[f"{name}_raw"][i]
+                if raw is not None:
+                    meta = table.schema.field(name).metadata or {}
+                    cls = meta.get(b"statequery.raw_class", b"").decode()
+                    e[name] = {"$raw": raw["$bytes"], "$class": cls}
+                continue
             if f"{name}_reason" in cols and e.get(name) is not None:
                 meta = table.schema.field(name).metadata or {}
                 cls = meta.get(b"statequery.raw_class", b"").decode()

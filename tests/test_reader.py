@@ -15,7 +15,14 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from conftest import dump_entries, expected_entries, fixture_dir, fixture_names, fixture_record
+from conftest import (
+    dump_entries,
+    expected_entries,
+    fixture_classpath,
+    fixture_dir,
+    fixture_names,
+    fixture_record,
+)
 from entries import canonical, entry_lines, jsonify_column, mask_any, same_table, state_entries
 
 import statequery
@@ -32,6 +39,7 @@ from statequery.io import FileIO
 from statequery.metadata.handles import layout_probe
 from statequery.metadata.model import PROBE_SLACK
 from statequery.reader import list_states, lookup, read_state, read_table, schema_of
+from statequery.scan import read_schema
 
 FIXTURES = fixture_names()
 NATIVE_ROCKSDB = {
@@ -44,7 +52,9 @@ DECODED = [n for n in FIXTURES if n not in NATIVE_ROCKSDB]
 
 
 def _open(name: str, io: FileIO | None = None) -> Any:
-    return statequery.open(str(fixture_dir(name)), io=io or FileIO(), use_snapshot=False)
+    # a fixture with the job's jar beside it (types-kryo-*) is read with it
+    return statequery.open(str(fixture_dir(name)), io=io or FileIO(), use_snapshot=False,
+                           classpath=fixture_classpath(name))
 
 
 def _entries_of(sp: Any, key_group: bool, only_operator_state: bool = False) -> list[str]:
@@ -381,6 +391,8 @@ def test_schema_from_state_meta_equals_schema_of_the_rows(name: str) -> None:
                              "broadcast"):
             continue
         schema = state_schema(info)
+        if sp.context.classpath:  # Kryo values typed by the job's classes (types-kryo-*)
+            schema = read_schema(info.layout, None, False, sp.context.classpath)
         assert schema == schema_of(sp, info.operator_id, info.name)
         table = read_table(sp, info.operator_id, info.name)
         assert table.schema == schema

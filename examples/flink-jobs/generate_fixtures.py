@@ -159,6 +159,9 @@ MATRIX = [
         "canonical"),
     _fx("types-avro-evolved-rocksdb-native", "types-avro-evolved", "rocksdb", "savepoint",
         "native"),
+    # issue 32: classes Flink serializes with Kryo, decoded with the job's jar (job.jar beside)
+    _fx("types-kryo-hashmap-canonical", "kryo-types", "hashmap", "savepoint", "canonical"),
+    _fx("types-kryo-rocksdb-native", "kryo-types", "rocksdb", "savepoint", "native"),
     # an operator's own raw keyed and raw operator state (listed with a reason, never hidden)
     _fx("raw-state-hashmap-canonical", "raw-state", "hashmap", "savepoint", "canonical"),
     _fx("raw-state-rocksdb-native", "raw-state", "rocksdb", "savepoint", "native"),
@@ -867,6 +870,112 @@ def avro_expected() -> list[dict]:
         for cat, n in by_cat.items():
             add("avro-state", "items", "map", user_key=cat, value=_avro_item(cat, n, key), **ks)
     return entries
+
+
+# --------------------------------------------------------------------------------------------
+# The Kryo types job, modelled (src/statequery/kryotypes/KryoTypesJob.java, Order.java, Shape.java)
+# The oracle dumps a Kryo value's fields by reflection (-Dstatequery.dump.kryoFields=true):
+# {"class": name, SimpleName: fields} where the declared type is an interface or abstract class.
+# --------------------------------------------------------------------------------------------
+
+KT_KEYS = 8
+KT_PKG = "statequery.kryotypes"
+KT_NAMES = ["", "a", "plain ascii", "nul\x00inside", "non-BMP \U0001F600 smile",
+            "\u00fcn\u00efc\u00f6d\u00e9",
+            "a long ascii string of more than thirty-two characters", "\u65e5\u672c"]
+KT_STATES = {
+    "fixture-source": DS_STATES["fixture-source"],
+    "kryo-types": [
+        _st("order", "value", f"KRYO<{KT_PKG}.Order> (final fields, no no-arg constructor)",
+            "STRING", "VOID", decodable=False),
+        _st("shapes", "map", f"KRYO<{KT_PKG}.Shape> (an interface)", "STRING", "VOID",
+            user_key_type="STRING", decodable=False),
+        _st("shape-log", "list", f"KRYO<{KT_PKG}.Shape> (an interface)", "STRING", "VOID",
+            decodable=False),
+        _st("_timer_state/event_user-timers", "event_timer", None, "STRING", "VOID"),
+        _st("_timer_state/processing_user-timers", "processing_timer", None, "STRING", "VOID"),
+    ],
+}
+KT_JAR_CLASSES = "statequery/kryotypes"
+
+
+def _kt_shape(k: int, n: int) -> dict:
+    r = (k + n) % 3
+    if r == 0:
+        cls, fields = "Circle", {"radius": k + n / 4.0}
+    elif r == 1:
+        cls, fields = "Rect", {"width": k, "height": n}
+    else:
+        cls, fields = "Rect", {"width": -k, "height": n * 1000}
+    return {"class": f"{KT_PKG}.{cls}", cls: fields}
+
+
+def _kt_epoch_nanos(y, mo, d, h=0, mi=0, s=0, nano=0) -> int:
+    days = (dt.date(y, mo, d) - dt.date(1970, 1, 1)).days
+    return ((days * 24 + h) * 60 + mi) * 60_000_000_000 + s * 1_000_000_000 + nano
+
+
+def kt_order(k: int, n: int) -> dict:
+    """Order.make(k, n) as the oracle renders it (every non-static, non-transient field)."""
+    name = KT_NAMES[k]
+    counts = None
+    if k != 6:
+        counts = [] if k == 7 else [{"key": "a", "value": k},
+                                    {"key": "b", "value": None if k == 1 else n}]
+    return {
+        "address": None if k == 5 else {"city": f"city{k}", "zip": 10000 + k},
+        "alias": name, "customer": name, "byteBox": k - 4,
+        "color": None if k == 7 else ["RED", "GREEN", "BLUE"][k % 3],
+        "count": n, "counts": counts,
+        "created": -999_999_995 if k == 0 else (1_700_000_000 + k * 86_400) * 10**9 + k * 1000,
+        "due": (dt.date(2024, 1 + k, 1 + k) - dt.date(1970, 1, 1)).days,
+        "flag": k % 2 == 1, "floatBox": 1.5 * k, "grade": chr(ord("A") + k),
+        "id": k * 1000 + n,
+        "items": [None if (k == 3 and i == 1) else f"item{i}" for i in range(k % 4)],
+        "letter": "\u00e9" if k == 4 else chr(ord("a") + k),
+        "lines": ([{"qty": k, "sku": f"sku{k}"}, {"qty": 2, "sku": f"sku{k}b"}]
+                  if k % 2 == 0 else []),
+        "millis": 1_700_000_000_000 + k, "paid": k % 2 == 0,
+        "payload": None if k == 2 else b64(bytes((i * 77) & 0xFF for i in range(k))),
+        "price": -k * 0.25, "quantity": None if k % 3 == 0 else k * n - 50,
+        "ratio": None if k == 5 else k / 4.0, "readings": [k * 0.5, -0.0],
+        "scores": [i * 1000 if i % 2 == 0 else -i for i in range(k)],
+        "seen": None if k == 3 else _kt_epoch_nanos(2024, 2, 29, k, 30, 15, k * 1_000_000),
+        "shape": None if k % 4 == 3 else _kt_shape(k, n),
+        "shortBox": -k * 300, "small": k * 1000 - 4000,
+        "stamps": None if k == 1 else [k, -k, 2**63 - 1, -(2**63)],
+        "tags": None if k == 6 else [name, None, f"t{k}"],
+        "tiny": -k, "total": -(1 << 40) * k, "weight": k * 0.5,
+    }
+
+
+def kryo_types_expected() -> list[dict]:
+    entries: list[dict] = []
+    ids = {uid: operator_id_for_uid(uid) for uid in ("fixture-source", "kryo-types")}
+
+    def add(uid, state, kind, **fields):
+        entries.append({"operator_uid": uid, "operator_id": ids[uid], "state": state,
+                        "kind": kind, **fields})
+
+    source_expected(add)
+    n = N_EVENTS // KT_KEYS
+    for k in range(KT_KEYS):
+        ks = {"key": f"k{k}", "namespace": None}
+        add("kryo-types", "order", "value", value=kt_order(k, n), **ks)
+        for r in range(3):
+            last = max(i for i in range(1, n + 1) if i % 3 == r)
+            add("kryo-types", "shapes", "map", user_key=f"s{r}", value=_kt_shape(k, last), **ks)
+        add("kryo-types", "shape-log", "list",
+            value=[_kt_shape(k, i) for i in range(1, n + 1) if i % 5 == 0], **ks)
+    return entries
+
+
+def write_job_jar(dest: Path) -> None:
+    """The job's classes and their sources as ``dest/job.jar`` (what classpath= reads)."""
+    build()
+    subprocess.run(["jar", "--create", "--file", str(dest / "job.jar"),
+                    "--date=2026-01-01T00:00:00Z", "-C", str(BUILD), KT_JAR_CLASSES,
+                    "-C", str(HERE / "src"), KT_JAR_CLASSES], check=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1636,6 +1745,9 @@ def run_job(fx: dict, scratch: Path, s3_endpoint: str | None = None) -> dict[str
         main = "AvroStateJob" if fx["job"] == "types-avro" else "AvroEvolveJob"
         cmd = ["java", "-cp", build(), f"statequery.fixtures.{main}", fx["backend"],
                f"savepoint-{fx['format']}", str(out)]
+    elif fx["job"] == "kryo-types":
+        cmd = ["java", "-cp", build(), "statequery.kryotypes.KryoTypesJob", fx["backend"],
+               f"savepoint-{fx['format']}", str(out)]
     elif fx["job"] == "sql-keys":
         cmd = [sys.executable, str(HERE / "sql_keys_job.py"), "--backend", fx["backend"],
                "--kind", f"savepoint-{fx['format']}", "--out", str(out), "--max-parallelism",
@@ -1692,12 +1804,15 @@ def dump_available() -> bool:
     return (BUILD / "statequery" / "fixtures" / "SavepointDump.class").exists()
 
 
-def run_dump(snapshot_dir: Path, out: Path, log: Path, backend: str | None = None) -> bool:
-    """``backend`` ``forst``: restore RocksDB-format handles with ForSt's own backend."""
+def run_dump(snapshot_dir: Path, out: Path, log: Path, backend: str | None = None,
+             kryo_fields: bool = False) -> bool:
+    """``backend`` ``forst``: restore RocksDB-format handles with ForSt's own backend;
+    ``kryo_fields``: Kryo values as their fields (the job's classes are on the classpath)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     flags = [f"--backend={backend}"] if backend == "forst" else []
+    props = ["-Dstatequery.dump.kryoFields=true"] if kryo_fields else []
     with open(log, "w") as err:
-        proc = subprocess.run(["java", "-cp", build(), "statequery.fixtures.SavepointDump",
+        proc = subprocess.run(["java", *props, "-cp", build(), "statequery.fixtures.SavepointDump",
                                *flags, str(snapshot_dir), str(out)], stdout=err, stderr=err,
                               timeout=300)
     return proc.returncode == 0
@@ -1793,13 +1908,14 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
         if fx["job"] in ("datastream", "ttl-kryo", "types-avro", "types-avro-evolved",
                          "raw-state", "edge-datastream",
                          "changelog-ops", "changelog-ttl", "labels", "async-datastream",
-                         "cep-stream"):
+                         "cep-stream", "kryo-types"):
             for info in infos:
                 if info["uid"] and info["operator_id"] != operator_id_for_uid(info["uid"]):
                     raise RuntimeError(f"operator id mismatch for uid {info['uid']}: {info}")
             entries = {"datastream": datastream_expected, "ttl-kryo": ttl_kryo_expected,
                        "types-avro": avro_expected,
                        "types-avro-evolved": avro_evolved_expected,
+                       "kryo-types": kryo_types_expected,
                        "cep-stream": cep_stream_expected,
                        "raw-state": raw_state_expected,
                        "changelog-ops": changelog_ops_expected,
@@ -1833,7 +1949,10 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
 
         problems: list[str] = []
         if dump_available():
-            if run_dump(fixture_dir, dump_path, scratch / "dump.log", fx["backend"]):
+            if fx["job"] == "kryo-types":
+                write_job_jar(dest)
+            if run_dump(fixture_dir, dump_path, scratch / "dump.log", fx["backend"],
+                        kryo_fields=fx["job"] == "kryo-types"):
                 problems = compare(exp_path, dump_path, subset=fx["job"] in SUBSET_JOBS)
             else:
                 problems = [f"SavepointDump failed, see {scratch / 'dump.log'}"]
@@ -1961,6 +2080,8 @@ def manifest_record(fx: dict, rel: str, infos: list[dict]) -> dict:
             states = SQL_ASYNC_STATES if info["name"].startswith("GroupAggregate") else []
         elif fx["job"] == "ttl-kryo":
             states = TK_STATES.get(info["uid"], [])
+        elif fx["job"] == "kryo-types":
+            states = KT_STATES.get(info["uid"], [])
         elif fx["job"] == "types-avro":
             states = AV_STATES.get(info["uid"], [])
         elif fx["job"] == "types-avro-evolved":

@@ -102,8 +102,24 @@ class Catalog:
         if database not in self._open:
             from statequery.savepoint import Savepoint
 
-            self._open[database] = Savepoint.open(self.location(database), io=self.io)
+            self._open[database] = Savepoint.open(
+                self.location(database), io=self.io, classpath=self.job_jar(database)
+            )
         return self._open[database]
+
+    def job_jar(self, database: str) -> list[str] | None:
+        """The job's jar a (local) database folder holds beside its savepoint, ``job.jar``: its
+        Kryo values are decoded with its classes (docs/decoding.md). None when there is none."""
+        import os
+
+        if "://" in self.root:
+            return None
+        for child in self._children():
+            if child == database or sql_identifier(child) == sql_identifier(database):
+                jar = os.path.join(self.root, child, "job.jar")
+                if os.path.isfile(jar):
+                    return [jar]
+        return None
 
     def tables(self, database: str) -> list[str]:
         """``state_meta``, one table per state, then the operator tables

@@ -46,6 +46,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from statequery.cli.output import (
+    _classpath,
     _console,
     _json_default,
     _print_rows,
@@ -100,8 +101,15 @@ def _parser() -> argparse.ArgumentParser:
         help="an fsspec storage option for remote paths (repeatable; VALUE may be JSON), e.g. "
              "endpoint_url=http://127.0.0.1:9000 (default: $STATEQUERY_STORAGE_OPTIONS)",
     )
+    classes = _Parser(add_help=False)
+    classes.add_argument(
+        "--classpath", action="append", default=[], metavar="JAR",
+        help="the job's jar (or a directory of its classes; repeatable, or several joined by "
+             "commas): values Flink serialized with Kryo are decoded with its classes "
+             "(docs/decoding.md)",
+    )
     i = sub.add_parser("inspect", help="list operators and states (the state_meta table)",
-                       parents=[store])
+                       parents=[store, classes])
     i.add_argument("path", help="savepoint/checkpoint directory, its _metadata, or a URI")
     i.add_argument("--json", action="store_true", help="print JSON instead of a table")
     i.add_argument(
@@ -125,7 +133,7 @@ def _parser() -> argparse.ArgumentParser:
         "files once): later reads of some states of uncompressed streams read only their runs",
     )
 
-    r = sub.add_parser("read", help="the rows of one state", parents=[store])
+    r = sub.add_parser("read", help="the rows of one state", parents=[store, classes])
     r.add_argument("path", help="savepoint/checkpoint directory, its _metadata, or a URI")
     r.add_argument("table", nargs="?", help="a table_name from inspect (or use --operator/--state)")
     r.add_argument("--operator", help="operator uid, name or id")
@@ -139,7 +147,7 @@ def _parser() -> argparse.ArgumentParser:
     _pickled_arg(r)
 
     lk = sub.add_parser("lookup", help="everything every keyed state holds for one key",
-                        parents=[store])
+                        parents=[store, classes])
     lk.add_argument("path", help="savepoint/checkpoint directory, its _metadata, or a URI")
     lk.add_argument("key", help="the key (JSON array/object for composite keys)")
     lk.add_argument("--operator", help="only this operator (uid, name or id)")
@@ -180,7 +188,7 @@ def _parser() -> argparse.ArgumentParser:
     _spark_args(q)
     from statequery.cli.extra import add_parsers as add_extra_parsers
 
-    add_extra_parsers(sub, [store])
+    add_extra_parsers(sub, [store, classes])
     add_parsers(sub)
     from statequery.cli.capture import add_parser as add_capture_parser
 
@@ -232,7 +240,8 @@ def _read(args: argparse.Namespace) -> int:
     from statequery.keys import parse_key_text
     from statequery.savepoint import Savepoint
 
-    sp = Savepoint.open(args.path, storage_options=_storage_options(args))
+    sp = Savepoint.open(args.path, storage_options=_storage_options(args),
+        classpath=_classpath(args))
     if args.table is not None and (args.operator or args.state):
         raise InvalidOptionError("give a table name or --operator/--state, not both")
     if args.table is not None:
@@ -265,7 +274,8 @@ def _lookup(args: argparse.Namespace) -> int:
     from statequery.keys import key_type_name, parse_key_text
     from statequery.savepoint import Savepoint
 
-    sp = Savepoint.open(args.path, storage_options=_storage_options(args))
+    sp = Savepoint.open(args.path, storage_options=_storage_options(args),
+        classpath=_classpath(args))
     ops = [sp.operator(args.operator)] if args.operator else list(sp.operators)
     pickled = _pickled(args)
     found = 0
@@ -522,7 +532,7 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command == "inspect":
             sp = Savepoint.open(
                 args.path, use_snapshot=not args.no_snapshot,
-                storage_options=_storage_options(args),
+                storage_options=_storage_options(args), classpath=_classpath(args),
             )
             doc = _inspect_doc(sp)
             if args.json:
@@ -586,7 +596,7 @@ def _main(argv: Sequence[str] | None) -> int:
             # derived again; the plan and captured job of the snapshot it replaces are kept
             sp = Savepoint.open(
                 args.path, rederive=True, snapshot=args.out, plan=args.plan,
-                storage_options=_storage_options(args),
+                storage_options=_storage_options(args), classpath=_classpath(args),
             )
             where = sp.write_snapshot(args.out, index=args.index)
             named = (

@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from statequery.cli.output import _storage_options
+from statequery.cli.output import _classpath, _storage_options
 
 __all__ = ["COMMANDS", "add_parsers"]
 
@@ -87,8 +87,10 @@ def _diff(args: argparse.Namespace) -> int:
     from statequery.keys import parse_key_text
     from statequery.savepoint import Savepoint
 
-    old = Savepoint.open(args.old, storage_options=_storage_options(args))
-    new = Savepoint.open(args.new, storage_options=_storage_options(args))
+    old = Savepoint.open(args.old, storage_options=_storage_options(args),
+        classpath=_classpath(args))
+    new = Savepoint.open(args.new, storage_options=_storage_options(args),
+        classpath=_classpath(args))
     key = None
     if args.key is not None:
         spec = None
@@ -135,7 +137,8 @@ def _stats(args: argparse.Namespace) -> int:
 
     if args.parallelism is not None and args.parallelism <= 0:
         raise InvalidOptionError(f"--parallelism must be positive, got {args.parallelism}")
-    sp = Savepoint.open(args.path, storage_options=_storage_options(args))
+    sp = Savepoint.open(args.path, storage_options=_storage_options(args),
+        classpath=_classpath(args))
     with progress_bar("stats", stats_work(sp, args.operator, args.state)) as advance:
         stats = state_stats(sp, args.operator, args.state, top=args.top, progress=advance)
     skew = skew_summary(stats, args.parallelism)
@@ -166,7 +169,8 @@ def _splits(args: argparse.Namespace) -> int:
     from statequery.savepoint import Savepoint
     from statequery.sources import source_splits
 
-    sp = Savepoint.open(args.path, storage_options=_storage_options(args))
+    sp = Savepoint.open(args.path, storage_options=_storage_options(args),
+        classpath=_classpath(args))
     table = source_splits(sp, args.operator, args.source)
     if args.json:
         for row in table.to_pylist():
@@ -181,7 +185,8 @@ def _export(args: argparse.Namespace) -> int:
     from statequery.keys import parse_key_text
     from statequery.savepoint import Savepoint
 
-    sp = Savepoint.open(args.path, storage_options=_storage_options(args))
+    sp = Savepoint.open(args.path, storage_options=_storage_options(args),
+        classpath=_classpath(args))
     key = None
     if args.key is not None:
         key = parse_key_text(args.key, sp.operator(args.operator).key_spec)

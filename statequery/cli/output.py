@@ -12,6 +12,7 @@ from typing import Any
 from statequery.exceptions import InvalidOptionError, OutputError
 
 __all__ = [
+    "_classpath",
     "_console",
     "_csv_ready",
     "_json_default",
@@ -20,6 +21,13 @@ __all__ = [
     "_write_out",
     "python_rows",
 ]
+
+
+def _classpath(args: argparse.Namespace) -> str | None:
+    """``--classpath JAR`` flags (repeatable, each maybe comma separated) as the ``classpath``
+    option of ``Savepoint.open`` (None: none given)."""
+    entries = getattr(args, "classpath", None) or []
+    return ",".join(entries) if entries else None
 
 
 def _storage_options(args: argparse.Namespace) -> dict[str, Any] | None:

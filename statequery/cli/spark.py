@@ -28,6 +28,9 @@ def add_parsers(sub: Any) -> None:
     a.add_argument("--pickled", action="store_true",
                    help="state tables with bytes columns get key_py, user_key_py, value_py (and "
                         "*_py_reason): PyFlink's pickles as JSON text (docs/decoding.md)")
+    a.add_argument("--classpath", action="append", default=[], metavar="JAR",
+                   help="the job's jar (repeatable): every table reads Kryo values with its "
+                        "classes (the table option classpath; docs/decoding.md)")
     a.add_argument("--print", dest="print_sql", action="store_true",
                    help="print the SQL statements instead of running them (for spark-sql -f)")
     _spark_args(a)
@@ -250,7 +253,7 @@ def _run(args: argparse.Namespace) -> int | None:
 
         path = args.path or DEFAULT_CATALOG
         # before any Spark: a wrong path or name is said at once
-        plans = attach_plans(path, args.database, args.pickled)
+        plans = attach_plans(path, args.database, args.pickled, ",".join(args.classpath) or None)
         if args.print_sql:
             for plan in plans:
                 for statement in plan.statements(replace=args.replace):

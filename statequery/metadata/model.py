@@ -31,7 +31,7 @@ from statequery.exceptions import (
 from statequery.hashing import operator_id_from_uid
 from statequery.io import location_parent
 from statequery.metadata.checkpoint import CheckpointMetadata, OperatorState, parse_metadata
-from statequery.metadata.decoding import value_decoding
+from statequery.metadata.decoding import value_decoding as default_value_decoding
 from statequery.metadata.handles import (
     ChangelogHandle,
     ChangelogStreamHandle,
@@ -378,7 +378,9 @@ class SavepointModel:
         return out
 
     def state_meta(
-        self, pickled_columns: Callable[[StateInfo], list[str]] | None = None
+        self,
+        pickled_columns: Callable[[StateInfo], list[str]] | None = None,
+        value_decoding: Callable[[StateInfo], tuple[str, str | None]] | None = None,
     ) -> pa.Table:
         """One row per state (keyed, timers, operator list/union, broadcast): see the columns of
         :data:`STATE_META_COLUMNS`. With a SQL plan attached, ``declared_ttl_ms`` holds the TTL
@@ -391,7 +393,7 @@ class SavepointModel:
             from statequery.metadata.ttl import declared_ttls
 
             declared = declared_ttls(self.plan_nodes, meta.operators)
-        return state_meta_table(meta, declared, pickled_columns)
+        return state_meta_table(meta, declared, pickled_columns, value_decoding)
 
 
 # -- deriving the StateMeta model ----------------------------------------------------------------
@@ -1120,9 +1122,12 @@ def state_meta_table(
     meta: StateMeta,
     declared_ttl: dict[tuple[str, str], int] | None = None,
     pickled_columns: Callable[[StateInfo], list[str]] | None = None,
+    value_decoding: Callable[[StateInfo], tuple[str, str | None]] | None = None,
 ) -> pa.Table:
     """The ``state_meta`` table of a StateMeta model (one row per state); ``declared_ttl``:
     ``(operator id, state) -> ms`` from a SQL plan (:func:`~statequery.metadata.ttl.declared_ttls`).
+    ``value_decoding``: how a state's values are decoded and, when raw, what to supply (the
+    facade's, which knows the read options; default :func:`default_value_decoding`).
     """
     import pyarrow as pa
 
@@ -1160,7 +1165,7 @@ def state_meta_table(
             rows["changelog_changes"].append(s.changes)
             rows["declared_ttl_ms"].append((declared_ttl or {}).get((op.operator_id, s.name)))
             rows["pickled_columns"].append(pickled_columns(s) if pickled_columns else [])
-            decoding, hint = value_decoding(s)
+            decoding, hint = (value_decoding or default_value_decoding)(s)
             rows["value_decoding"].append(decoding)
             rows["value_decoding_hint"].append(hint)
     return pa.Table.from_pydict(rows, schema=_schema())

@@ -652,19 +652,31 @@ def _read_pojo(decoder: Decoder, class_name: str, version: int) -> SerializerSpe
 _register(f"{_RUNTIME}PojoSerializerSnapshot", _read_pojo)
 
 
+def _kryo_registration(blob: Decoder) -> bool:
+    """``KryoRegistrationSerializationProxy.write``: the class name, then the serializer
+    definition's ordinal (0 UNSPECIFIED: Kryo's default serializer; 1 CLASS, 2 INSTANCE: the
+    job's own). True when the job's own."""
+    try:
+        blob.read_utf()
+        return bool(blob.read_int() != 0)
+    except CorruptStateError:
+        return True
+
+
 def _read_kryo(decoder: Decoder, class_name: str, version: int) -> SerializerSpec:
     type_class = decoder.read_utf()
-    for what in (
-        "Kryo registrations",
-        "Kryo default serializers",
-        "Kryo default serializer classes",
-    ):
-        _read_optional_map(decoder, what, None, None)
+    registrations = _read_optional_map(decoder, "Kryo registrations", None, _kryo_registration)
+    defaults = _read_optional_map(decoder, "Kryo default serializers", None, None)
+    default_classes = _read_optional_map(decoder, "Kryo default serializer classes", None, None)
     return OpaqueSpec(
         snapshot_class=class_name,
         family="kryo",
         type_class=type_class,
-        reason=f"Kryo-serialized {type_class}",
+        reason=(f"Kryo-serialized {type_class}: pass the job's jar to decode it (classpath= "
+                "in statequery.open, --classpath on the command line)"),
+        # a registration whose value is unreadable counts as the job's own serializer
+        kryo_registrations=tuple((n, v is None or bool(v)) for n, _, v in registrations),
+        kryo_default_serializers=tuple(n for n, _, _ in (*defaults, *default_classes)),
     )
 
 

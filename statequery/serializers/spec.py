@@ -587,6 +587,10 @@ class OpaqueSpec(SerializerSpec):
     type_class: str | None = None
     reason: str = ""
     avro_schema: str | None = None
+    #: Kryo: the snapshot's registrations in order, (class name, has its own serializer)
+    kryo_registrations: tuple[tuple[str, bool], ...] = ()
+    #: Kryo: the classes with a default serializer of the job's (their bytes are not decoded)
+    kryo_default_serializers: tuple[str, ...] = ()
 
     @property
     def display(self) -> str:

@@ -32,6 +32,8 @@ Options (case-insensitive):
 ``pickled``                     ``true``: a state table gets ``key_py``, ``user_key_py``,
                                 ``value_py`` (and ``*_py_reason``) after its bytes columns,
                                 PyFlink's pickles as JSON text (:mod:`statequery.pickled`)
+``classpath``                   the job's jars (comma-separated paths every worker can read):
+                                Kryo values decoded with their classes (docs/decoding.md)
 ==============================  ===================================================================
 
 Key pruning comes only from the options of a read (``key``, ``key_groups``), never from the
@@ -97,6 +99,7 @@ class ReadOptions:
     pushdown: str = "auto"
     fingerprint: str | None = None
     pickled: bool = False
+    classpath: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -222,11 +225,15 @@ def _open(opts: ReadOptions, fresh: bool = False) -> tuple[Savepoint, str | None
     from statequery.catalog import Catalog
 
     operator, state = opts.operator, opts.state
-    cache_key = (opts.path, opts.catalog, opts.database, opts.fingerprint)
+    cache_key = (opts.path, opts.catalog, opts.database, opts.fingerprint, opts.classpath)
     if fresh or cache_key not in _OPEN:
         _OPEN.pop(cache_key, None)
         if opts.path is not None:
-            sp = statequery.open(opts.path)
+            sp = statequery.open(opts.path, classpath=opts.classpath)
+        elif opts.classpath:
+            assert opts.catalog is not None and opts.database is not None
+            sp = statequery.open(Catalog(opts.catalog).location(opts.database),
+                                 classpath=opts.classpath)
         else:
             assert opts.catalog is not None and opts.database is not None
             sp = Catalog(opts.catalog).savepoint(opts.database)

@@ -57,6 +57,8 @@ class AttachPlan:
     #: the state tables created with the option pickled (``attach(pickled=True)``: those with
     #: bytes columns, state_meta's pickled_columns)
     pickled: set[str] = field(default_factory=set)
+    #: the job's jars (``attach(classpath=...)``): every table reads Kryo values with them
+    classpath: str | None = None
 
     def create_database(self) -> str:
         props = {
@@ -76,6 +78,8 @@ class AttachPlan:
             options = {"path": self.location, "table": table, "fingerprint": self.fingerprint}
             if table in self.pickled:
                 options["pickled"] = "true"
+            if self.classpath:
+                options["classpath"] = self.classpath
             out.append(
                 f"CREATE TABLE {quote_identifier(self.database)}.{quote_identifier(table)} "
                 "USING statequery OPTIONS ("
@@ -89,7 +93,8 @@ class AttachPlan:
         return (drop if replace else []) + [self.create_database(), *self.create_tables()]
 
 
-def _plan_one(sp: Savepoint, database: str, pickled: bool = False) -> AttachPlan:
+def _plan_one(sp: Savepoint, database: str, pickled: bool = False,
+              classpath: str | None = None) -> AttachPlan:
     what = sp.snapshot_type
     details = [f"checkpoint {sp.checkpoint_id}"]
     if sp.format:
@@ -101,6 +106,7 @@ def _plan_one(sp: Savepoint, database: str, pickled: bool = False) -> AttachPlan
         location=sp.location,
         fingerprint=sp.fingerprint,
         comment=f"Flink {what} {sp.location} ({', '.join(details)}), attached by statequery",
+        classpath=classpath,
     )
     plan.tables.append(("state_meta", f"operators and states of {sp.location}"))
     for row in sp.state_meta().to_pylist():
@@ -159,11 +165,13 @@ def state_comment(row: dict[str, Any]) -> str:
 
 
 def attach_plans(
-    path_or_uri: str, database: str | None = None, pickled: bool = False
+    path_or_uri: str, database: str | None = None, pickled: bool = False,
+    classpath: Sequence[str] | str | None = None,
 ) -> list[AttachPlan]:
     """The databases attaching ``path_or_uri`` creates: one savepoint, or each of a catalog's.
     ``pickled``: the state tables with bytes columns get the ``*_py`` columns (the option
-    ``pickled``: PyFlink's pickles as JSON text).
+    ``pickled``: PyFlink's pickles as JSON text). ``classpath``: the job's jars, the tables'
+    option ``classpath`` (Kryo values decoded with their classes).
 
     A folder that holds a ``_metadata`` (or resolves to one, as a checkpoint folder does) is one
     savepoint; a folder of savepoint folders is a catalog and attaches every database in it.
@@ -173,8 +181,10 @@ def attach_plans(
     from statequery.exceptions import SavepointNotFoundError, require_extra
 
     require_extra("sqlglot", "spark", "statequery attach")
+    from statequery.arrow.kryo import checked_classpath
     from statequery.io import FileIO, join_location, normalize_location
 
+    cp = ",".join(checked_classpath(classpath)) or None
     io = FileIO()
     location = normalize_location(path_or_uri).rstrip("/") or "/"
     if "://" not in location:  # tables outlive this process and its working directory
@@ -186,7 +196,7 @@ def attach_plans(
     if is_savepoint:
         sp = statequery.open(location)
         name = database or sql_identifier(location.rstrip("/").rsplit("/", 1)[-1])
-        plans.append(_plan_one(sp, name, pickled))
+        plans.append(_plan_one(sp, name, pickled, cp))
     else:
         cat = Catalog(location)
         dbs = cat.databases()
@@ -198,7 +208,7 @@ def attach_plans(
                     f"{path_or_uri} is neither a savepoint nor a folder of savepoints"
                 ) from None
             name = database or sql_identifier(location.rsplit("/", 1)[-1])
-            plans.append(_plan_one(sp, name, pickled))
+            plans.append(_plan_one(sp, name, pickled, cp))
         else:
             if database is not None and len(dbs) > 1:
                 raise InvalidOptionError(
@@ -206,7 +216,10 @@ def attach_plans(
                     "can be given only when attaching one savepoint"
                 )
             for db in dbs:
-                plans.append(_plan_one(cat.savepoint(db), database or sql_identifier(db), pickled))
+                # a database folder's own job.jar (Catalog.job_jar) unless a classpath is given
+                jar = cp or ",".join(cat.job_jar(db) or []) or None
+                plans.append(_plan_one(cat.savepoint(db), database or sql_identifier(db), pickled,
+                                       jar))
     seen: dict[str, str] = {}
     for plan in plans:
         if not re.fullmatch(r"[A-Za-z0-9_]+", plan.database):
@@ -259,6 +272,7 @@ def attach(
     keep_unchanged: bool = False,
     pickled: bool = False,
     plans: list[AttachPlan] | None = None,
+    classpath: Sequence[str] | str | None = None,
 ) -> list[str]:
     """Attach a savepoint (or every savepoint of a catalog folder) to ``spark``'s catalog.
 
@@ -270,7 +284,7 @@ def attach(
     it starts Spark, so that a wrong path is said at once).
     """
     if plans is None:
-        plans = attach_plans(path_or_uri, database, pickled)
+        plans = attach_plans(path_or_uri, database, pickled, classpath)
     todo = []
     for plan in plans:
         drop = False

@@ -123,3 +123,28 @@ def test_pickled_option(spark) -> None:  # type: ignore[no-untyped-def]
                       "WITH ('pickled' = 'true')").collect()
     finally:
         spark.sql("DROP DATABASE pyt_pickled CASCADE")
+
+
+def test_classpath_option(spark) -> None:  # type: ignore[no-untyped-def]
+    """The option ``classpath`` (issue 32): a DataFrame read of a Kryo state gets the value
+    struct the job's classes give; ``attach(classpath=...)`` stores it in every table."""
+    from statequery.spark.catalog import attach_plans
+    from tests.conftest import FIXTURES, fixture_dir
+
+    name = "types-kryo-rocksdb-native"
+    path, jar = str(fixture_dir(name)), str(FIXTURES / name / "job.jar")
+    # (key k4: k0's Instant has nanoseconds, which Spark's microsecond TIMESTAMP cannot hold
+    # and refuses, as for any value of nanosecond precision)
+    df = (spark.read.format("statequery").option("operator", "kryo-types")
+          .option("state", "order").option("classpath", jar).option("key", "k4").load(path))
+    assert df.columns == ["key_group", "key", "namespace", "value", "value_reason", "value_raw"]
+    [row] = df.collect()
+    assert row["value"]["customer"] == "non-BMP \U0001f600 smile"
+    shape = row["value"]["shape"]
+    assert shape["Rect"]["height"] == 25000 and shape["Circle"] is None
+    assert row["value_raw"] is None and row["value_reason"] is None
+    raw = (spark.read.format("statequery").option("operator", "kryo-types")
+           .option("state", "order").load(path))
+    assert dict(raw.dtypes)["value"] == "binary"
+    [plan] = attach_plans(path, "kryo_types", classpath=[jar])
+    assert all(f"classpath '{jar}'" in s for s in plan.create_tables())
