@@ -43,7 +43,14 @@ from statequery.scan import read_table, state_key_group
 if TYPE_CHECKING:
     from statequery.scan import StateSource
 
-__all__ = ["CHANGE_KINDS", "DIFF_SCHEMA", "diff_batches", "diff_table", "state_pairs"]
+__all__ = [
+    "CHANGE_KINDS",
+    "DIFF_SCHEMA",
+    "diff_batches",
+    "diff_table",
+    "entry_fields",
+    "state_pairs",
+]
 
 #: The ``change`` column's values.
 CHANGE_KINDS = ("added", "removed", "changed", "schema_changed", "not_compared")
@@ -196,6 +203,13 @@ class _Entry:
             }
             self._json = out
         return self._json
+
+
+def entry_fields(table: pa.Table, kind: str) -> list[dict[str, Any]]:
+    """The entries of one state's read as diff reports them: ``key_group``, ``key``,
+    ``namespace``, ``user_key``, ``timestamp``, ``subtask``, ``index`` and ``value``, keys and
+    values as JSON text (what :mod:`statequery.history` shows for one key through time)."""
+    return [e.fields() for e in _entries(table, kind).values()]
 
 
 def _frozen(column: pa.ChunkedArray) -> list[Any]:
