@@ -21,8 +21,10 @@ from statequery.exceptions import InvalidOptionError, SavepointNotFoundError
 from statequery.history import CHANGES_SCHEMA, HISTORY_SCHEMA, VERSIONS_SCHEMA, Job
 
 SEQUENCE = FIXTURES / "sequence-rocksdb-incremental"
-#: the history fixtures: a job's checkpoint directory retaining 6 checkpoints
-HISTORY = ("history-hashmap", "history-rocksdb-incremental")
+#: the history fixtures: a job's checkpoint directory retaining 6 checkpoints; history-rescaled:
+#: 3 checkpoints of a job at parallelism 2, then 3 of a new job (new job id) restored from the
+#: third at parallelism 3
+HISTORY = ("history-hashmap", "history-rocksdb-incremental", "history-rescaled")
 
 
 def _value(entry: dict[str, Any]) -> str | None:
@@ -118,7 +120,23 @@ def test_history_fixtures_retain_six_checkpoints(fixture: str) -> None:
     rows = _open(fixture).versions_table().to_pylist()
     assert [r["checkpoint_id"] for r in rows] == [1, 2, 3, 4, 5, 6]
     assert all(r["complete"] and r["kind"] == "checkpoint" for r in rows)
-    assert {r["incremental"] for r in rows} == {fixture.endswith("incremental")}
+    assert {r["incremental"] for r in rows} == {"hashmap" not in fixture}
+    job_ids = [r["job_id"] for r in rows]
+    assert len(set(job_ids)) == (2 if fixture == "history-rescaled" else 1)
+
+
+def test_a_rescaled_job_restarted_under_a_new_job_id_is_one_history() -> None:
+    job = _open("history-rescaled")
+    rows = job.versions_table().to_pylist()
+    assert len({r["job_id"] for r in rows[:3]}) == 1 and rows[3]["job_id"] != rows[2]["job_id"]
+    parallelism = [job.version(i).operator("history-state").parallelism for i in range(1, 7)]
+    assert parallelism == [2, 2, 2, 3, 3, 3]
+    # the two job directories named one by one: the same history
+    dirs = sorted(str(p) for p in (FIXTURES / "history-rescaled").iterdir())
+    merged = statequery.open_job(dirs[1], dirs[0])
+    assert [v.checkpoint_id for v in merged.versions()] == [1, 2, 3, 4, 5, 6]
+    across = merged.changes(start=4, end=4)
+    assert set(across["previous_checkpoint_id"].to_pylist()) == {3} and across.num_rows > 0
 
 
 def test_version_and_read_default_to_the_newest_complete_version() -> None:
@@ -211,7 +229,8 @@ def test_change_feed_window_and_filters_are_the_diffs_rows() -> None:
 @pytest.mark.parametrize(
     ("fixture", "key"),
     [("sequence", "user-3"), ("history-hashmap", ""), ("history-hashmap", "\0"),
-     ("history-rocksdb-incremental", "\U0001f600"), ("history-rocksdb-incremental", "user-0")],
+     ("history-rocksdb-incremental", "\U0001f600"), ("history-rocksdb-incremental", "user-0"),
+     ("history-rescaled", "k\0x")],
 )
 def test_history_of_one_key_is_its_entries_in_every_dump(
     fixture: str, key: str, decode_path: str

@@ -28,6 +28,9 @@ HISTORY = [
     {"name": "history-hashmap", "backend": "hashmap", "incremental": False, "checkpoints": 6},
     {"name": "history-rocksdb-incremental", "backend": "rocksdb", "incremental": True,
      "checkpoints": 6},
+    # 3 checkpoints, then a new job (new job id) restored from the third at parallelism 3
+    {"name": "history-rescaled", "backend": "rocksdb", "incremental": True, "checkpoints": 3,
+     "restore_parallelism": 3},
 ]
 
 
@@ -37,16 +40,10 @@ def generate(series: dict, scratch_root: Path) -> None:
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
     out = scratch / "out"
-    cmd = ["java", "-cp", gf.build(), "statequery.fixtures.HistoryJob", series["backend"],
-           str(series["incremental"]).lower(), str(out), str(series["checkpoints"])]
-    t0 = time.time()
-    with open(scratch / "job.log", "w") as log:
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, text=True, timeout=300)
-    if proc.returncode != 0:
-        raise RuntimeError(f"HistoryJob failed ({proc.returncode}), see {scratch / 'job.log'}")
-    lines = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
-    chks = [Path(lines[f"CHECKPOINT_{n}"]) for n in range(1, series["checkpoints"] + 1)]
-    print(f"  {name}: job {lines.get('JOB_ID')} took {time.time() - t0:.1f}s")
+    chks = _run_job(series, out, scratch, "job")
+    if "restore_parallelism" in series:
+        chks += _run_job(series, out, scratch, "restored", chks[-1],
+                         series["restore_parallelism"])
     for old in (gf.FIXTURES / "dump").glob(f"{name}-chk-*.jsonl"):
         old.unlink()
     for chk in chks:  # dumped where the job wrote them (absolute handles exist there)
@@ -60,6 +57,22 @@ def generate(series: dict, scratch_root: Path) -> None:
     if size > gf.MAX_FIXTURE_BYTES:
         raise RuntimeError(f"{name} is {size} bytes, over the {gf.MAX_FIXTURE_BYTES} byte budget")
     print(f"  {name}: {size} bytes, {len(chks)} checkpoints")
+
+
+def _run_job(series: dict, out: Path, scratch: Path, label: str,
+             restore: Path | None = None, parallelism: int = 2) -> list[Path]:
+    cmd = ["java", "-cp", gf.build(), "statequery.fixtures.HistoryJob", series["backend"],
+           str(series["incremental"]).lower(), str(out), str(series["checkpoints"])]
+    if restore is not None:
+        cmd += [str(restore), str(parallelism)]
+    t0 = time.time()
+    with open(scratch / f"{label}.log", "w") as log:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(f"HistoryJob failed ({proc.returncode}), see {scratch / label}.log")
+    lines = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+    print(f"  {series['name']}: {label} {lines.get('JOB_ID')} took {time.time() - t0:.1f}s")
+    return [Path(lines[f"CHECKPOINT_{n}"]) for n in range(1, series["checkpoints"] + 1)]
 
 
 def main() -> None:
