@@ -180,7 +180,28 @@ def _candidates(io: FileIO, location: str, depth: int = 2) -> list[tuple[str, in
     return out
 
 
-def _version(io: FileIO, location: str, name_id: int | None) -> Version:
+class _Listing:
+    """Whether files exist, one directory listing per directory (a job's ``shared/`` holds the
+    files of every version: listed once, not one request per file and version)."""
+
+    def __init__(self, io: FileIO) -> None:
+        self.io = io
+        self._names: dict[str, set[str] | None] = {}
+
+    def exists(self, location: str) -> bool:
+        parent, _, name = location.rstrip("/").rpartition("/")
+        if parent not in self._names:
+            try:
+                self._names[parent] = set(self.io.list_dir(parent))
+            except StatequeryError:
+                self._names[parent] = None
+        names = self._names[parent]
+        if names is None:  # no listing (a store that cannot list): ask for the file
+            return self.io.new_input(location).exists()
+        return name in names
+
+
+def _version(io: FileIO, location: str, name_id: int | None, listing: _Listing) -> Version:
     """Read one candidate's ``_metadata`` and check every file it references exists."""
     from statequery.metadata.checkpoint import load_metadata
     from statequery.metadata.handles import HandleResolver, IncrementalHandle
@@ -226,14 +247,17 @@ def _version(io: FileIO, location: str, name_id: int | None) -> Version:
                         continue
                     seen.add(loc)
                     size += stream.size or 0
-                    if not io.new_input(loc).exists():
+                    if not listing.exists(loc):
                         missing.append(loc)
     reason = None
     if missing:
-        reason = (
-            f"{len(missing)} state file(s) it references are gone (an incremental checkpoint "
-            f"whose shared files were deleted once it was subsumed?): {missing[0]}"
+        shared = [m for m in missing if "/shared/" in m.replace("\\", "/")]
+        why = (
+            "shared files of an incremental checkpoint, deleted once it was subsumed"
+            if shared
+            else "deleted or never written"
         )
+        reason = f"{len(missing)} state file(s) it references are gone ({why}): {missing[0]}"
     return Version(location, meta.checkpoint_id, kind, incremental, fmt, job_id, completed_at,
                    size, not missing, reason)
 
@@ -271,7 +295,8 @@ class Job:
                 )
             for loc, ident in candidates:
                 found.setdefault(loc, ident)
-        versions = [_version(self.io, loc, ident) for loc, ident in found.items()]
+        listing = _Listing(self.io)
+        versions = [_version(self.io, loc, ident, listing) for loc, ident in found.items()]
         self._versions = sorted(versions, key=_order)
 
     def __repr__(self) -> str:

@@ -256,3 +256,40 @@ def test_history_of_one_key_is_its_entries_in_every_dump(
         assert len(rows) == len(got)
         assert {json.loads(r["key"]) for r in rows} <= {key}
     assert table.num_rows > 0
+
+
+def test_subsumed_incremental_versions_whose_shared_files_are_gone(tmp_path: Path) -> None:
+    """As when Flink subsumed checkpoints 1-3 and deleted the shared files only they used, but
+    their chk directories stayed: they are listed as gone, 4-6 read as before."""
+    from statequery.metadata.handles import IncrementalHandle
+
+    src = FIXTURES / "history-rocksdb-incremental"
+    shutil.copytree(src, tmp_path / src.name)
+    job = statequery.open_job(str(tmp_path / src.name))
+    refs: dict[int, set[str]] = {}
+    for v in job.versions():
+        assert v.checkpoint_id is not None
+        sp = job.version(v.checkpoint_id)
+        refs[v.checkpoint_id] = {
+            str(sp.resolver.location(stream))
+            for op in sp.metadata.operators for sub in op.subtasks
+            if isinstance(sub.managed_keyed, IncrementalHandle)
+            for _, stream in sub.managed_keyed.shared
+        }
+    job.close()
+    kept = refs[4] | refs[5] | refs[6]
+    gone = (refs[1] | refs[2] | refs[3]) - kept
+    assert gone and all(refs[i] - kept for i in (1, 2, 3)), "compaction dropped files"
+    for f in gone:
+        Path(f).unlink()
+    job = statequery.open_job(str(tmp_path / src.name))
+    rows = job.versions_table().to_pylist()
+    assert [(r["checkpoint_id"], r["complete"]) for r in rows] == [
+        (1, False), (2, False), (3, False), (4, True), (5, True), (6, True)
+    ]
+    assert all("shared files of an incremental checkpoint, deleted once it was subsumed"
+               in r["reason"] for r in rows[:3])
+    assert set(job.changes()["checkpoint_id"].to_pylist()) == {5, 6}
+    dumps = _dumps("history-rocksdb-incremental", job)
+    got = change_rows(job.changes(start=5, end=5))
+    assert got == dump_difference(dumps[4], dumps[5])
