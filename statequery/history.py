@@ -411,7 +411,8 @@ class Job:
             raise InvalidOptionError(f"start ({start}) is after end ({end})")
         for prev, cur in self._window(start, end):
             old, new = self._savepoint(prev), self._savepoint(cur)
-            for batch in diff_batches(old, new, operator, state, key):
+            same = unchanged_key_groups(old, new)
+            for batch in diff_batches(old, new, operator, state, key, unchanged=same):
                 yield _change_batch(batch, cur.checkpoint_id, prev.checkpoint_id)
 
     def changes(
@@ -457,6 +458,39 @@ class Job:
                                  "value"):
                         cols[name].append(f.get(name))
         return pa.Table.from_pydict(cols, schema=HISTORY_SCHEMA)
+
+
+def unchanged_key_groups(old: Savepoint, new: Savepoint) -> dict[str, set[int]]:
+    """``{operator id: key groups}`` whose keyed state is the same in both versions, known from
+    ``_metadata`` alone: a subtask whose RocksDB incremental handle in ``new`` is of the same
+    RocksDB instance (backend id) over the same key groups as in ``old`` and lists the same SST
+    files. Flink flushes and uploads a new SST for any write (deletes included) and compacts
+    only after flushes, so the same files hold the same entries; those key groups are not read
+    (:func:`statequery.diff.diff_batches`'s ``unchanged``). Subtasks with raw keyed state (heap
+    timers) or other handle kinds are always read."""
+    from statequery.metadata.handles import IncrementalHandle
+
+    before = {op.operator_id: op for op in old.metadata.operators}
+    out: dict[str, set[int]] = {}
+    for op in new.metadata.operators:
+        prev = before.get(op.operator_id)
+        if prev is None or prev.max_parallelism != op.max_parallelism:
+            continue
+        olds = {sub.index: sub for sub in prev.subtasks}
+        for sub in op.subtasks:
+            o = olds.get(sub.index)
+            a, b = (o.managed_keyed if o else None), sub.managed_keyed
+            if o is None or o.raw_keyed is not None or sub.raw_keyed is not None:
+                continue
+            if not (isinstance(a, IncrementalHandle) and isinstance(b, IncrementalHandle)):
+                continue
+            if (a.backend_id != b.backend_id or not a.backend_id
+                    or a.key_group_range != b.key_group_range
+                    or {n for n, _ in a.shared} != {n for n, _ in b.shared}):
+                continue
+            r = b.key_group_range
+            out.setdefault(op.operator_id, set()).update(range(r.start, r.end + 1))
+    return out
 
 
 def _change_batch(batch: pa.RecordBatch, cid: int | None, prev: int | None) -> pa.RecordBatch:
