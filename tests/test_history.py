@@ -319,3 +319,21 @@ def test_unchanged_subtasks_of_incremental_versions_are_not_read() -> None:
     diff = diff_table(old, new)
     assert feed.num_rows == diff.num_rows > 0
     assert skipped < plain_io.stats.total_bytes
+
+
+def test_plot_history_draws_the_numeric_states() -> None:
+    from statequery.plot import plot_history
+
+    table = _open("sequence").history("user-3")
+    fig = plot_history(table)
+    titles = [ax.get_title() for ax in fig.axes]
+    # count, flag and buckets hold numbers; recent (lists) and the timers do not
+    assert titles == ["sequence-state / buckets", "sequence-state / count",
+                      "sequence-state / flag"]
+    count = fig.axes[1].get_lines()[0]
+    assert list(count.get_xdata()) == [1, 2, 3, 4]
+    assert list(count.get_ydata()) == [10.0, 20.0, 20.0, 20.0]
+    buckets = {line.get_label() for line in fig.axes[0].get_lines()}
+    assert buckets == {'"b0"', '"b1"', '"b2"'}
+    with pytest.raises(InvalidOptionError, match="no state of this history holds numbers"):
+        plot_history(table.filter(pa.compute.equal(table["state"], "recent")))
