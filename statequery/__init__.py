@@ -30,6 +30,7 @@ from statequery.exceptions import (
 from statequery.sql import sql
 
 if TYPE_CHECKING:
+    from statequery.history import Job
     from statequery.io import FileIO
     from statequery.savepoint import Savepoint
 
@@ -48,6 +49,7 @@ __all__ = [
     "__version__",
     "capture",
     "open",
+    "open_job",
     "sql",
 ]
 
@@ -82,4 +84,22 @@ def open(  # noqa: A001
         plan=plan,
         rederive=rederive,
         classpath=classpath,
+    )
+
+
+def open_job(
+    location: str,
+    *more: str,
+    io: FileIO | None = None,
+    storage_options: dict[str, Any] | None = None,
+    max_workers: int | None = None,
+) -> Job:
+    """Open a job's retained checkpoints or savepoints as versions of one database: its
+    checkpoint directory (``<job-id>/chk-N`` plus ``shared/``), a folder of its savepoints, or
+    any fsspec URI of those; ``more`` directories merge into one history. See
+    :mod:`statequery.history`."""
+    from statequery.history import open_job as _open_job
+
+    return _open_job(
+        location, *more, io=io, storage_options=storage_options, max_workers=max_workers
     )

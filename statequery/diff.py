@@ -27,7 +27,7 @@ backend (a canonical savepoint against a RocksDB incremental checkpoint of the s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +43,14 @@ from statequery.scan import read_table, state_key_group
 if TYPE_CHECKING:
     from statequery.scan import StateSource
 
-__all__ = ["CHANGE_KINDS", "DIFF_SCHEMA", "diff_batches", "diff_table", "state_pairs"]
+__all__ = [
+    "CHANGE_KINDS",
+    "DIFF_SCHEMA",
+    "diff_batches",
+    "diff_table",
+    "entry_fields",
+    "state_pairs",
+]
 
 #: The ``change`` column's values.
 CHANGE_KINDS = ("added", "removed", "changed", "schema_changed", "not_compared")
@@ -198,6 +205,13 @@ class _Entry:
         return self._json
 
 
+def entry_fields(table: pa.Table, kind: str) -> list[dict[str, Any]]:
+    """The entries of one state's read as diff reports them: ``key_group``, ``key``,
+    ``namespace``, ``user_key``, ``timestamp``, ``subtask``, ``index`` and ``value``, keys and
+    values as JSON text (what :mod:`statequery.history` shows for one key through time)."""
+    return [e.fields() for e in _entries(table, kind).values()]
+
+
 def _frozen(column: pa.ChunkedArray) -> list[Any]:
     """The column's Python values, hashable (nested values frozen)."""
     values: list[Any] = column.to_pylist()
@@ -304,6 +318,7 @@ def diff_batches(
     progress: Progress | None = None,
     key_groups: Iterable[int] | None = None,
     operator_state: bool = True,
+    unchanged: Mapping[str, Iterable[int]] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The differences between ``old`` and ``new`` as RecordBatches of :data:`DIFF_SCHEMA`.
 
@@ -311,7 +326,10 @@ def diff_batches(
     ``key`` compares only that key's entries (only its key group is read). ``progress`` is called
     with the number of key groups (or operator states) done after each range. ``key_groups``
     restricts keyed state to those key groups and ``operator_state=False`` leaves operator state
-    (and the schema rows) out: how Spark splits one diff into tasks.
+    (and the schema rows) out: how Spark splits one diff into tasks. ``unchanged`` maps an
+    operator id to key groups known to hold the same entries on both sides (an incremental
+    checkpoint's subtask whose RocksDB files are the same: :mod:`statequery.history`); they
+    are not read.
     """
     if range_size <= 0:
         raise InvalidOptionError(f"range_size must be positive, got {range_size}")
@@ -347,8 +365,12 @@ def diff_batches(
     batch = rows.flush()
     if batch is not None:
         yield batch
-    for pairs in keyed.values():
-        yield from _diff_keyed_operator(old, new, pairs, key, range_size, rows, progress, only)
+    for op_id, pairs in keyed.items():
+        same = None if unchanged is None else unchanged.get(op_id)
+        yield from _diff_keyed_operator(
+            old, new, pairs, key, range_size, rows, progress, only,
+            None if same is None else {int(k) for k in same},
+        )
     batch = rows.flush()
     if batch is not None:
         yield batch
@@ -389,8 +411,10 @@ def _diff_keyed_operator(
     rows: _Rows,
     progress: Progress | None,
     only: set[int] | None = None,
+    same: set[int] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """The keyed states of one operator, range by range (all states of a range in one pass)."""
+    """The keyed states of one operator, range by range (all states of a range in one pass);
+    the key groups in ``same`` are skipped."""
     olds = [p.old for p in pairs if p.old is not None]
     news = [p.new for p in pairs if p.new is not None]
     sides = [(old, s) for s in olds[:1]] + [(new, s) for s in news[:1]]
@@ -409,7 +433,12 @@ def _diff_keyed_operator(
         # key groups of different max parallelism do not line up: one range holds everything
         ranges = [None]
     else:
-        ranges = list(_ranges_of(sides, maxps.pop(), range_size, wanted))
+        maxp = maxps.pop()
+        if same:
+            wanted = (set(range(maxp)) if wanted is None else wanted) - same
+            if progress is not None:
+                progress(len(same) * len(pairs))
+        ranges = list(_ranges_of(sides, maxp, range_size, wanted))
     for kgs in ranges:
         ot = _read_states(old, olds, kgs, key)
         nt = _read_states(new, news, kgs, key)

@@ -1,9 +1,10 @@
-"""Key-group size histograms, the picture that shows skew (needs the ``plot`` extra:
-matplotlib).
+"""Key-group size histograms, the picture that shows skew, and one key's values through a
+job's versions (needs the ``plot`` extra: matplotlib).
 
->>> from statequery.plot import plot_key_groups
+>>> from statequery.plot import plot_key_groups, plot_history
 >>> fig = plot_key_groups(sp.stats(), state="count")
 >>> fig.savefig("count.png")
+>>> fig = plot_history(statequery.open_job(DIR).history("user-3"))
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from typing import TYPE_CHECKING, Any
 from statequery.exceptions import InvalidOptionError, MissingExtraError
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from statequery.stats import StateStats
 
-__all__ = ["plot_key_groups"]
+__all__ = ["plot_history", "plot_key_groups"]
 
 
 def _figure(**kwargs: Any) -> Any:
@@ -92,5 +95,53 @@ def plot_key_groups(
         ax_sub.set_xticks(range(par))
         ax_sub.set_title(f"per subtask (parallelism {par})", fontsize=10)
         ax_sub.set_xlabel("subtask")
+    fig.tight_layout()
+    return fig
+
+
+def _number(text: str | None) -> float | None:
+    """A history value (JSON text) as a number, None when it is not one (TTL values: theirs)."""
+    import json
+
+    if text is None:
+        return None
+    value = json.loads(text)
+    if isinstance(value, dict) and set(value) == {"value", "last_access"}:
+        value = value["value"]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def plot_history(history: pa.Table) -> Any:
+    """A matplotlib Figure of :meth:`statequery.history.Job.history`'s table: one plot per state
+    whose values are numbers, a line per entry (namespace, user key) over the versions'
+    checkpoint ids (a version without the entry: a gap)."""
+    rows = history.to_pylist()
+    series: dict[tuple[str, str], dict[str, dict[int, float | None]]] = {}
+    numeric: set[tuple[str, str]] = set()
+    for r in rows:
+        state = (r["operator"], r["state"])
+        label = ", ".join(
+            x for x in (r["namespace"] if r["namespace"] != "null" else None, r["user_key"])
+            if x is not None
+        ) or "value"
+        n = _number(r["value"])
+        if n is not None:
+            numeric.add(state)
+        series.setdefault(state, {}).setdefault(label, {})[r["checkpoint_id"]] = n
+    states = sorted(s for s in series if s in numeric)
+    if not states:
+        raise InvalidOptionError("no state of this history holds numbers to plot")
+    versions = sorted({r["checkpoint_id"] for r in rows})
+    fig = _figure(figsize=(9, 2.6 * len(states)))
+    axes = fig.subplots(len(states), 1, squeeze=False)
+    for (op_label, name), (ax,) in zip(states, axes, strict=True):
+        for label, points in sorted(series[(op_label, name)].items()):
+            ax.plot(versions, [points.get(v) for v in versions], marker="o", label=label)
+        ax.set_title(f"{op_label} / {name}", fontsize=10)
+        ax.set_xlabel("checkpoint id")
+        if len(series[(op_label, name)]) > 1:
+            ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

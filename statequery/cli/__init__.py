@@ -28,6 +28,10 @@
     statequery diff OLD NEW [--operator OP] [--state NAME] [--key K] [--json]
                                             what changed between two snapshots
     statequery stats PATH [--parallelism N] [--json]   state sizes per key group, skew
+    statequery versions DIR                 a job's checkpoints/savepoints as versions
+    statequery changes DIR [OP [STATE]] [--start N] [--end N]
+                                            the change feed between consecutive versions
+    statequery history DIR KEY              one key's entries in every version
     statequery splits PATH OPERATOR [--json]           a FLIP-27 source's splits
     statequery capture --rest URL JOB_ID [--savepoint DIR | --latest-checkpoint | --catalog DIR]
                                             a savepoint of a running job, recorded with the
@@ -144,6 +148,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="at most this many rows (default: 100 shown as a table, all otherwise)")
     r.add_argument("--json", action="store_true", help="print JSON lines")
     r.add_argument("--out", help="write all rows to a .parquet, .csv or .arrow file")
+    _version_arg(r)
     _pickled_arg(r)
 
     lk = sub.add_parser("lookup", help="everything every keyed state holds for one key",
@@ -152,6 +157,7 @@ def _parser() -> argparse.ArgumentParser:
     lk.add_argument("key", help="the key (JSON array/object for composite keys)")
     lk.add_argument("--operator", help="only this operator (uid, name or id)")
     lk.add_argument("--json", action="store_true", help="print JSON lines")
+    _version_arg(lk)
     _pickled_arg(lk)
 
     sv = sub.add_parser("spark-views", help="Spark SQL views for every table of a catalog")
@@ -189,11 +195,22 @@ def _parser() -> argparse.ArgumentParser:
     from statequery.cli.extra import add_parsers as add_extra_parsers
 
     add_extra_parsers(sub, [store, classes])
+    from statequery.cli.history import add_parsers as add_history_parsers
+
+    add_history_parsers(sub, [store, classes])
     add_parsers(sub)
     from statequery.cli.capture import add_parser as add_capture_parser
 
     add_capture_parser(sub, [store])
     return p
+
+
+def _version_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--version", type=int, metavar="CHECKPOINT_ID",
+        help="PATH is a job's checkpoint directory (or a folder of its savepoints): read this "
+             "version of it (statequery versions lists them; default: the newest)",
+    )
 
 
 def _pickled_arg(parser: argparse.ArgumentParser) -> None:
@@ -236,12 +253,24 @@ def _for_display(table: Any, args: argparse.Namespace) -> Any:
     return table.drop_columns(drop) if drop else table
 
 
-def _read(args: argparse.Namespace) -> int:
-    from statequery.keys import parse_key_text
+def _open_version(args: argparse.Namespace) -> Any:
+    """The savepoint of ``args.path``; with ``--version N``, version N of the job there
+    (:func:`statequery.open_job`)."""
     from statequery.savepoint import Savepoint
 
-    sp = Savepoint.open(args.path, storage_options=_storage_options(args),
-        classpath=_classpath(args))
+    if getattr(args, "version", None) is None:
+        return Savepoint.open(args.path, storage_options=_storage_options(args),
+                              classpath=_classpath(args))
+    from statequery.history import open_job
+
+    return open_job(args.path, storage_options=_storage_options(args),
+                    classpath=_classpath(args)).version(args.version)
+
+
+def _read(args: argparse.Namespace) -> int:
+    from statequery.keys import parse_key_text
+
+    sp = _open_version(args)
     if args.table is not None and (args.operator or args.state):
         raise InvalidOptionError("give a table name or --operator/--state, not both")
     if args.table is not None:
@@ -272,10 +301,8 @@ def _read(args: argparse.Namespace) -> int:
 
 def _lookup(args: argparse.Namespace) -> int:
     from statequery.keys import key_type_name, parse_key_text
-    from statequery.savepoint import Savepoint
 
-    sp = Savepoint.open(args.path, storage_options=_storage_options(args),
-        classpath=_classpath(args))
+    sp = _open_version(args)
     ops = [sp.operator(args.operator)] if args.operator else list(sp.operators)
     pickled = _pickled(args)
     found = 0
@@ -580,9 +607,12 @@ def _main(argv: Sequence[str] | None) -> int:
                 _print_rows(table, "sql")
             return 0
         from statequery.cli.extra import COMMANDS
+        from statequery.cli.history import COMMANDS as HISTORY_COMMANDS
 
         if args.command in COMMANDS:
             return COMMANDS[args.command](args)
+        if args.command in HISTORY_COMMANDS:
+            return HISTORY_COMMANDS[args.command](args)
         if args.command == "capture":
             from statequery.cli.capture import run as run_capture
 

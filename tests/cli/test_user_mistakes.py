@@ -172,8 +172,9 @@ def test_a_named_snapshot_that_is_missing_or_of_another_savepoint(tmp_path: Path
      "did you mean 'parquet'? (see 'statequery export --help')"),
     (["lokup", str(USER_ACTIVITY), "user-3"],
      "argument command: invalid choice: 'lokup' (choose from 'inspect', 'snapshot', 'read', "
-     "'lookup', 'spark-views', 'sql', 'diff', 'stats', 'splits', 'export', 'attach', 'detach', "
-     "'shell', 'serve', 'capture'); did you mean 'lookup'? (see 'statequery --help')"),
+     "'lookup', 'spark-views', 'sql', 'diff', 'stats', 'splits', 'export', 'versions', "
+     "'changes', 'history', 'attach', 'detach', 'shell', 'serve', 'capture'); did you mean "
+     "'lookup'? (see 'statequery --help')"),
     (["read", str(USER_ACTIVITY), "user_state__count", "--limit", "ten"],
      "argument --limit: invalid int value: 'ten' (see 'statequery read --help')"),
     (["export", str(USER_ACTIVITY)],
