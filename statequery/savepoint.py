@@ -352,6 +352,7 @@ class Savepoint:
         key_groups: Iterable[int] | None = None,
         mode: str | None = None,
         pickled: bool = False,
+        workers: int | None = None,
     ) -> pa.Table:
         """The rows of one state as a Table.
 
@@ -367,12 +368,15 @@ class Savepoint:
         decoded without running code (:func:`statequery.pickled.add_python_columns`); which
         columns get them depends on the state's types only (``state_meta``'s
         ``pickled_columns``).
+        ``workers``: the processes a large read runs its key-group ranges in (None:
+        ``$STATEQUERY_WORKERS``, else every core; 1: this process; small reads and lookups stay
+        in this process): the same table (:mod:`statequery.parallel`).
         """
         info = self._resolve_state(operator, state)
         keys = None if key is None else [key]
         return scan.read_table(
             self.model, self.context, info, keys=keys, key_groups=key_groups, mode=mode,
-            pickled=pickled,
+            pickled=pickled, workers=workers,
         )
 
     def read_batches(
@@ -384,14 +388,16 @@ class Savepoint:
         mode: str | None = None,
         batch_size: int = 65536,
         pickled: bool = False,
+        workers: int | None = None,
     ) -> Iterator[pa.RecordBatch]:
-        """Like :meth:`read`, streamed as RecordBatches (memory bounded by one coalesced read);
-        ``pickled`` as in :meth:`read`."""
+        """Like :meth:`read`, streamed as RecordBatches (memory bounded by one coalesced read;
+        with several ``workers``, by a few key-group ranges per worker); ``pickled`` and
+        ``workers`` as in :meth:`read`."""
         info = self._resolve_state(operator, state)
         keys = None if key is None else [key]
         return scan.read_batches(
             self.model, self.context, info, keys=keys, key_groups=key_groups, mode=mode,
-            batch_size=batch_size, pickled=pickled,
+            batch_size=batch_size, pickled=pickled, workers=workers,
         )
 
     def operator_states(
@@ -433,6 +439,7 @@ class Savepoint:
         key_groups: Iterable[int] | None = None,
         mode: str | None = None,
         batch_size: int = 65536,
+        workers: int | None = None,
     ) -> Iterator[tuple[str, pa.RecordBatch]]:
         """Several states of one operator in one pass: ``(state name, RecordBatch)`` pairs.
 
@@ -441,8 +448,10 @@ class Savepoint:
         once for all the keyed states (a RocksDB subtask restored once), where reading them one
         by one with :meth:`read_batches` walks it once per state. Batches of different states
         come interleaved; each state's batches have its own schema (:meth:`read`'s columns).
+        ``workers`` as in :meth:`read` (each state's rows in the same order).
         """
-        _, pairs = self._read_operator(operator, states, key, key_groups, mode, batch_size)
+        _, pairs = self._read_operator(operator, states, key, key_groups, mode, batch_size,
+                                       workers)
         return pairs
 
     def _read_operator(
@@ -453,13 +462,14 @@ class Savepoint:
         key_groups: Iterable[int] | None,
         mode: str | None,
         batch_size: int = 65536,
+        workers: int | None = None,
     ) -> tuple[list[StateInfo], Iterator[tuple[str, pa.RecordBatch]]]:
         keyed_only = key is not None or key_groups is not None
         infos = self.operator_states(operator, states, keyed_only=keyed_only)
         keys = None if key is None else [key]
         pairs = scan.read_operator(
             self.model, self.context, infos, keys=keys, key_groups=key_groups, mode=mode,
-            batch_size=batch_size,
+            batch_size=batch_size, workers=workers,
         )
         return infos, pairs
 
@@ -470,6 +480,7 @@ class Savepoint:
         key: Any = None,
         key_groups: Iterable[int] | None = None,
         mode: str | None = None,
+        workers: int | None = None,
     ) -> dict[str, pa.Table]:
         """:meth:`read_operator` collected: ``{state name: Table}`` (every requested state, empty
         tables included)."""
@@ -477,7 +488,8 @@ class Savepoint:
 
         from statequery.arrow.schemas import state_schema
 
-        infos, pairs = self._read_operator(operator, states, key, key_groups, mode)
+        infos, pairs = self._read_operator(operator, states, key, key_groups, mode,
+                                           workers=workers)
         batches: dict[str, list[pa.RecordBatch]] = {s.name: [] for s in infos}
         for name, batch in pairs:
             batches[name].append(batch)
