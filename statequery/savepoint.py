@@ -525,6 +525,7 @@ class Savepoint:
         operator: str | None = None,
         state: str | None = None,
         key: Any = None,
+        workers: int | None = None,
     ) -> pa.Table:
         """What changed from this savepoint to ``other`` (a Savepoint or a path): one row per
         added, removed or changed entry, see :mod:`statequery.diff` for the columns.
@@ -532,12 +533,25 @@ class Savepoint:
         Operators are paired by uid/id and states by name; ``operator``, ``state`` (name or
         table name) and ``key`` restrict the comparison. Keyed state is compared key-group range
         by key-group range (memory bounded by one range). For large states use
-        :func:`statequery.diff.diff_batches`.
+        :func:`statequery.diff.diff_batches`. ``workers`` as in :meth:`read`: a large diff
+        compares its key-group ranges in that many processes (the same rows, in the same order).
         """
-        from statequery.diff import diff_table
+        from statequery.diff import DIFF_SCHEMA, diff_table
+        from statequery.parallel import ordered_map, resolve_workers
 
         new = other if isinstance(other, Savepoint) else Savepoint.open(other, io=self.io)
-        return diff_table(self, new, operator=operator, state=state, key=key)
+        n = resolve_workers(workers)
+        items = _diff_pieces(self, new, operator, state, n) if n > 1 and key is None else None
+        if items is None:
+            return diff_table(self, new, operator=operator, state=state, key=key)
+        import pyarrow as pa
+
+        from statequery.diff import diff_batches
+
+        # operator state and schema rows here, then the keyed ranges in the workers, in order
+        batches = list(diff_batches(self, new, operator, state, key_groups=()))
+        batches.extend(b for _, b in ordered_map(_diff_piece, items, n))
+        return pa.Table.from_batches(batches, schema=DIFF_SCHEMA)
 
     def stats(
         self, operator: str | None = None, state: str | None = None, top: int = 10
@@ -560,6 +574,74 @@ class Savepoint:
         """The key group Flink assigned to ``key`` in this state's operator
         (:func:`statequery.keys.resolve_key`: the spellings every ``key=`` accepts)."""
         return scan.state_key_group(self._resolve_state(state, name), key)
+
+
+#: a worker's savepoints, by ``_metadata`` location (statequery.parallel: a diff's pieces)
+_WORKER_SAVEPOINTS: dict[str, Savepoint] = {}
+
+#: one piece of a parallel diff: both sides (``_metadata`` location and FileIO), the operator
+#: id, the ``state`` filter and the key groups
+_DiffPiece = tuple[str, FileIO, str, FileIO, str, "str | None", tuple[int, ...]]
+
+
+def _diff_pieces(
+    old: Savepoint, new: Savepoint, operator: str | None, state: str | None, workers: int
+) -> list[_DiffPiece] | None:
+    """The keyed key-group ranges of a diff, cut into pieces for ``workers`` processes in the
+    order :func:`statequery.diff.diff_batches` walks them; None when the diff stays in this
+    process (small, a side with a SQL plan given at open, max parallelism differing)."""
+    from statequery import parallel
+    from statequery.diff import DEFAULT_RANGE_SIZE, key_group_ranges, state_pairs
+
+    if any(sp.sql_plan is not None and not sp.from_snapshot for sp in (old, new)):
+        return None  # a worker opens each side again: only what the files say
+    by_op: dict[str, list[Any]] = {}
+    for p in state_pairs(old, new, operator, state):
+        s = p.new or p.old
+        if s is not None and s.keyed:
+            by_op.setdefault(p.operator_id, []).append(p)
+    total = 0
+    for sp in (old, new):
+        for op_id in by_op:
+            for op in sp.model.operators:
+                if op.operator_id != op_id:
+                    continue
+                for st in op.subtasks:
+                    h = st.keyed_handle
+                    if h is not None:
+                        total += sum(x.size or 0 for x in h.stream_handles())
+    if total < parallel.MIN_PARALLEL_BYTES:
+        return None
+    out: list[_DiffPiece] = []
+    for op_id, pairs in by_op.items():
+        ranges = key_group_ranges(old, new, pairs, DEFAULT_RANGE_SIZE)
+        if ranges is None:
+            return None
+        step = max(1, -(-len(ranges) // (workers * parallel.PIECES_PER_WORKER)))
+        for i in range(0, len(ranges), step):
+            kgs = tuple(kg for r in ranges[i:i + step] for kg in r)
+            out.append((old.metadata_location, old.io, new.metadata_location, new.io, op_id,
+                        state, kgs))
+    return out if len(out) > 1 else None
+
+
+def _worker_savepoint(location: str, io: FileIO) -> Savepoint:
+    sp = _WORKER_SAVEPOINTS.get(location)
+    if sp is None:
+        if len(_WORKER_SAVEPOINTS) >= 4:
+            _WORKER_SAVEPOINTS.pop(next(iter(_WORKER_SAVEPOINTS))).close()
+        sp = _WORKER_SAVEPOINTS[location] = Savepoint.open(location, io=io)
+    return sp
+
+
+def _diff_piece(piece: _DiffPiece) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """In a worker: the diff rows of one operator's keyed states in some key groups."""
+    from statequery.diff import diff_batches
+
+    old_loc, old_io, new_loc, new_io, op_id, state, kgs = piece
+    old, new = _worker_savepoint(old_loc, old_io), _worker_savepoint(new_loc, new_io)
+    for batch in diff_batches(old, new, op_id, state, key_groups=kgs, operator_state=False):
+        yield "diff", batch
 
 
 def _older_snapshot(raw: bytes, metadata: bytes, source: str, warn: bool) -> KeptParts | None:

@@ -137,3 +137,16 @@ def test_small_reads_and_lookups_stay_in_process() -> None:
                                         keys=["no-such-key"])
     assert scan.plan_pieces(tasks, 2) is None
     assert parallel._pool is None
+
+
+@pytest.mark.parametrize(("old", "new"), [("chk-1", "chk-2"), ("savepoint", "chk-1")])
+def test_parallel_diff_equals_one_process(old: str, new: str, every_read_parallel: None) -> None:
+    from series import series_dir
+
+    a = statequery.open(str(series_dir(old)))
+    b = statequery.open(str(series_dir(new)))
+    one = a.diff(b, workers=1)
+    two = a.diff(b, workers=2)
+    assert one.num_rows > 20
+    assert two.equals(one)
+    assert parallel._pool is not None
