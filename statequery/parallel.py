@@ -63,9 +63,16 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+#: set in a worker process: what it reads stays in it (no pool inside a pool)
+_in_worker = False
+
+
 def resolve_workers(workers: int | None = None) -> int:
-    """``workers`` (≥ 1), else ``$STATEQUERY_WORKERS``, else :func:`default_workers`."""
+    """``workers`` (≥ 1), else ``$STATEQUERY_WORKERS``, else :func:`default_workers`; 1 inside
+    a worker."""
     source = "workers"
+    if _in_worker and (workers is None or isinstance(workers, int) and workers >= 1):
+        return 1
     if workers is None:
         env = os.environ.get(WORKERS_ENV, "").strip()
         if not env:
@@ -189,6 +196,8 @@ def _run_piece(fn: Pairs, item: Any, spool: str, pure: str | None) -> _Result:
     from statequery.backends.fastpath import PURE_ENV
     from statequery.exceptions import StatequeryError
 
+    global _in_worker
+    _in_worker = True
     if pure is None:
         os.environ.pop(PURE_ENV, None)
     else:

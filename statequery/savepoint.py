@@ -554,14 +554,22 @@ class Savepoint:
         return pa.Table.from_batches(batches, schema=DIFF_SCHEMA)
 
     def stats(
-        self, operator: str | None = None, state: str | None = None, top: int = 10
+        self, operator: str | None = None, state: str | None = None, top: int = 10,
+        workers: int | None = None,
     ) -> StateStats:
         """Entries, distinct keys and serialized bytes per state and key group (``.table``, the
         ``state_stats`` table), the ``top`` heaviest keys per state (``.heaviest_keys``) and
-        ``.skew(parallelism)``: see :mod:`statequery.stats`. One pass per key-group range."""
+        ``.skew(parallelism)``: see :mod:`statequery.stats`. One pass per key-group range.
+        ``workers`` as in :meth:`read`: the ranges of large keyed states in that many processes
+        (the same tables)."""
+        from statequery.parallel import resolve_workers
         from statequery.stats import state_stats
 
-        return state_stats(self, operator=operator, state=state, top=top)
+        n = resolve_workers(workers)
+        pieces = _stats_pieces(self, operator, state, top, n) if n > 1 else None
+        if pieces is None:
+            return state_stats(self, operator=operator, state=state, top=top)
+        return _parallel_stats(self, operator, state, top, pieces, n)
 
     def source_splits(self, operator: str, source: str | None = None) -> pa.Table:
         """The splits of a FLIP-27 source operator as typed rows (where the job resumes
@@ -600,16 +608,7 @@ def _diff_pieces(
         s = p.new or p.old
         if s is not None and s.keyed:
             by_op.setdefault(p.operator_id, []).append(p)
-    total = 0
-    for sp in (old, new):
-        for op_id in by_op:
-            for op in sp.model.operators:
-                if op.operator_id != op_id:
-                    continue
-                for st in op.subtasks:
-                    h = st.keyed_handle
-                    if h is not None:
-                        total += sum(x.size or 0 for x in h.stream_handles())
+    total = _keyed_bytes(old, set(by_op)) + _keyed_bytes(new, set(by_op))
     if total < parallel.MIN_PARALLEL_BYTES:
         return None
     out: list[_DiffPiece] = []
@@ -623,6 +622,101 @@ def _diff_pieces(
             out.append((old.metadata_location, old.io, new.metadata_location, new.io, op_id,
                         state, kgs))
     return out if len(out) > 1 else None
+
+
+def _keyed_bytes(sp: Savepoint, operator_ids: set[str]) -> int:
+    """The bytes of the keyed state files of these operators."""
+    total = 0
+    for op in sp.model.operators:
+        if op.operator_id in operator_ids:
+            for st in op.subtasks:
+                h = st.keyed_handle
+                if h is not None:
+                    total += sum(x.size or 0 for x in h.stream_handles())
+    return total
+
+
+#: one piece of parallel statistics: the savepoint (``_metadata`` location and FileIO), the
+#: operator id, the ``state`` filter, ``top``, the piece's index and its key groups
+_StatsPiece = tuple[str, FileIO, str, "str | None", int, int, tuple[int, ...]]
+
+
+def _stats_pieces(
+    sp: Savepoint, operator: str | None, state: str | None, top: int, workers: int
+) -> list[_StatsPiece] | None:
+    """The keyed key-group ranges :func:`statequery.stats.state_stats` walks, cut into pieces
+    for ``workers`` processes in its order; None when the statistics stay in this process."""
+    from statequery import parallel
+    from statequery.stats import DEFAULT_RANGE_SIZE, key_group_tasks
+
+    if sp.sql_plan is not None and not sp.from_snapshot:
+        return None  # a worker opens the savepoint again: only what the files say
+    tasks = key_group_tasks(sp, operator, state, DEFAULT_RANGE_SIZE)
+    by_op: dict[str, list[list[int]]] = {}
+    for op_id, groups in tasks:
+        by_op.setdefault(op_id, []).append(groups)
+    if _keyed_bytes(sp, set(by_op)) < parallel.MIN_PARALLEL_BYTES:
+        return None
+    out: list[_StatsPiece] = []
+    for op_id, ranges in by_op.items():
+        step = max(1, -(-len(ranges) // (workers * parallel.PIECES_PER_WORKER)))
+        for i in range(0, len(ranges), step):
+            kgs = tuple(kg for r in ranges[i:i + step] for kg in r)
+            out.append((sp.metadata_location, sp.io, op_id, state, top, len(out), kgs))
+    return out if len(out) > 1 else None
+
+
+def _stats_piece(piece: _StatsPiece) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """In a worker: the statistics rows and heaviest keys of one operator's keyed states in
+    some key groups (``table:<piece>``, ``keys:<piece>``)."""
+    from statequery.stats import state_stats
+
+    loc, io, op_id, state, top, index, kgs = piece
+    st = state_stats(_worker_savepoint(loc, io), op_id, state, top=top, key_groups=kgs,
+                     operator_state=False)
+    for name, table in ((f"table:{index}", st.table), (f"keys:{index}", st.heaviest_keys)):
+        for batch in table.to_batches():
+            yield name, batch
+
+
+def _parallel_stats(
+    sp: Savepoint, operator: str | None, state: str | None, top: int,
+    pieces: list[_StatsPiece], workers: int,
+) -> StateStats:
+    """:func:`statequery.stats.state_stats` with its keyed ranges in ``workers`` processes:
+    each state's rows in range order, its heaviest keys the ``top`` of every piece's by weight,
+    the first seen first among equal weights (as one pass keeps them)."""
+    import pyarrow as pa
+
+    from statequery.parallel import ordered_map
+    from statequery.stats import HEAVIEST_KEYS_SCHEMA, STATE_STATS_SCHEMA, StateStats, state_stats
+
+    base = state_stats(sp, operator, state, top=top, key_groups=())  # operator state, the order
+    rows: dict[tuple[str, str], list[dict[str, Any]]] = {k: [] for k in base.max_parallelism}
+    keys: dict[tuple[str, str], list[tuple[int, int, int, dict[str, Any]]]] = {
+        k: [] for k in base.max_parallelism
+    }
+    for r in base.table.to_pylist():
+        rows[(r["operator_id"], r["state"])].append(r)
+    seen = 0
+    for name, batch in ordered_map(_stats_piece, pieces, workers):
+        kind, index = name.split(":")
+        for r in batch.to_pylist():
+            k = (r["operator_id"], r["state"])
+            if kind == "table":
+                rows[k].append(r)
+            else:
+                weight = r["bytes"] if r["bytes"] is not None else r["entries"]
+                seen += 1
+                keys[k].append((-weight, int(index), seen, r))
+    table_rows = [r for k in rows for r in rows[k]]
+    key_rows = [r for k in keys for *_, r in sorted(keys[k], key=lambda t: t[:3])[:top]]
+    return StateStats(
+        pa.Table.from_pylist(table_rows, schema=STATE_STATS_SCHEMA),
+        pa.Table.from_pylist(key_rows, schema=HEAVIEST_KEYS_SCHEMA),
+        base.max_parallelism,
+        base.parallelism,
+    )
 
 
 def _worker_savepoint(location: str, io: FileIO) -> Savepoint:

@@ -150,3 +150,17 @@ def test_parallel_diff_equals_one_process(old: str, new: str, every_read_paralle
     assert one.num_rows > 20
     assert two.equals(one)
     assert parallel._pool is not None
+
+
+@pytest.mark.parametrize("name", ["datastream-hashmap-canonical", "datastream-rocksdb-native",
+                                  "datastream-hashmap-checkpoint"])
+@pytest.mark.parametrize("top", [3, 10])
+def test_parallel_stats_equal_one_process(name: str, top: int, every_read_parallel: None) -> None:
+    sp = _open(name)
+    one = sp.stats(top=top, workers=1)
+    two = sp.stats(top=top, workers=2)
+    assert one.table.num_rows > 10
+    assert two.table.equals(one.table)
+    assert two.heaviest_keys.equals(one.heaviest_keys)
+    assert (two.max_parallelism, two.parallelism) == (one.max_parallelism, one.parallelism)
+    assert parallel._pool is not None
