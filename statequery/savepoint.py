@@ -389,6 +389,7 @@ class Savepoint:
         key_groups: Iterable[int] | None = None,
         mode: str | None = None,
         pickled: bool = False,
+        workers: int | None = None,
     ) -> pa.Table:
         """The rows of one state as a Table.
 
@@ -404,12 +405,15 @@ class Savepoint:
         decoded without running code (:func:`statequery.pickled.add_python_columns`); which
         columns get them depends on the state's types only (``state_meta``'s
         ``pickled_columns``).
+        ``workers``: the processes a large read runs its key-group ranges in (None:
+        ``$STATEQUERY_WORKERS``, else every core; 1: this process; small reads and lookups stay
+        in this process): the same table (:mod:`statequery.parallel`).
         """
         info = self._resolve_state(operator, state)
         keys = None if key is None else [key]
         return scan.read_table(
             self.model, self.context, info, keys=keys, key_groups=key_groups, mode=mode,
-            pickled=pickled,
+            pickled=pickled, workers=workers,
         )
 
     def read_batches(
@@ -421,14 +425,16 @@ class Savepoint:
         mode: str | None = None,
         batch_size: int = 65536,
         pickled: bool = False,
+        workers: int | None = None,
     ) -> Iterator[pa.RecordBatch]:
-        """Like :meth:`read`, streamed as RecordBatches (memory bounded by one coalesced read);
-        ``pickled`` as in :meth:`read`."""
+        """Like :meth:`read`, streamed as RecordBatches (memory bounded by one coalesced read;
+        with several ``workers``, by a few key-group ranges per worker); ``pickled`` and
+        ``workers`` as in :meth:`read`."""
         info = self._resolve_state(operator, state)
         keys = None if key is None else [key]
         return scan.read_batches(
             self.model, self.context, info, keys=keys, key_groups=key_groups, mode=mode,
-            batch_size=batch_size, pickled=pickled,
+            batch_size=batch_size, pickled=pickled, workers=workers,
         )
 
     def operator_states(
@@ -470,6 +476,7 @@ class Savepoint:
         key_groups: Iterable[int] | None = None,
         mode: str | None = None,
         batch_size: int = 65536,
+        workers: int | None = None,
     ) -> Iterator[tuple[str, pa.RecordBatch]]:
         """Several states of one operator in one pass: ``(state name, RecordBatch)`` pairs.
 
@@ -478,8 +485,10 @@ class Savepoint:
         once for all the keyed states (a RocksDB subtask restored once), where reading them one
         by one with :meth:`read_batches` walks it once per state. Batches of different states
         come interleaved; each state's batches have its own schema (:meth:`read`'s columns).
+        ``workers`` as in :meth:`read` (each state's rows in the same order).
         """
-        _, pairs = self._read_operator(operator, states, key, key_groups, mode, batch_size)
+        _, pairs = self._read_operator(operator, states, key, key_groups, mode, batch_size,
+                                       workers)
         return pairs
 
     def _read_operator(
@@ -490,13 +499,14 @@ class Savepoint:
         key_groups: Iterable[int] | None,
         mode: str | None,
         batch_size: int = 65536,
+        workers: int | None = None,
     ) -> tuple[list[StateInfo], Iterator[tuple[str, pa.RecordBatch]]]:
         keyed_only = key is not None or key_groups is not None
         infos = self.operator_states(operator, states, keyed_only=keyed_only)
         keys = None if key is None else [key]
         pairs = scan.read_operator(
             self.model, self.context, infos, keys=keys, key_groups=key_groups, mode=mode,
-            batch_size=batch_size,
+            batch_size=batch_size, workers=workers,
         )
         return infos, pairs
 
@@ -507,6 +517,7 @@ class Savepoint:
         key: Any = None,
         key_groups: Iterable[int] | None = None,
         mode: str | None = None,
+        workers: int | None = None,
     ) -> dict[str, pa.Table]:
         """:meth:`read_operator` collected: ``{state name: Table}`` (every requested state, empty
         tables included)."""
@@ -514,7 +525,8 @@ class Savepoint:
 
         from statequery.arrow.schemas import state_schema
 
-        infos, pairs = self._read_operator(operator, states, key, key_groups, mode)
+        infos, pairs = self._read_operator(operator, states, key, key_groups, mode,
+                                           workers=workers)
         batches: dict[str, list[pa.RecordBatch]] = {s.name: [] for s in infos}
         for name, batch in pairs:
             batches[name].append(batch)
@@ -550,6 +562,7 @@ class Savepoint:
         operator: str | None = None,
         state: str | None = None,
         key: Any = None,
+        workers: int | None = None,
     ) -> pa.Table:
         """What changed from this savepoint to ``other`` (a Savepoint or a path): one row per
         added, removed or changed entry, see :mod:`statequery.diff` for the columns.
@@ -557,22 +570,43 @@ class Savepoint:
         Operators are paired by uid/id and states by name; ``operator``, ``state`` (name or
         table name) and ``key`` restrict the comparison. Keyed state is compared key-group range
         by key-group range (memory bounded by one range). For large states use
-        :func:`statequery.diff.diff_batches`.
+        :func:`statequery.diff.diff_batches`. ``workers`` as in :meth:`read`: a large diff
+        compares its key-group ranges in that many processes (the same rows, in the same order).
         """
-        from statequery.diff import diff_table
+        from statequery.diff import DIFF_SCHEMA, diff_table
+        from statequery.parallel import ordered_map, resolve_workers
 
         new = other if isinstance(other, Savepoint) else Savepoint.open(other, io=self.io)
-        return diff_table(self, new, operator=operator, state=state, key=key)
+        n = resolve_workers(workers)
+        items = _diff_pieces(self, new, operator, state, n) if n > 1 and key is None else None
+        if items is None:
+            return diff_table(self, new, operator=operator, state=state, key=key)
+        import pyarrow as pa
+
+        from statequery.diff import diff_batches
+
+        # operator state and schema rows here, then the keyed ranges in the workers, in order
+        batches = list(diff_batches(self, new, operator, state, key_groups=()))
+        batches.extend(b for _, b in ordered_map(_diff_piece, items, n))
+        return pa.Table.from_batches(batches, schema=DIFF_SCHEMA)
 
     def stats(
-        self, operator: str | None = None, state: str | None = None, top: int = 10
+        self, operator: str | None = None, state: str | None = None, top: int = 10,
+        workers: int | None = None,
     ) -> StateStats:
         """Entries, distinct keys and serialized bytes per state and key group (``.table``, the
         ``state_stats`` table), the ``top`` heaviest keys per state (``.heaviest_keys``) and
-        ``.skew(parallelism)``: see :mod:`statequery.stats`. One pass per key-group range."""
+        ``.skew(parallelism)``: see :mod:`statequery.stats`. One pass per key-group range.
+        ``workers`` as in :meth:`read`: the ranges of large keyed states in that many processes
+        (the same tables)."""
+        from statequery.parallel import resolve_workers
         from statequery.stats import state_stats
 
-        return state_stats(self, operator=operator, state=state, top=top)
+        n = resolve_workers(workers)
+        pieces = _stats_pieces(self, operator, state, top, n) if n > 1 else None
+        if pieces is None:
+            return state_stats(self, operator=operator, state=state, top=top)
+        return _parallel_stats(self, operator, state, top, pieces, n)
 
     def source_splits(self, operator: str, source: str | None = None) -> pa.Table:
         """The splits of a FLIP-27 source operator as typed rows (where the job resumes
@@ -585,6 +619,160 @@ class Savepoint:
         """The key group Flink assigned to ``key`` in this state's operator
         (:func:`statequery.keys.resolve_key`: the spellings every ``key=`` accepts)."""
         return scan.state_key_group(self._resolve_state(state, name), key)
+
+
+#: a worker's savepoints, by ``_metadata`` location (statequery.parallel: a diff's pieces)
+_WORKER_SAVEPOINTS: dict[str, Savepoint] = {}
+
+#: one piece of a parallel diff: both sides (``_metadata`` location and FileIO), the operator
+#: id, the ``state`` filter and the key groups
+_DiffPiece = tuple[str, FileIO, str, FileIO, str, "str | None", tuple[int, ...]]
+
+
+def _diff_pieces(
+    old: Savepoint, new: Savepoint, operator: str | None, state: str | None, workers: int
+) -> list[_DiffPiece] | None:
+    """The keyed key-group ranges of a diff, cut into pieces for ``workers`` processes in the
+    order :func:`statequery.diff.diff_batches` walks them; None when the diff stays in this
+    process (small, a side with a SQL plan given at open, max parallelism differing)."""
+    from statequery import parallel
+    from statequery.diff import DEFAULT_RANGE_SIZE, key_group_ranges, state_pairs
+
+    if any(sp.sql_plan is not None and not sp.from_snapshot for sp in (old, new)):
+        return None  # a worker opens each side again: only what the files say
+    by_op: dict[str, list[Any]] = {}
+    for p in state_pairs(old, new, operator, state):
+        s = p.new or p.old
+        if s is not None and s.keyed:
+            by_op.setdefault(p.operator_id, []).append(p)
+    total = _keyed_bytes(old, set(by_op)) + _keyed_bytes(new, set(by_op))
+    if total < parallel.MIN_PARALLEL_BYTES:
+        return None
+    out: list[_DiffPiece] = []
+    for op_id, pairs in by_op.items():
+        ranges = key_group_ranges(old, new, pairs, DEFAULT_RANGE_SIZE)
+        if ranges is None:
+            return None
+        step = max(1, -(-len(ranges) // (workers * parallel.PIECES_PER_WORKER)))
+        for i in range(0, len(ranges), step):
+            kgs = tuple(kg for r in ranges[i:i + step] for kg in r)
+            out.append((old.metadata_location, old.io, new.metadata_location, new.io, op_id,
+                        state, kgs))
+    return out if len(out) > 1 else None
+
+
+def _keyed_bytes(sp: Savepoint, operator_ids: set[str]) -> int:
+    """The bytes of the keyed state files of these operators."""
+    total = 0
+    for op in sp.model.operators:
+        if op.operator_id in operator_ids:
+            for st in op.subtasks:
+                h = st.keyed_handle
+                if h is not None:
+                    total += sum(x.size or 0 for x in h.stream_handles())
+    return total
+
+
+#: one piece of parallel statistics: the savepoint (``_metadata`` location and FileIO), the
+#: operator id, the ``state`` filter, ``top``, the piece's index and its key groups
+_StatsPiece = tuple[str, FileIO, str, "str | None", int, int, tuple[int, ...]]
+
+
+def _stats_pieces(
+    sp: Savepoint, operator: str | None, state: str | None, top: int, workers: int
+) -> list[_StatsPiece] | None:
+    """The keyed key-group ranges :func:`statequery.stats.state_stats` walks, cut into pieces
+    for ``workers`` processes in its order; None when the statistics stay in this process."""
+    from statequery import parallel
+    from statequery.stats import DEFAULT_RANGE_SIZE, key_group_tasks
+
+    if sp.sql_plan is not None and not sp.from_snapshot:
+        return None  # a worker opens the savepoint again: only what the files say
+    tasks = key_group_tasks(sp, operator, state, DEFAULT_RANGE_SIZE)
+    by_op: dict[str, list[list[int]]] = {}
+    for op_id, groups in tasks:
+        by_op.setdefault(op_id, []).append(groups)
+    if _keyed_bytes(sp, set(by_op)) < parallel.MIN_PARALLEL_BYTES:
+        return None
+    out: list[_StatsPiece] = []
+    for op_id, ranges in by_op.items():
+        step = max(1, -(-len(ranges) // (workers * parallel.PIECES_PER_WORKER)))
+        for i in range(0, len(ranges), step):
+            kgs = tuple(kg for r in ranges[i:i + step] for kg in r)
+            out.append((sp.metadata_location, sp.io, op_id, state, top, len(out), kgs))
+    return out if len(out) > 1 else None
+
+
+def _stats_piece(piece: _StatsPiece) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """In a worker: the statistics rows and heaviest keys of one operator's keyed states in
+    some key groups (``table:<piece>``, ``keys:<piece>``)."""
+    from statequery.stats import state_stats
+
+    loc, io, op_id, state, top, index, kgs = piece
+    st = state_stats(_worker_savepoint(loc, io), op_id, state, top=top, key_groups=kgs,
+                     operator_state=False)
+    for name, table in ((f"table:{index}", st.table), (f"keys:{index}", st.heaviest_keys)):
+        for batch in table.to_batches():
+            yield name, batch
+
+
+def _parallel_stats(
+    sp: Savepoint, operator: str | None, state: str | None, top: int,
+    pieces: list[_StatsPiece], workers: int,
+) -> StateStats:
+    """:func:`statequery.stats.state_stats` with its keyed ranges in ``workers`` processes:
+    each state's rows in range order, its heaviest keys the ``top`` of every piece's by weight,
+    the first seen first among equal weights (as one pass keeps them)."""
+    import pyarrow as pa
+
+    from statequery.parallel import ordered_map
+    from statequery.stats import HEAVIEST_KEYS_SCHEMA, STATE_STATS_SCHEMA, StateStats, state_stats
+
+    base = state_stats(sp, operator, state, top=top, key_groups=())  # operator state, the order
+    rows: dict[tuple[str, str], list[dict[str, Any]]] = {k: [] for k in base.max_parallelism}
+    keys: dict[tuple[str, str], list[tuple[int, int, int, dict[str, Any]]]] = {
+        k: [] for k in base.max_parallelism
+    }
+    for r in base.table.to_pylist():
+        rows[(r["operator_id"], r["state"])].append(r)
+    seen = 0
+    for name, batch in ordered_map(_stats_piece, pieces, workers):
+        kind, index = name.split(":")
+        for r in batch.to_pylist():
+            k = (r["operator_id"], r["state"])
+            if kind == "table":
+                rows[k].append(r)
+            else:
+                weight = r["bytes"] if r["bytes"] is not None else r["entries"]
+                seen += 1
+                keys[k].append((-weight, int(index), seen, r))
+    table_rows = [r for k in rows for r in rows[k]]
+    key_rows = [r for k in keys for *_, r in sorted(keys[k], key=lambda t: t[:3])[:top]]
+    return StateStats(
+        pa.Table.from_pylist(table_rows, schema=STATE_STATS_SCHEMA),
+        pa.Table.from_pylist(key_rows, schema=HEAVIEST_KEYS_SCHEMA),
+        base.max_parallelism,
+        base.parallelism,
+    )
+
+
+def _worker_savepoint(location: str, io: FileIO) -> Savepoint:
+    sp = _WORKER_SAVEPOINTS.get(location)
+    if sp is None:
+        if len(_WORKER_SAVEPOINTS) >= 4:
+            _WORKER_SAVEPOINTS.pop(next(iter(_WORKER_SAVEPOINTS))).close()
+        sp = _WORKER_SAVEPOINTS[location] = Savepoint.open(location, io=io)
+    return sp
+
+
+def _diff_piece(piece: _DiffPiece) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """In a worker: the diff rows of one operator's keyed states in some key groups."""
+    from statequery.diff import diff_batches
+
+    old_loc, old_io, new_loc, new_io, op_id, state, kgs = piece
+    old, new = _worker_savepoint(old_loc, old_io), _worker_savepoint(new_loc, new_io)
+    for batch in diff_batches(old, new, op_id, state, key_groups=kgs, operator_state=False):
+        yield "diff", batch
 
 
 def _older_snapshot(raw: bytes, metadata: bytes, source: str, warn: bool) -> KeptParts | None:

@@ -69,6 +69,7 @@ __all__ = [
     "read_operator",
     "read_schema",
     "read_table",
+    "run_tasks",
 ]
 
 DEFAULT_BATCH_SIZE = 65536
@@ -811,22 +812,110 @@ def read_batches(
     mode: str | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     pickled: bool = False,
+    workers: int | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The rows of one state, task after task (planned now: bad options raise here; bytes are
-    read as the batches are consumed); ``pickled``: with the ``*_py`` columns."""
+    read as the batches are consumed); ``pickled``: with the ``*_py`` columns. ``workers``:
+    processes a large read runs its key-group ranges in (:func:`statequery.parallel.run_tasks`;
+    None: ``$STATEQUERY_WORKERS`` or every core; 1: this process), rows in the same order."""
+    from statequery.parallel import resolve_workers
+
     if batch_size <= 0:
         raise InvalidOptionError(f"batch_size must be positive, got {batch_size}")
+    n = resolve_workers(workers)
     tasks = plan(model, ctx, state, keys=keys, key_groups=key_groups, mode=mode,
                  pickled=pickled)
-    return _run(ctx, tasks, batch_size)
+    return _run(ctx, tasks, batch_size, n)
 
 
 def _run(
-    ctx: ReadContext, tasks: list[ScanTask], batch_size: int
+    ctx: ReadContext, tasks: list[ScanTask], batch_size: int, workers: int = 1
 ) -> Iterator[pa.RecordBatch]:
-    for task in tasks:
-        for _name, batch in execute(task, ctx, batch_size=batch_size):
-            yield batch
+    for _name, batch in run_tasks(ctx, tasks, batch_size, workers):
+        yield batch
+
+
+# -- every core (statequery.parallel) ------------------------------------------------------------
+
+
+def _task_bytes(task: ScanTask) -> int:
+    """The bytes of state files ``task`` reads (its byte ranges; else its handle's streams)."""
+    handle = task.handle
+    if task.byte_ranges:
+        size = handle.size if isinstance(handle, KeyGroupsHandle) else None
+        return sum((b if b >= 0 else (size or a)) - a for a, b in task.byte_ranges)
+    streams = getattr(handle, "stream_handles", None)
+    return sum(getattr(s, "size", 0) or 0 for s in streams()) if streams is not None else 0
+
+
+def _split_task(task: ScanTask, pieces: int) -> list[ScanTask]:
+    """A task over a key-groups stream (canonical and hashmap layouts; each key group read on
+    its own) cut into ``pieces`` key-group ranges: the same rows in the same order. RocksDB
+    tasks (a database restored whole) and raw keyed streams stay whole."""
+    handle = task.handle
+    if pieces <= 1 or not task.keyed or task.raw or not isinstance(handle, KeyGroupsHandle):
+        return [task]
+    groups = tuple(task.key_groups) if task.key_groups is not None else tuple(
+        handle.start_key_group + i for i, o in enumerate(handle.offsets) if o > 0
+    )
+    if len(groups) <= 1:
+        return [task]
+    out = []
+    for piece in split_key_groups(groups, -(-len(groups) // pieces)):
+        chunk = tuple(piece)
+        runs = None
+        if task.runs is not None:
+            wanted = set(chunk)
+            held = tuple(p for p in task.runs.key_groups if p[0] in wanted)
+            runs = replace(task.runs, key_groups=held) if held else None
+        out.append(_with_groups(task, chunk, runs))
+    return out
+
+
+def plan_pieces(tasks: Sequence[ScanTask], workers: int) -> list[ScanTask] | None:
+    """``tasks`` cut into key-group ranges for ``workers`` processes (about
+    :data:`~statequery.parallel.PIECES_PER_WORKER` each), in the same order; None when the read
+    stays in this process: one worker, a key filter (lookups), or fewer than
+    :data:`~statequery.parallel.MIN_PARALLEL_BYTES` of state files."""
+    from statequery import parallel
+
+    if workers <= 1 or not tasks or any(t.keys is not None for t in tasks):
+        return None
+    total = sum(_task_bytes(t) for t in tasks)
+    if total < parallel.MIN_PARALLEL_BYTES:
+        return None
+    target = max(1, total // (workers * parallel.PIECES_PER_WORKER))
+    out = [p for t in tasks for p in _split_task(t, -(-_task_bytes(t) // target))]
+    return out if len(out) > 1 else None
+
+
+def _piece_pairs(
+    task: ScanTask, io: FileIO, batch_size: int
+) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """In a worker: one piece's pairs, read through the caller's (pickled) ``io``."""
+    try:
+        yield from execute(task, ReadContext.of(io, task.metadata_dir), batch_size=batch_size)
+    finally:
+        io.close()
+
+
+def run_tasks(
+    ctx: ReadContext, tasks: Sequence[ScanTask], batch_size: int, workers: int = 1
+) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """The ``(state name, batch)`` pairs of ``tasks`` in task order: their key-group ranges in
+    ``workers`` processes (:func:`statequery.parallel.ordered_map`) when the read is large
+    enough (:func:`plan_pieces`), else in this process."""
+    from functools import partial
+
+    from statequery import parallel
+
+    pieces = plan_pieces(tasks, workers)
+    if pieces is None:
+        for task in tasks:
+            yield from execute(task, ctx, batch_size=batch_size)
+        return
+    run = partial(_piece_pairs, io=ctx.io, batch_size=batch_size)
+    yield from parallel.ordered_map(run, pieces, workers)
 
 
 def read_table(
@@ -838,12 +927,13 @@ def read_table(
     key_groups: Iterable[int] | None = None,
     mode: str | None = None,
     pickled: bool = False,
+    workers: int | None = None,
 ) -> pa.Table:
     """:func:`read_batches` collected into one Table."""
     _check_readable(state)  # before the schema: a state without rows says why
     schema = read_schema(state.layout, mode, pickled, ctx.classpath)
     batches = list(read_batches(model, ctx, state, keys=keys, key_groups=key_groups, mode=mode,
-                                pickled=pickled))
+                                pickled=pickled, workers=workers))
     return pa.Table.from_batches(batches, schema=schema)
 
 
@@ -856,26 +946,25 @@ def read_operator(
     key_groups: Iterable[int] | None = None,
     mode: str | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
+    workers: int | None = None,
 ) -> Iterator[tuple[str, pa.RecordBatch]]:
     """The rows of several states of one operator as ``(state name, batch)`` pairs: the keyed
     ones in one pass (each key group of each subtask handle is read and walked once for all of
     them, :func:`plan_states`), then each operator state's streams. Planned now (bad options
-    raise here); bytes are read as the pairs are consumed. Memory: one batch per state."""
+    raise here); bytes are read as the pairs are consumed. Memory: one batch per state (with
+    ``workers`` > 1, a few key-group ranges per worker). ``workers`` as in
+    :func:`read_batches`; each state's rows come in the same order."""
+    from statequery.parallel import resolve_workers
+
     if batch_size <= 0:
         raise InvalidOptionError(f"batch_size must be positive, got {batch_size}")
+    n = resolve_workers(workers)
     keyed = [s for s in states if s.layout.keyed]
     tasks = plan_states(model, ctx, keyed, keys=keys, key_groups=key_groups, mode=mode)
     for s in states:
         if not s.layout.keyed:
             tasks.extend(plan(model, ctx, s, keys=keys, key_groups=key_groups, mode=mode))
-    return _run_pairs(ctx, tasks, batch_size)
-
-
-def _run_pairs(
-    ctx: ReadContext, tasks: list[ScanTask], batch_size: int
-) -> Iterator[tuple[str, pa.RecordBatch]]:
-    for task in tasks:
-        yield from execute(task, ctx, batch_size=batch_size)
+    return run_tasks(ctx, tasks, batch_size, n)
 
 
 def lookup(

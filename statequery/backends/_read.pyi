@@ -100,3 +100,11 @@ def feed_key_group(
     stop: bytes,
     wanted: Any,
 ) -> tuple[int, int, tuple[bytes, bytes] | None]: ...
+
+class KeyFilter:
+    """Passes on only the entries whose key starts with one of ``wanted`` (compared in C)."""
+
+    def __init__(
+        self, inner: Callable[..., None], wanted: Sequence[bytes], skip: int = 0
+    ) -> None: ...
+    def __call__(self, buf: bytes, kpos: int, kend: int, vpos: int, vend: int, kg: int) -> None: ...

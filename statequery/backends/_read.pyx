@@ -1501,6 +1501,7 @@ def scan_key_group(buf, int kg, int prefix_len, handlers, finishers=(), list run
     cdef int sid, nxt, first, hi, lo, prefix
     cdef object handler
     cdef EntrySink sink
+    cdef KeyFilter filt
     cdef bint is_sink
     if n < 2:
         raise DecodeError("key group shorter than its state id", 0)
@@ -1536,6 +1537,9 @@ def scan_key_group(buf, int kg, int prefix_len, handlers, finishers=(), list run
             if (first & 0x7F) != hi:
                 raise DecodeError(f"entry of another key group inside key group {kg}", entry + 4)
         else:
+            filt = handler if isinstance(handler, KeyFilter) else None
+            if filt is not None:
+                handler = filt.inner
             is_sink = isinstance(handler, EntrySink)
             sink = handler if is_sink else None
             while True:
@@ -1556,7 +1560,9 @@ def scan_key_group(buf, int kg, int prefix_len, handlers, finishers=(), list run
                 if (first & 0x7F) != hi or (lo >= 0 and b[kpos + 1] != lo):
                     prefix = (first & 0x7F) if lo < 0 else ((first & 0x7F) << 8) | b[kpos + 1]
                     raise DecodeError(f"entry of key group {prefix} inside key group {kg}", kpos)
-                if is_sink:
+                if filt is not None and not filt.matches(b, kpos + prefix_len, kend):
+                    pass
+                elif is_sink:
                     try:
                         sink.add(b, kpos + prefix_len, kend, b, vpos, vend, kg)
                     except DecodeError:
@@ -1590,6 +1596,40 @@ def scan_key_group(buf, int kg, int prefix_len, handlers, finishers=(), list run
         sid = nxt
         handler = handlers[sid]
         run_start = pos
+
+
+cdef class KeyFilter:
+    """An entry handler passing on only the entries whose composite key (after the key-group
+    prefix, and ``skip`` bytes: a timer's timestamp) starts with one of ``wanted`` (serialized
+    keys: prefix-free, so a prefix match is a whole-key match) to ``inner``: the lookups' filter,
+    compared in C by :func:`scan_key_group` (no Python call per skipped entry). Callable like a
+    pure-Python entry handler (the other walkers call it)."""
+    cdef object inner
+    cdef EntrySink sink
+    cdef tuple wanted
+    cdef Py_ssize_t skip
+
+    def __cinit__(self, inner, wanted, Py_ssize_t skip=0):
+        self.inner = inner
+        self.sink = inner if isinstance(inner, EntrySink) else None
+        self.wanted = tuple(bytes(k) for k in wanted)
+        self.skip = skip
+
+    cdef inline bint matches(self, const uint8_t* b, Py_ssize_t kpos, Py_ssize_t kend):
+        cdef bytes k
+        cdef Py_ssize_t m
+        cdef Py_ssize_t start = kpos + self.skip
+        for k in self.wanted:
+            m = len(k)
+            if start + m <= kend and memcmp(b + start, <const char*>k, m) == 0:
+                return True
+        return False
+
+    def __call__(self, buf, Py_ssize_t kpos, Py_ssize_t kend, Py_ssize_t vpos, Py_ssize_t vend,
+                 int kg):
+        cdef const uint8_t[::1] view = buf
+        if view.shape[0] and self.matches(&view[0], kpos, kend):
+            self.inner(buf, kpos, kend, vpos, vend, kg)
 
 
 cdef _call(handler, buf, Py_ssize_t kpos, Py_ssize_t kend, Py_ssize_t vpos, Py_ssize_t vend,

@@ -161,21 +161,24 @@ class CompositeEntryDecoder:
             on_entry = self._map_handler()
         else:
             raise UnsupportedFormatError(f"state {layout.name!r} of kind {kind} is not keyed")
-        if key_bytes is None:
-            # the compiled path, when built and the shape is covered: the handlers above stay
-            # the reference (and still check the layout), the sink decodes into Arrow buffers
-            from statequery.backends.fastpath import entry_sink
+        # the compiled path, when built and the shape is covered: the handlers above stay
+        # the reference (and still check the layout), the sink decodes into Arrow buffers (also
+        # for lookups: a flush from buffers never converts Python lists, whose first conversion
+        # in a process makes pyarrow import pandas, most of a first lookup's CPU)
+        from statequery.backends.fastpath import entry_sink
 
-            sink = entry_sink(layout, self.mode, builder.schema)
-            if sink is not None:
-                on_entry = builder.attach(sink)
-                self.finish = on_entry.finish  # completes a nested map's row
+        sink = entry_sink(layout, self.mode, builder.schema)
+        if sink is not None:
+            on_entry = builder.attach(sink)
+            self.finish = on_entry.finish  # completes a nested map's row
         if key_bytes is not None:
             # lookups: entries whose serialized key differs are skipped without decoding
             # (serialized keys are prefix-free, so startswith is exact for a whole key; timer
             # keys start with the 8-byte timestamp)
             inner, skip = on_entry, 8 if layout.is_timer else 0
             wanted = (key_bytes,) if isinstance(key_bytes, bytes) else tuple(key_bytes)
+            mod = compiled()
+            key_filter = getattr(mod, "KeyFilter", None) if mod is not None else None
 
             def on_matching_entry(
                 buf: bytes, kpos: int, kend: int, vpos: int, vend: int, kg: int
@@ -186,7 +189,9 @@ class CompositeEntryDecoder:
                         inner(buf, kpos, kend, vpos, vend, kg)
                         return
 
-            on_entry = on_matching_entry
+            # compiled: the canonical walk compares the keys in C (a warm lookup walks a key
+            # group of thousands of entries for a few rows)
+            on_entry = on_matching_entry if key_filter is None else key_filter(inner, wanted, skip)
         sized = getattr(builder, "on_entry_bytes", None)
         if sized is not None:
             # state statistics (statequery.stats): each entry's serialized composite key and

@@ -150,6 +150,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--out", help="write all rows to a .parquet, .csv or .arrow file")
     _version_arg(r)
     _pickled_arg(r)
+    r.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="processes a large read runs in (default: $STATEQUERY_WORKERS, else "
+                   "every core; 1: this process)")
 
     lk = sub.add_parser("lookup", help="everything every keyed state holds for one key",
                         parents=[store, classes])
@@ -280,7 +283,8 @@ def _read(args: argparse.Namespace) -> int:
     else:
         raise InvalidOptionError("name the state: a table name, or --operator and --state")
     key = None if args.key is None else parse_key_text(args.key, info.key_spec)
-    table = sp.read(info, key=key, mode=args.mode, pickled=_pickled(args))
+    table = sp.read(info, key=key, mode=args.mode, pickled=_pickled(args),
+                    workers=args.workers)
     total = table.num_rows
     if args.out:
         _write_out(table, args.out)

@@ -88,15 +88,18 @@ def export_operator(
     states: Iterable[str] | None = None,
     key: Any = None,
     mode: str | None = None,
+    workers: int | None = None,
 ) -> list[tuple[str, int]]:
     """Write ``operator``'s ``states`` (default: every readable one; with ``key``, every keyed
-    one) to ``directory``; returns ``(path, rows)`` per state, in the operator's state order."""
+    one) to ``directory``; returns ``(path, rows)`` per state, in the operator's state order.
+    ``workers``: as :meth:`~statequery.savepoint.Savepoint.read_operator` takes it."""
     if fmt not in FORMATS:
         raise OutputError(f"--format {fmt}: use one of {', '.join(FORMATS)}")
     keyed_only = key is not None
     infos = sp.operator_states(operator, states, keyed_only=keyed_only)
     # plan first: a bad option or state fails before anything is written
-    pairs = sp.read_operator(operator, [s.name for s in infos], key=key, mode=mode)
+    pairs = sp.read_operator(operator, [s.name for s in infos], key=key, mode=mode,
+                             workers=workers)
     parent = os.path.dirname(os.path.abspath(directory))
     if not os.path.isdir(parent):
         raise OutputError(f"--out {directory}: the directory {parent} does not exist")

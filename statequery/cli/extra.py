@@ -75,6 +75,9 @@ def add_parsers(sub: Any, parents: list[argparse.ArgumentParser] | None = None) 
                     help="the files' format (default: parquet)")
     ex.add_argument("--key", help="only this key (JSON array/object for composite keys)")
     ex.add_argument("--mode", choices=("rows", "flat", "nested"), help="list/map row shape")
+    ex.add_argument("--workers", type=int, default=None, metavar="N",
+                    help="processes the read runs in (default: $STATEQUERY_WORKERS, else every "
+                    "core; 1: this process)")
 
 
 def _diff(args: argparse.Namespace) -> int:
@@ -191,7 +194,8 @@ def _export(args: argparse.Namespace) -> int:
     if args.key is not None:
         key = parse_key_text(args.key, sp.operator(args.operator).key_spec)
     written = export_operator(
-        sp, args.operator, args.out, args.format, states=args.state, key=key, mode=args.mode
+        sp, args.operator, args.out, args.format, states=args.state, key=key, mode=args.mode,
+        workers=args.workers,
     )
     for path, rows in written:
         print(f"wrote {rows} rows to {path}")
