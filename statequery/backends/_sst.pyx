@@ -288,3 +288,93 @@ cdef class CheckedPairs:
             raise StopIteration
         self.last = item
         return item
+
+
+cdef inline uint64_t _u32(const uint8_t* p):
+    return <uint64_t>p[0] | (<uint64_t>p[1] << 8) | (<uint64_t>p[2] << 16) | (<uint64_t>p[3] << 24)
+
+
+cdef Py_ssize_t _restarts_limit(const uint8_t* p, Py_ssize_t n, str source,
+                                Py_ssize_t base) except -1:
+    """The restart-array check of ``_Block.__init__`` (same verdicts, same messages) without
+    building its tuple of restart offsets: returns where the restart array begins."""
+    cdef uint64_t word, num_restarts, num_buckets, r, top = 0
+    cdef Py_ssize_t end, restarts_at, i
+    if n < 4:
+        raise CorruptStateError(f"block of {n} bytes is too short", source, base)
+    word = _u32(p + n - 4)
+    num_restarts = word & 0x7FFFFFFF
+    end = n - 4
+    if word & 0x80000000:  # kDataBlockBinaryAndHash: hash index (uint8 buckets + uint16 count)
+        if end < 2:
+            raise CorruptStateError("truncated data block hash index", source, base)
+        num_buckets = <uint64_t>p[end - 2] | (<uint64_t>p[end - 1] << 8)
+        end -= 2 + <Py_ssize_t>num_buckets
+    # num_restarts < 2**31: 4 * num_restarts fits a Py_ssize_t
+    restarts_at = end - 4 * <Py_ssize_t>num_restarts
+    if num_restarts == 0 or restarts_at < 0:
+        raise CorruptStateError(f"block restart count {num_restarts} does not fit", source, base)
+    if restarts_at:
+        for i in range(<Py_ssize_t>num_restarts):
+            r = _u32(p + restarts_at + 4 * i)
+            if r > top:
+                top = r
+        if top >= <uint64_t>restarts_at:
+            raise CorruptStateError("restart offset out of range", source, base)
+    return restarts_at
+
+
+def check_block(bytes data, str source, Py_ssize_t base):
+    """The restart-array check of ``_Block(data, source, base)``; returns the entry area's
+    end (``_Block.limit``)."""
+    return _restarts_limit(<const uint8_t*>PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data),
+                           source, base)
+
+
+def check_data_blocks(int fd, list handles, Py_ssize_t file_size, checksum, uint64_t base_context,
+                      decompress, mismatch, str source):
+    """The pre-check of every data block of one table (``SstFile.check_blocks``), one call per
+    file: for each ``(separator, handle)`` of ``handles``, the block and its trailer read
+    (``SstFile._pread``), its checksum verified (``checksum(raw, n)``, the footer's function;
+    format_version 6+ subtracts the context of the block's offset from the stored value), an
+    uncompressed block checked in place and a compressed one inflated by ``decompress`` (the
+    pure path's ``_decompress``), then its restart array checked as ``_Block`` does. A mismatch
+    raises ``mismatch("data", handle, stored, computed)``. Same verdicts, same errors as
+    ``SstFile.read_block`` for each handle in turn."""
+    import os
+    cdef Py_ssize_t off, size, n, i
+    cdef uint64_t stored, modifier, computed
+    cdef bytes raw, data
+    cdef const uint8_t* p
+    cdef int kind
+    pread = os.pread
+    for i in range(len(handles)):
+        h = (<tuple>handles[i])[1]
+        ho, hs = h.offset, h.size  # Python ints first: a forged varint can exceed 2**63
+        if ho < 0 or hs + 5 < 0 or ho + hs + 5 > file_size:
+            raise CorruptStateError(
+                f"block [{ho}, {ho + hs + 5}) lies outside the {file_size}-byte file "
+                "(truncated?)", source, ho)
+        off = ho
+        size = hs
+        n = size + 5
+        raw = pread(fd, n, off)
+        if PyBytes_GET_SIZE(raw) != n:
+            raise CorruptStateError(f"short read of {n} bytes (truncated?)", source, off)
+        p = <const uint8_t*>PyBytes_AS_STRING(raw)
+        if checksum is not None:
+            stored = _u32(p + size + 1)
+            if base_context:
+                modifier = (base_context ^ (((<uint64_t>off & 0xFFFFFFFF)
+                                             + (<uint64_t>off >> 32)) & 0xFFFFFFFF)) & 0xFFFFFFFF
+                stored = (stored - modifier) & 0xFFFFFFFF
+            computed = checksum(raw, size + 1)
+            if stored != computed:
+                raise mismatch("data", h, stored, computed)
+        kind = p[size]
+        if kind:
+            data = decompress(kind, raw[:size], source, off)
+            _restarts_limit(<const uint8_t*>PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data),
+                            source, off)
+        else:
+            _restarts_limit(p, size, source, off)
