@@ -378,3 +378,97 @@ def check_data_blocks(int fd, list handles, Py_ssize_t file_size, checksum, uint
                             source, off)
         else:
             _restarts_limit(p, size, source, off)
+
+
+cdef inline Py_ssize_t _small_varint(const uint8_t* p, Py_ssize_t pos, Py_ssize_t n,
+                                     uint64_t* out):
+    """A varint of at most 9 bytes (below 2**63) at pos; -1 for anything else (past ``n``,
+    longer): the caller then leaves the block to the pure-Python walk."""
+    cdef uint64_t result = 0
+    cdef int shift = 0
+    cdef uint8_t b
+    while shift <= 56:
+        if pos >= n:
+            return -1
+        b = p[pos]
+        pos += 1
+        result |= (<uint64_t>(b & 0x7F)) << shift
+        if b < 0x80:
+            out[0] = result
+            return pos
+        shift += 7
+    return -1
+
+
+DEF _LIMIT = 1 << 62
+
+
+def index_handles(bytes data, Py_ssize_t pos, Py_ssize_t limit, bint first_keys, handle):
+    """The entries of an index block with delta-encoded values from ``pos`` (a restart offset)
+    to ``limit``, as ``[(key, handle(offset, size))]``: ``_Block._index_handles`` read whole.
+    Returns None for a block it does not read exactly as the pure walk would (a malformed or
+    out-of-range entry, a varint longer than 9 bytes, an offset or size outside [0, 2**62)):
+    the caller then walks it in Python, which raises the typed error or reads the odd values.
+    """
+    cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(data)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(data)
+    cdef uint64_t shared, non_shared, off = 0, size = 0, zz, skip
+    cdef long long delta, new_size
+    cdef Py_ssize_t keylen = 0, cap = 0, end_key
+    cdef uint8_t* key = NULL
+    cdef uint8_t* grown
+    cdef bint has_prev = False
+    cdef list out = []
+    if limit > n or pos < 0:
+        return None
+    try:
+        while pos < limit:
+            pos = _small_varint(p, pos, n, &shared)
+            if pos < 0:
+                return None
+            pos = _small_varint(p, pos, n, &non_shared)
+            if pos < 0 or non_shared > <uint64_t>limit or shared > <uint64_t>keylen:
+                return None
+            end_key = pos + <Py_ssize_t>non_shared
+            if end_key > limit:
+                return None
+            if <Py_ssize_t>(shared + non_shared) > cap:
+                cap = <Py_ssize_t>(shared + non_shared) * 2 + 64
+                grown = <uint8_t*>realloc(key, cap)
+                if grown == NULL:
+                    raise MemoryError()
+                key = grown
+            if non_shared:
+                memcpy(key + shared, p + pos, non_shared)
+            keylen = <Py_ssize_t>(shared + non_shared)
+            pos = end_key
+            if shared == 0:
+                pos = _small_varint(p, pos, n, &off)
+                if pos >= 0:
+                    pos = _small_varint(p, pos, n, &size)
+                if pos < 0 or off >= _LIMIT or size >= _LIMIT:
+                    return None
+            else:
+                if not has_prev:
+                    return None
+                pos = _small_varint(p, pos, n, &zz)
+                if pos < 0:
+                    return None
+                delta = <long long>(zz >> 1) ^ -<long long>(zz & 1)
+                new_size = <long long>size + delta
+                off = off + size + 5
+                if new_size < 0 or new_size >= _LIMIT or off >= _LIMIT:
+                    return None
+                size = <uint64_t>new_size
+            if first_keys:
+                pos = _small_varint(p, pos, n, &skip)
+                if pos < 0 or skip > <uint64_t>limit:
+                    return None
+                pos += <Py_ssize_t>skip
+                if pos > limit:
+                    return None
+            has_prev = True
+            out.append((PyBytes_FromStringAndSize(<char*>key, keylen), handle(off, size)))
+        return out
+    finally:
+        free(key)

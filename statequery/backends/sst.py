@@ -360,6 +360,19 @@ class _Block:
             handle, _ = _read_handle(value, 0, source)
             yield key, handle
 
+    def all_handles(self) -> list[tuple[bytes, BlockHandle]]:
+        """:meth:`handles` of the whole block as a list; a delta-encoded index is read by one
+        compiled call (``_sst.index_handles``) when built, which hands any block it would not
+        read exactly as the pure walk does back to it (the pure walk raises the typed error)."""
+        compiled = compiled_module() if self.delta_values else None
+        if compiled is not None:
+            out: list[tuple[bytes, BlockHandle]] | None = compiled.index_handles(
+                self.data, self.restarts[0] if self.restarts else self.limit, self.limit,
+                self.first_keys, BlockHandle)
+            if out is not None:
+                return out
+        return list(self.handles())
+
     def _index_entries(self, pos: int) -> Iterator[tuple[bytes, bytes]]:
         """Index entries with delta-encoded values: yields (key, encoded full handle)."""
         for key, handle in self._index_handles(pos):
@@ -752,9 +765,11 @@ class SstFile:
             if self.properties.index_type == 2:  # two-level: partitions of index entries
                 for _, top_handle in top.handles():
                     part = self.read_block(top_handle, delta, what="index partition")
-                    out += [(key if user_key else key[:-8], h) for key, h in part.handles()]
+                    out += [(key if user_key else key[:-8], h) for key, h in part.all_handles()]
+            elif user_key:
+                out = top.all_handles()
             else:
-                out = [(key if user_key else key[:-8], h) for key, h in top.handles()]
+                out = [(key[:-8], h) for key, h in top.all_handles()]
             for _, h in out:
                 self._check_block(h)
             self._index = out
