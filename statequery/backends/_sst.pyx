@@ -13,6 +13,7 @@ from libc.stdint cimport uint8_t, uint64_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcmp, memcpy
 
+from cpython.bytearray cimport PyByteArray_AS_STRING
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 
 from statequery.exceptions import CorruptStateError, UnsupportedFormatError
@@ -332,7 +333,7 @@ def check_block(bytes data, str source, Py_ssize_t base):
 
 
 def check_data_blocks(int fd, list handles, Py_ssize_t file_size, checksum, uint64_t base_context,
-                      decompress, mismatch, str source):
+                      decompress, mismatch, str source, Py_ssize_t max_block=0):
     """The pre-check of every data block of one table (``SstFile.check_blocks``), one call per
     file: for each ``(separator, handle)`` of ``handles``, the block and its trailer read
     (``SstFile._pread``), its checksum verified (``checksum(raw, n)``, the footer's function;
@@ -340,8 +341,16 @@ def check_data_blocks(int fd, list handles, Py_ssize_t file_size, checksum, uint
     uncompressed block checked in place and a compressed one inflated by ``decompress`` (the
     pure path's ``_decompress``), then its restart array checked as ``_Block`` does. A mismatch
     raises ``mismatch("data", handle, stored, computed)``. Same verdicts, same errors as
-    ``SstFile.read_block`` for each handle in turn."""
+    ``SstFile.read_block`` for each handle in turn. A snappy block is inflated here when
+    everything about it is in order (its declared size within ``max_block`` and what snappy can
+    reach, cramjam filling exactly that); any other block goes to ``decompress``, which raises
+    the typed error."""
     import os
+    import cramjam
+    cdef object snappy_into = cramjam.snappy.decompress_raw_into
+    cdef uint64_t declared
+    cdef Py_ssize_t got
+    cdef bytearray out
     cdef Py_ssize_t off, size, n, i
     cdef uint64_t stored, modifier, computed
     cdef bytes raw, data
@@ -372,6 +381,16 @@ def check_data_blocks(int fd, list handles, Py_ssize_t file_size, checksum, uint
             if stored != computed:
                 raise mismatch("data", h, stored, computed)
         kind = p[size]
+        if kind == 1 and max_block > 0 and _small_varint(p, 0, size, &declared) > 0 \
+                and declared <= <uint64_t>max_block and declared <= <uint64_t>(22 * size + 64):
+            out = bytearray(<Py_ssize_t>declared + 1)  # the pure path's spare byte
+            try:
+                got = snappy_into(raw[:size], out)
+            except Exception:
+                got = -1
+            if got == <Py_ssize_t>declared:
+                _restarts_limit(<const uint8_t*>PyByteArray_AS_STRING(out), got, source, off)
+                continue
         if kind:
             data = decompress(kind, raw[:size], source, off)
             _restarts_limit(<const uint8_t*>PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data),

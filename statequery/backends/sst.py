@@ -795,7 +795,7 @@ class SstFile:
         else:
             compiled.check_data_blocks(self._f.fileno(), handles, self.size, self._checksum,
                                        self._base_context, _decompress, self._mismatch,
-                                       self.source)
+                                       self.source, MAX_BLOCK_BYTES)
         self.range_deletions()
 
     def _check_block(self, h: BlockHandle) -> None:
