@@ -5,7 +5,10 @@
 the pure-Python path's checks and error messages; the k-way merge of several tables
 (``MergedPairs``); and ``CheckedPairs``, which checks rocksdict's pairs when they end (see
 ``RocksDBState._pairs``). Blocks reach the walk already verified against their checksums
-(``SstFile.read_block``). Optional: built by setup.py when a C compiler is present;
+(``SstFile.read_block``). And the check a table passes before RocksDB opens it
+(``SstFile.check_blocks``): ``index_handles`` (an index block walked whole) and
+``check_data_blocks`` (every data block read, verified, inflated and its restart array checked),
+with the pure path's verdicts and errors. Optional: built by setup.py when a C compiler is present;
 ``STATEQUERY_PURE_PYTHON=1`` turns it off (see :mod:`statequery.backends.fastpath`).
 """
 
@@ -419,7 +422,7 @@ cdef inline Py_ssize_t _small_varint(const uint8_t* p, Py_ssize_t pos, Py_ssize_
     return -1
 
 
-DEF _LIMIT = 1 << 62
+cdef uint64_t _LIMIT = (<uint64_t>1) << 62  # offsets and sizes the compiled index walk reads
 
 
 def index_handles(bytes data, Py_ssize_t pos, Py_ssize_t limit, bint first_keys, handle):
