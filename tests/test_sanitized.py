@@ -33,6 +33,9 @@ SUITES = [
     # the compiled SST block walk on mutated real blocks (the campaign's finds)
     "tests/backends/test_mutations.py::test_a_huge_shared_prefix_is_corrupt_on_both_paths",
     "tests/backends/test_mutations.py::test_block_walks_agree_on_every_header_varint",
+    # the compiled pre-check of a RocksDB table's blocks (issue 33 item 3), also via the
+    # differential module above; its fixture tables and the crashes it refuses
+    "tests/backends/test_mutations.py::test_malformed_blocks_are_refused_before_rocksdb_reads_them",
 ]
 
 

@@ -5,7 +5,10 @@
 the pure-Python path's checks and error messages; the k-way merge of several tables
 (``MergedPairs``); and ``CheckedPairs``, which checks rocksdict's pairs when they end (see
 ``RocksDBState._pairs``). Blocks reach the walk already verified against their checksums
-(``SstFile.read_block``). Optional: built by setup.py when a C compiler is present;
+(``SstFile.read_block``). And the check a table passes before RocksDB opens it
+(``SstFile.check_blocks``): ``index_handles`` (an index block walked whole) and
+``check_data_blocks`` (every data block read, verified, inflated and its restart array checked),
+with the pure path's verdicts and errors. Optional: built by setup.py when a C compiler is present;
 ``STATEQUERY_PURE_PYTHON=1`` turns it off (see :mod:`statequery.backends.fastpath`).
 """
 
@@ -13,6 +16,7 @@ from libc.stdint cimport uint8_t, uint64_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcmp, memcpy
 
+from cpython.bytearray cimport PyByteArray_AS_STRING
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 
 from statequery.exceptions import CorruptStateError, UnsupportedFormatError
@@ -288,3 +292,205 @@ cdef class CheckedPairs:
             raise StopIteration
         self.last = item
         return item
+
+
+cdef inline uint64_t _u32(const uint8_t* p):
+    return <uint64_t>p[0] | (<uint64_t>p[1] << 8) | (<uint64_t>p[2] << 16) | (<uint64_t>p[3] << 24)
+
+
+cdef Py_ssize_t _restarts_limit(const uint8_t* p, Py_ssize_t n, str source,
+                                Py_ssize_t base) except -1:
+    """The restart-array check of ``_Block.__init__`` (same verdicts, same messages) without
+    building its tuple of restart offsets: returns where the restart array begins."""
+    cdef uint64_t word, num_restarts, num_buckets, r, top = 0
+    cdef Py_ssize_t end, restarts_at, i
+    if n < 4:
+        raise CorruptStateError(f"block of {n} bytes is too short", source, base)
+    word = _u32(p + n - 4)
+    num_restarts = word & 0x7FFFFFFF
+    end = n - 4
+    if word & 0x80000000:  # kDataBlockBinaryAndHash: hash index (uint8 buckets + uint16 count)
+        if end < 2:
+            raise CorruptStateError("truncated data block hash index", source, base)
+        num_buckets = <uint64_t>p[end - 2] | (<uint64_t>p[end - 1] << 8)
+        end -= 2 + <Py_ssize_t>num_buckets
+    # num_restarts < 2**31: 4 * num_restarts fits a Py_ssize_t
+    restarts_at = end - 4 * <Py_ssize_t>num_restarts
+    if num_restarts == 0 or restarts_at < 0:
+        raise CorruptStateError(f"block restart count {num_restarts} does not fit", source, base)
+    if restarts_at:
+        for i in range(<Py_ssize_t>num_restarts):
+            r = _u32(p + restarts_at + 4 * i)
+            if r > top:
+                top = r
+        if top >= <uint64_t>restarts_at:
+            raise CorruptStateError("restart offset out of range", source, base)
+    return restarts_at
+
+
+def check_block(bytes data, str source, Py_ssize_t base):
+    """The restart-array check of ``_Block(data, source, base)``; returns the entry area's
+    end (``_Block.limit``)."""
+    return _restarts_limit(<const uint8_t*>PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data),
+                           source, base)
+
+
+def check_data_blocks(int fd, list handles, Py_ssize_t file_size, checksum, uint64_t base_context,
+                      decompress, mismatch, str source, Py_ssize_t max_block=0):
+    """The pre-check of every data block of one table (``SstFile.check_blocks``), one call per
+    file: for each ``(separator, handle)`` of ``handles``, the block and its trailer read
+    (``SstFile._pread``), its checksum verified (``checksum(raw, n)``, the footer's function;
+    format_version 6+ subtracts the context of the block's offset from the stored value), an
+    uncompressed block checked in place and a compressed one inflated by ``decompress`` (the
+    pure path's ``_decompress``), then its restart array checked as ``_Block`` does. A mismatch
+    raises ``mismatch("data", handle, stored, computed)``. Same verdicts, same errors as
+    ``SstFile.read_block`` for each handle in turn. A snappy block is inflated here when
+    everything about it is in order (its declared size within ``max_block`` and what snappy can
+    reach, cramjam filling exactly that); any other block goes to ``decompress``, which raises
+    the typed error."""
+    import os
+    import cramjam
+    cdef object snappy_into = cramjam.snappy.decompress_raw_into
+    cdef uint64_t declared
+    cdef Py_ssize_t got
+    cdef bytearray out
+    cdef Py_ssize_t off, size, n, i
+    cdef uint64_t stored, modifier, computed
+    cdef bytes raw, data
+    cdef const uint8_t* p
+    cdef int kind
+    pread = os.pread
+    for i in range(len(handles)):
+        h = (<tuple>handles[i])[1]
+        ho, hs = h.offset, h.size  # Python ints first: a forged varint can exceed 2**63
+        if ho < 0 or hs + 5 < 0 or ho + hs + 5 > file_size:
+            raise CorruptStateError(
+                f"block [{ho}, {ho + hs + 5}) lies outside the {file_size}-byte file "
+                "(truncated?)", source, ho)
+        off = ho
+        size = hs
+        n = size + 5
+        raw = pread(fd, n, off)
+        if PyBytes_GET_SIZE(raw) != n:
+            raise CorruptStateError(f"short read of {n} bytes (truncated?)", source, off)
+        p = <const uint8_t*>PyBytes_AS_STRING(raw)
+        if checksum is not None:
+            stored = _u32(p + size + 1)
+            if base_context:
+                modifier = (base_context ^ (((<uint64_t>off & 0xFFFFFFFF)
+                                             + (<uint64_t>off >> 32)) & 0xFFFFFFFF)) & 0xFFFFFFFF
+                stored = (stored - modifier) & 0xFFFFFFFF
+            computed = checksum(raw, size + 1)
+            if stored != computed:
+                raise mismatch("data", h, stored, computed)
+        kind = p[size]
+        if kind == 1 and max_block > 0 and _small_varint(p, 0, size, &declared) > 0 \
+                and declared <= <uint64_t>max_block and declared <= <uint64_t>(22 * size + 64):
+            out = bytearray(<Py_ssize_t>declared + 1)  # the pure path's spare byte
+            try:
+                got = snappy_into(raw[:size], out)
+            except Exception:
+                got = -1
+            if got == <Py_ssize_t>declared:
+                _restarts_limit(<const uint8_t*>PyByteArray_AS_STRING(out), got, source, off)
+                continue
+        if kind:
+            data = decompress(kind, raw[:size], source, off)
+            _restarts_limit(<const uint8_t*>PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data),
+                            source, off)
+        else:
+            _restarts_limit(p, size, source, off)
+
+
+cdef inline Py_ssize_t _small_varint(const uint8_t* p, Py_ssize_t pos, Py_ssize_t n,
+                                     uint64_t* out):
+    """A varint of at most 9 bytes (below 2**63) at pos; -1 for anything else (past ``n``,
+    longer): the caller then leaves the block to the pure-Python walk."""
+    cdef uint64_t result = 0
+    cdef int shift = 0
+    cdef uint8_t b
+    while shift <= 56:
+        if pos >= n:
+            return -1
+        b = p[pos]
+        pos += 1
+        result |= (<uint64_t>(b & 0x7F)) << shift
+        if b < 0x80:
+            out[0] = result
+            return pos
+        shift += 7
+    return -1
+
+
+cdef uint64_t _LIMIT = (<uint64_t>1) << 62  # offsets and sizes the compiled index walk reads
+
+
+def index_handles(bytes data, Py_ssize_t pos, Py_ssize_t limit, bint first_keys, handle):
+    """The entries of an index block with delta-encoded values from ``pos`` (a restart offset)
+    to ``limit``, as ``[(key, handle(offset, size))]``: ``_Block._index_handles`` read whole.
+    Returns None for a block it does not read exactly as the pure walk would (a malformed or
+    out-of-range entry, a varint longer than 9 bytes, an offset or size outside [0, 2**62)):
+    the caller then walks it in Python, which raises the typed error or reads the odd values.
+    """
+    cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(data)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(data)
+    cdef uint64_t shared, non_shared, off = 0, size = 0, zz, skip
+    cdef long long delta, new_size
+    cdef Py_ssize_t keylen = 0, cap = 0, end_key
+    cdef uint8_t* key = NULL
+    cdef uint8_t* grown
+    cdef bint has_prev = False
+    cdef list out = []
+    if limit > n or pos < 0:
+        return None
+    try:
+        while pos < limit:
+            pos = _small_varint(p, pos, n, &shared)
+            if pos < 0:
+                return None
+            pos = _small_varint(p, pos, n, &non_shared)
+            if pos < 0 or non_shared > <uint64_t>limit or shared > <uint64_t>keylen:
+                return None
+            end_key = pos + <Py_ssize_t>non_shared
+            if end_key > limit:
+                return None
+            if <Py_ssize_t>(shared + non_shared) > cap:
+                cap = <Py_ssize_t>(shared + non_shared) * 2 + 64
+                grown = <uint8_t*>realloc(key, cap)
+                if grown == NULL:
+                    raise MemoryError()
+                key = grown
+            if non_shared:
+                memcpy(key + shared, p + pos, non_shared)
+            keylen = <Py_ssize_t>(shared + non_shared)
+            pos = end_key
+            if shared == 0:
+                pos = _small_varint(p, pos, n, &off)
+                if pos >= 0:
+                    pos = _small_varint(p, pos, n, &size)
+                if pos < 0 or off >= _LIMIT or size >= _LIMIT:
+                    return None
+            else:
+                if not has_prev:
+                    return None
+                pos = _small_varint(p, pos, n, &zz)
+                if pos < 0:
+                    return None
+                delta = <long long>(zz >> 1) ^ -<long long>(zz & 1)
+                new_size = <long long>size + delta
+                off = off + size + 5
+                if new_size < 0 or new_size >= _LIMIT or off >= _LIMIT:
+                    return None
+                size = <uint64_t>new_size
+            if first_keys:
+                pos = _small_varint(p, pos, n, &skip)
+                if pos < 0 or skip > <uint64_t>limit:
+                    return None
+                pos += <Py_ssize_t>skip
+                if pos > limit:
+                    return None
+            has_prev = True
+            out.append((PyBytes_FromStringAndSize(<char*>key, keylen), handle(off, size)))
+        return out
+    finally:
+        free(key)

@@ -1051,3 +1051,233 @@ def test_issue_19_values_on_every_container(kind: str) -> None:
         else:
             assert sorted((r["key"]["f0"], tuple(r["map"])) for r in rows) == sorted(
                 (x, ((x, b""),)) for x in _EDGE)
+
+
+# -- the pre-check of a RocksDB table's data blocks (issue 33, item 3) ----------------------------
+
+
+def _block(draw: Any) -> bytes:
+    """A block: an entry area of any bytes, a restart array (offsets mostly inside the area,
+    sometimes past it), its count word (sometimes with the hash-index flag and a bucket array,
+    sometimes a count that does not fit)."""
+    area = draw(st.binary(max_size=120), label="entries")
+    n = draw(st.sampled_from([1, 1, 2, 3, 6, 0]), label="restarts")
+    inside = st.integers(0, max(len(area) - 1, 0))
+    restarts = [draw(st.one_of(*[inside] * 8, st.just(len(area)), st.integers(0, 2**32 - 1)),
+                     label="restart") for _ in range(n)]
+    word = draw(st.one_of(*[st.just(n)] * 6, st.just(n + 1), st.integers(0, 2**32 - 1)),
+                label="count word")
+    tail = b""
+    if draw(st.integers(0, 3), label="hash index") == 0:
+        buckets = draw(st.binary(max_size=8), label="buckets")
+        count = draw(st.one_of(*[st.just(len(buckets))] * 4, st.integers(0, 2**16 - 1)),
+                     label="bucket count")
+        tail = buckets + struct.pack("<H", count)
+        word |= 0x80000000
+    return area + struct.pack(f"<{n}I", *restarts) + tail + struct.pack("<I", word & 0xFFFFFFFF)
+
+
+def _table_file(draw: Any, path: str) -> tuple[Any, list[tuple[bytes, Any]]]:
+    """A file of generated blocks, each with its trailer (compression byte, checksum of the
+    footer's type, with a base context sometimes), some mutated, truncated or pointed past the
+    file after their checksum was computed; an :class:`~statequery.backends.sst.SstFile` over
+    it (built without a footer: the pre-check needs only the blocks) and their handles."""
+    import cramjam
+
+    from statequery.backends import checksums, sst
+
+    kind = draw(st.sampled_from([checksums.CRC32C, checksums.XXHASH, checksums.XXHASH64,
+                                 checksums.XXH3]), label="checksum type")
+    fn = checksums.checksum_function(kind)
+    assert fn is not None
+    base = draw(st.sampled_from([0, 0, 0x5A5A1234]), label="base context")
+    out = bytearray()
+    handles = []
+    for _ in range(draw(st.integers(1, 4), label="blocks")):
+        data = _block(draw)
+        compression = draw(st.sampled_from([0, 0, 0, 1, 1, 7, 9]), label="compression")
+        if compression == 1:
+            data = bytes(cramjam.snappy.compress_raw(data))
+        elif compression == 7:
+            # a varint32 uncompressed size, then the zstd frame (format_version >= 2)
+            data = sst._encode_handle(sst.BlockHandle(len(data), 0))[:-1] + bytes(
+                cramjam.zstd.compress(data))
+        offset = len(out)
+        body = data + bytes([compression])
+        stored = (fn(body, len(body)) + checksums.context_modifier(base, offset)) & 0xFFFFFFFF
+        block = bytearray(body + struct.pack("<I", stored))
+        how = draw(st.sampled_from(["none"] * 6 + ["xor", "xor-resum", "cut", "size"]),
+                   label="mutation")
+        size = len(data)
+        if how in ("xor", "xor-resum") and block:
+            pos = draw(st.integers(0, len(block) - 1), label="position")
+            block[pos] ^= draw(st.integers(1, 255), label="xor")
+            if how == "xor-resum" and pos < len(body):
+                n = len(body)
+                block[n:] = struct.pack("<I", (fn(bytes(block), n) + checksums.context_modifier(
+                    base, offset)) & 0xFFFFFFFF)
+        elif how == "cut":
+            block = block[: draw(st.integers(0, len(block)), label="cut")]
+        elif how == "size":
+            size = draw(st.sampled_from([size + 1, size + 100, 2**40, 2**64 - 1]), label="size")
+        out += block
+        handles.append((b"k", sst.BlockHandle(offset, size)))
+    with open(path, "wb") as f:
+        f.write(out)
+    table = object.__new__(sst.SstFile)
+    table.path = table.source = path
+    table._f = open(path, "rb")
+    table.size = len(out)
+    table.checksum_type = kind
+    table._checksum = fn
+    table._base_context = base
+    table._footer_start = len(out)
+    table._index = handles
+    table._top_index = None
+    table.meta_blocks = {}
+    table._global_seqno = None
+    return table, handles
+
+
+def _verdict(check: Callable[[], None]) -> Any:
+    """None, or the typed error's class and message (anything else propagates)."""
+    from statequery.exceptions import StatequeryError
+
+    try:
+        check()
+    except StatequeryError as e:
+        return type(e).__name__, str(e)
+    return None
+
+
+@SETTINGS
+@given(data=st.data())
+def test_block_prechecks_agree(data: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """``SstFile.check_blocks`` (the check before RocksDB opens a table) on generated,
+    truncated and mutated blocks: the compiled call per table (``_sst.check_data_blocks``)
+    and the pure loop over ``read_block`` pass the same blocks and raise the same typed error
+    with the same message."""
+    from statequery.backends import sst
+
+    _check_built()
+    assert sst.compiled_module() is not None
+    path = str(tmp_path_factory.mktemp("precheck") / "table.sst")
+    table, _ = _table_file(data.draw, path)
+    try:
+        pure, fast = _both(lambda: _verdict(table.check_blocks))  # type: ignore[arg-type,return-value]
+    finally:
+        table.close()
+        os.unlink(path)
+    assert pure == fast, (pure, fast)
+
+
+def test_block_prechecks_agree_on_real_tables() -> None:
+    """Every table of a few real RocksDB fixtures (snappy, uncompressed, format_version 6
+    contexts where present) passes the pre-check on both paths, and each restart-array check
+    of a real data block equals ``_Block``'s."""
+    from statequery.backends import _sst, sst
+
+    _check_built()
+    seen = 0
+    for name in ("datastream-rocksdb-native", "sql-rocksdb-native",
+                 "datastream-rocksdb-incremental-checkpoint"):
+        for path in sorted(fixture_dir(name).rglob("*")):
+            if not path.is_file() or not path.name[:1].isalnum():
+                continue
+            with open(path, "rb") as f:
+                f.seek(-8, os.SEEK_END) if path.stat().st_size >= 8 else None
+                magic = f.read(8)
+            if int.from_bytes(magic, "little") not in (sst.BLOCK_BASED_MAGIC, sst.LEGACY_MAGIC):
+                continue
+            with sst.SstFile(str(path)) as t:
+                assert _both(lambda: _verdict(t.check_blocks)) == (None, None)  # type: ignore[arg-type,return-value]
+                for _, h in t.data_block_handles():
+                    block = t.read_block(h)
+                    assert _sst.check_block(block.data, t.source, h.offset) == block.limit
+                    seen += 1
+    assert seen > 10
+
+
+def _varint_bytes(v: int) -> bytes:
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def _index_block(draw: Any, first_keys: bool) -> bytes:
+    """An index block with delta-encoded values (RocksDB's ``IndexBlockIter`` format: a full
+    handle at restart points, a zig-zag size delta otherwise), then its restart array."""
+    prefix = draw(st.binary(min_size=1, max_size=4), label="common prefix")
+    keys = sorted({prefix + k for k in draw(st.lists(st.binary(max_size=8), min_size=1,
+                                                     max_size=8), label="keys")})
+    interval = draw(st.sampled_from([1, 2, 2, 3, 16]), label="restart interval")
+    offset = draw(st.sampled_from([0, 0, 7, 2**40, 2**62 - 10, 2**63 + 5]), label="first offset")
+    body = bytearray()
+    restarts = []
+    prev_key = b""
+    prev_size = 0
+    for i, key in enumerate(keys):
+        size = draw(st.sampled_from([0, 1, 4096, 4100, 70000, 2**62 + 1]), label="size")
+        shared = 0
+        if i % interval:  # not a restart point: a shared prefix (none: a full handle)
+            while shared < min(len(key), len(prev_key)) and key[shared] == prev_key[shared]:
+                shared += 1
+        restart = shared == 0
+        if i % interval == 0:
+            restarts.append(len(body))
+        body += _varint_bytes(shared) + _varint_bytes(len(key) - shared) + key[shared:]
+        if restart:
+            body += _varint_bytes(offset) + _varint_bytes(size)
+        else:
+            d = size - prev_size
+            body += _varint_bytes((d << 1) ^ (d >> 63) if abs(d) < 2**62 else 2 * abs(d))
+        if first_keys:
+            first = draw(st.binary(max_size=6), label="first key")
+            body += _varint_bytes(len(first)) + first
+        offset += size + 5
+        prev_key, prev_size = key, size
+    if not restarts:
+        restarts = [0]
+    return bytes(body) + struct.pack(f"<{len(restarts)}I", *restarts) + struct.pack(
+        "<I", len(restarts))
+
+
+def _index_outcome(data: bytes, first_keys: bool) -> Any:
+    from statequery.backends import sst
+
+    def read() -> Any:
+        block = sst._Block(data, "index.sst", 1000, delta_values=True, first_keys=first_keys)
+        return [(k, h.offset, h.size) for k, h in block.all_handles()]
+
+    try:
+        return read()
+    except CorruptStateError as e:
+        return type(e).__name__, str(e)
+
+
+@SETTINGS
+@given(data=st.data())
+def test_index_walks_agree(data: Any) -> None:
+    """The index block walk of ``SstFile.data_block_handles`` on generated, truncated and
+    mutated delta-encoded index blocks (with and without first keys, 10-byte varints, offsets
+    and sizes past 2**62): the compiled walk (``_sst.index_handles``) and the pure one return
+    the same handles or raise the same typed error with the same message."""
+    from statequery.backends import sst
+
+    _check_built()
+    assert sst.compiled_module() is not None
+    first_keys = data.draw(st.booleans(), label="first keys")
+    block = _index_block(data.draw, first_keys)
+    how = data.draw(st.sampled_from(["none", "none", "mutate", "varint"]), label="how")
+    if how == "mutate":
+        block = _mutate(data.draw, block, 0)
+    elif how == "varint" and block:
+        pos = data.draw(st.integers(0, len(block) - 1), label="position")
+        big = data.draw(st.sampled_from(["ffffffffffffffffff01", "ffffffffffffffff7f", "80",
+                                         "ffffffff0f"]), label="varint")
+        block = block[:pos] + bytes.fromhex(big) + block[pos + 1 :]
+    pure, fast = _both(lambda: _index_outcome(block, first_keys))  # type: ignore[arg-type,return-value]
+    assert pure == fast, (pure, fast)
