@@ -160,3 +160,52 @@ def test_kryo_2_24_fixed_widths_are_big_endian_and_enums_are_references(tmp_path
     # a back reference to an object not read yet
     with pytest.raises(KryoUndecodable, match="reference"):
         codec.decode(data[:-1] + b"\x09")
+
+
+def test_mutated_kryo_2_24_values_decode_or_stay_raw_never_crash() -> None:
+    """Seeded byte flips, insertions and deletions of the 1.20 fixture's values, decoded as
+    Kryo 2.24: each row is a value of the Arrow type or raw with a reason, never an
+    exception; the unmutated values decode, and a truncation or a trailing byte never does."""
+    import random
+
+    from statequery.arrow.kryo import KRYO_2_24, _column, kryo_codec
+
+    name = "v1.20-types-kryo-hashmap-canonical"
+    jar = fixture_classpath(name)
+    assert jar is not None
+    rng = random.Random(24)
+    with statequery.open(str(fixture_dir(name)), use_snapshot=False) as sp:
+        for state in ("order", "shapes", "shape-log"):
+            spec = sp.state(OP_KT, state).layout.value
+            values = sp.read(OP_KT, state).column("value").to_pylist()
+            codec = kryo_codec(spec, (KRYO_2_24, *jar))
+            assert codec is not None and codec.kryo_version == 2
+            lists = state == "shape-log"
+            typ = pa.list_(codec.arrow_type()) if lists else codec.arrow_type()
+            if not lists:
+                for data in values[:2]:
+                    codec.decode(data)
+                    for cut in range(len(data)):
+                        with pytest.raises(KryoUndecodable):
+                            codec.decode(data[:cut])
+                    with pytest.raises(KryoUndecodable, match="1 bytes left"):
+                        codec.decode(data + b"\x00")
+            mutated: list[bytes | None] = []
+            for data in values:
+                for _ in range(100):
+                    b = bytearray(data)
+                    for _ in range(rng.randint(1, 3)):
+                        op, i = rng.random(), rng.randrange(len(b) or 1)
+                        if op < 0.6 and b:
+                            b[i] = rng.randrange(256)
+                        elif op < 0.8:
+                            b.insert(i, rng.randrange(256))
+                        elif b:
+                            del b[i]
+                    mutated.append(bytes(b))
+            arr, reasons, raw = _column(codec, typ, mutated, "Kryo", lists)
+            assert len(arr) == len(mutated) and arr.type == typ
+            for v, why, r, data in zip(arr.to_pylist(), reasons.to_pylist(), raw.to_pylist(),
+                                       mutated, strict=True):
+                assert (v is None) == (why is not None) == (r is not None)
+                assert r is None or r == data
