@@ -31,6 +31,7 @@ TTL_1X = ["v1.15-ttl-kryo-hashmap-canonical", "v1.15-ttl-kryo-rocksdb-native",
           "v1.20-ttl-kryo-hashmap-canonical", "v1.20-ttl-kryo-rocksdb-native"]
 OP = "ttl-kryo-state"
 OP_KT = "kryo-types"
+KT_1X = ["v1.20-types-kryo-hashmap-canonical", "v1.20-types-kryo-rocksdb-native"]
 
 
 def _zigzag_varlong(data: bytes) -> int:
@@ -78,12 +79,12 @@ def test_flink_1x_kryo_values_decode_with_the_jar(name: str, decode_path: str) -
         assert meta["kryo-value"]["value_decoding"] == "kryo-classpath"
 
 
-def test_the_kryo_types_job_on_flink_1_20_equals_the_oracle(decode_path: str) -> None:
+@pytest.mark.parametrize("name", KT_1X)
+def test_the_kryo_types_job_on_flink_1_20_equals_the_oracle(name: str, decode_path: str) -> None:
     """KryoTypesJob on Flink 1.20.5 (every Kryo shape, Kryo 2.24 bytes), read with its job.jar:
     equal to 1.20.5's own dump with the classes, entry by entry; no value raw."""
     from test_kryo_types import _present
 
-    name = "v1.20-types-kryo-hashmap-canonical"
     with statequery.open(str(fixture_dir(name)), use_snapshot=False,
                          classpath=fixture_classpath(name)) as sp:
         got = sorted(canonical(_present(json.loads(line))) for line in savepoint_entries(sp))

@@ -361,15 +361,14 @@ def generate_run(fxs: list[dict], attempts: int = 2) -> list[dict]:
     return records
 
 
-def kryo_types_run(version: str) -> dict:
-    """``v{minor}-types-kryo-hashmap-canonical`` (1.19 and later: the job uses ``OpenContext``):
+def kryo_types_run(version: str, backend: str = "hashmap", fmt: str = "canonical") -> dict:
+    """``v{minor}-types-kryo-{backend}-{fmt}`` (1.19 and later: the job uses ``OpenContext``):
     ``src/statequery/kryotypes`` compiled against the release's jars and run on them (Flink 1.x:
     Kryo 2.24), its classes and sources as ``job.jar`` beside the savepoint, the release's
     ``SavepointDump`` with those classes and ``-Dstatequery.dump.kryoFields=true`` checked
     against the model (``kryo_types_expected``, uids "" on 1.x); returns the manifest record."""
     minor = version.rsplit(".", 1)[0]
-    fx = _vfx(minor, "types-kryo-hashmap-canonical", "kryo-types", "hashmap", "savepoint",
-              "canonical")
+    fx = _vfx(minor, f"types-kryo-{backend}-{fmt}", "kryo-types", backend, "savepoint", fmt)
     name = fx["name"]
     classes = build_dir(version) / "kryotypes"
     shutil.rmtree(classes, ignore_errors=True)
@@ -385,8 +384,8 @@ def kryo_types_run(version: str) -> dict:
     scratch.mkdir(parents=True)
     with open(scratch / "job.log", "w") as log:
         proc = subprocess.run(["nice", "-n", "15", "java", *JAVA_OPTS, "-cp", cp,
-                               "statequery.kryotypes.KryoTypesJob", "hashmap",
-                               "savepoint-canonical", str(scratch / "out")],
+                               "statequery.kryotypes.KryoTypesJob", backend,
+                               f"savepoint-{fmt}", str(scratch / "out")],
                               stdout=subprocess.PIPE, stderr=log, text=True, timeout=900)
     snaps = [Path(line.split("=", 1)[1]) for line in proc.stdout.splitlines()
              if line.startswith("SNAPSHOT_PATH=")]
@@ -405,10 +404,12 @@ def kryo_types_run(version: str) -> dict:
         for e in entries:
             e["operator_uid"] = ""
     gf.write_jsonl(exp, entries)
+    # 1.x: what RocksDB wrote is restored by RocksDB (as in generate_run)
+    opts = ["--backend=rocksdb"] if backend == "rocksdb" and not has_uids(version) else []
     with open(scratch / "dump.log", "w") as err:
         ok = subprocess.run(["nice", "-n", "15", "java", *JAVA_OPTS,
                              "-Dstatequery.dump.kryoFields=true", "-cp", cp,
-                             "statequery.fixtures.SavepointDump", str(dest / snaps[0].name),
+                             "statequery.fixtures.SavepointDump", *opts, str(dest / snaps[0].name),
                              str(dump)], stdout=err, stderr=err, timeout=900).returncode == 0
     problems = gf.compare(exp, dump) if ok else [f"SavepointDump failed, see {scratch}/dump.log"]
     if problems:
@@ -485,6 +486,7 @@ def main() -> None:
     if args.job == "kryo-types":  # v{minor}-types-kryo-hashmap-canonical, its own run
         for v in args.version or []:
             insert_record(kryo_types_run(VERSIONS[v]))
+            insert_record(kryo_types_run(VERSIONS[v], "rocksdb", "native"))
         return
     selected = [BY_NAME[n] for n in args.only or []]
     selected += [fx for v in args.version or [] for fx in version_matrix(v)
