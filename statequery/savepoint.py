@@ -96,8 +96,6 @@ class Savepoint:
         # restored RocksDB databases stay open for this savepoint (bounded; closed by close())
         from statequery.backends.pool import OpenDatabases
 
-        #: why a classpath given to open() is not used (a Flink 1.x savepoint), else None
-        self._kryo_note: str | None = None
         #: how reads reach the bytes (statequery.scan.ReadContext)
         self.context = scan.ReadContext(self.resolver, self.run_index, OpenDatabases(),
                                         classpath)
@@ -133,7 +131,7 @@ class Savepoint:
         took the savepoint: its column names replace ``f0, f1, ...`` (docs/decoding.md); a
         snapshot written with a plan brings its own.
         """
-        from statequery.arrow.kryo import checked_classpath
+        from statequery.arrow.kryo import checked_classpath, kryo_classpath
 
         entries = checked_classpath(classpath)
         io = io or FileIO(storage_options)
@@ -183,16 +181,10 @@ class Savepoint:
                 kept.plan, f"the plan of the StateMeta snapshot (format {kept.format_version})"
             )
         job = kept.job if kept is not None else None
-        kryo_note = None
-        if entries and len(data) >= 8 and int.from_bytes(data[4:8], "big", signed=True) < 5:
-            # _metadata before version 5: Flink 1.x, whose KryoSerializer is Kryo 2.24
-            kryo_note = (f"{metadata_location} was written by Flink 1.x (Kryo 2.24): its Kryo "
-                         "values are not decoded with the classpath (Flink 2.x's Kryo 5 only)")
-            warnings.warn(kryo_note, stacklevel=2)
-            entries = ()
-        sp = cls(io, metadata_location, data, meta, max_workers, compiled, job, entries)
-        sp._kryo_note = kryo_note
-        return sp
+        # _metadata before version 5: Flink 1.x, whose KryoSerializer is Kryo 2.24
+        flink_1x = len(data) >= 8 and int.from_bytes(data[4:8], "big", signed=True) < 5
+        entries = kryo_classpath(entries, flink_1x)
+        return cls(io, metadata_location, data, meta, max_workers, compiled, job, entries)
 
     def __repr__(self) -> str:
         return f"Savepoint({self.location!r})"
@@ -312,8 +304,6 @@ class Savepoint:
         if not is_kryo(spec):
             return default_value_decoding(state)
         assert isinstance(spec, OpaqueSpec)
-        if self._kryo_note:
-            return "raw", f"{spec.type_class}: {self._kryo_note}"
         decoding, hint = value_decoding(spec, self.context.classpath)
         return decoding, None if hint is None else f"{spec.type_class}: {hint}"
 

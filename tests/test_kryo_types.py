@@ -162,20 +162,6 @@ def test_lookup_decodes_and_diff_stats_operator_tables_keep_bytes() -> None:
         assert sp.stats().table.num_rows > 0
 
 
-def test_a_flink_1x_savepoint_keeps_kryo_values_raw_with_a_classpath() -> None:
-    """Flink 1.x writes Kryo 2.24, which is not decoded: a classpath must not give values
-    decoded by Kryo 5's rules (never a wrong value); state_meta says why."""
-    name = "v1.20-ttl-kryo-hashmap-canonical"
-    with pytest.warns(UserWarning, match="Flink 1.x"):
-        sp = _open(name, [_jar(KRYO[0])])
-    with sp:
-        t = sp.read("ttl-kryo-state", "kryo-value")
-        assert t.schema.field("value").type == pa.binary()
-        meta = {r["state_name"]: r for r in sp.state_meta().to_pylist()}
-        assert meta["kryo-value"]["value_decoding"] == "raw"
-        assert "Flink 1.x" in meta["kryo-value"]["value_decoding_hint"]
-
-
 def test_mutated_values_decode_or_stay_raw_never_crash() -> None:
     """Seeded byte flips, insertions and deletions of every fixture value: each row is a value
     of the Arrow type or raw with a reason, never an exception."""

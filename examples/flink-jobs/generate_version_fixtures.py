@@ -361,6 +361,78 @@ def generate_run(fxs: list[dict], attempts: int = 2) -> list[dict]:
     return records
 
 
+def kryo_types_run(version: str, backend: str = "hashmap", fmt: str = "canonical") -> dict:
+    """``v{minor}-types-kryo-{backend}-{fmt}`` (1.19 and later: the job uses ``OpenContext``):
+    ``src/statequery/kryotypes`` compiled against the release's jars and run on them (Flink 1.x:
+    Kryo 2.24), its classes and sources as ``job.jar`` beside the savepoint, the release's
+    ``SavepointDump`` with those classes and ``-Dstatequery.dump.kryoFields=true`` checked
+    against the model (``kryo_types_expected``, uids "" on 1.x); returns the manifest record."""
+    minor = version.rsplit(".", 1)[0]
+    fx = _vfx(minor, f"types-kryo-{backend}-{fmt}", "kryo-types", backend, "savepoint", fmt)
+    name = fx["name"]
+    classes = build_dir(version) / "kryotypes"
+    shutil.rmtree(classes, ignore_errors=True)
+    classes.mkdir(parents=True)
+    cp = build(version)
+    subprocess.run(["nice", "-n", "15", "javac", "-nowarn", "-encoding", "UTF-8", "-d",
+                    str(classes), "-cp", cp,
+                    *map(str, sorted((HERE / "src" / "statequery" / "kryotypes").glob("*.java")))],
+                   check=True)
+    cp = f"{cp}:{classes}"
+    scratch = SCRATCH / name
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    with open(scratch / "job.log", "w") as log:
+        proc = subprocess.run(["nice", "-n", "15", "java", *JAVA_OPTS, "-cp", cp,
+                               "statequery.kryotypes.KryoTypesJob", backend,
+                               f"savepoint-{fmt}", str(scratch / "out")],
+                              stdout=subprocess.PIPE, stderr=log, text=True, timeout=900)
+    snaps = [Path(line.split("=", 1)[1]) for line in proc.stdout.splitlines()
+             if line.startswith("SNAPSHOT_PATH=")]
+    if proc.returncode != 0 or len(snaps) != 1:
+        raise RuntimeError(f"{name}: job failed ({proc.returncode}), see {scratch}/job.log")
+    dest = FIXTURES / name
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(snaps[0], dest / snaps[0].name)
+    subprocess.run(["jar", "--create", "--file", str(dest / "job.jar"),
+                    "--date=2026-01-01T00:00:00Z", "-C", str(classes), gf.KT_JAR_CLASSES,
+                    "-C", str(HERE / "src"), gf.KT_JAR_CLASSES], check=True)
+    exp = FIXTURES / "expected" / f"{name}.jsonl"
+    dump = FIXTURES / "dump" / f"{name}.jsonl"
+    entries = gf.kryo_types_expected()
+    if not has_uids(version):
+        for e in entries:
+            e["operator_uid"] = ""
+    gf.write_jsonl(exp, entries)
+    # 1.x: what RocksDB wrote is restored by RocksDB (as in generate_run)
+    opts = ["--backend=rocksdb"] if backend == "rocksdb" and not has_uids(version) else []
+    with open(scratch / "dump.log", "w") as err:
+        ok = subprocess.run(["nice", "-n", "15", "java", *JAVA_OPTS,
+                             "-Dstatequery.dump.kryoFields=true", "-cp", cp,
+                             "statequery.fixtures.SavepointDump", *opts, str(dest / snaps[0].name),
+                             str(dump)], stdout=err, stderr=err, timeout=900).returncode == 0
+    problems = gf.compare(exp, dump) if ok else [f"SavepointDump failed, see {scratch}/dump.log"]
+    if problems:
+        raise RuntimeError(f"{name}: dump differs from expected ({len(problems)} lines):\n    "
+                           + "\n    ".join(problems[:20]))
+    rel = f"{name}/{snaps[0].name}"
+    proc = subprocess.run(java(version, "SnapshotInfo", str(FIXTURES / rel)),
+                          capture_output=True, text=True, check=True)
+    infos = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    if not has_uids(version):
+        by_id = {gf.operator_id_for_uid(u): u
+                 for u in ("fixture-source", "fixture-sink", "kryo-types")}
+        for info in infos:
+            info["uid"] = by_id.get(info["operator_id"], "")
+    rec = gf.manifest_record(fx, rel, infos)
+    rec["flink_version"] = version
+    if not has_uids(version):
+        for op in rec["operators"]:
+            op["uid"] = op["name"] = ""
+    print(f"  {name}: {gf.du(dest)} bytes, dump matches the model")
+    return rec
+
+
 def write_manifest(records: dict[str, dict]) -> None:
     """Replace or append the given records in the manifest's ``fixtures`` (others untouched);
     the version fixtures are kept in MATRIX order after the 2.3.0 ones."""
@@ -378,16 +450,44 @@ def write_manifest(records: dict[str, dict]) -> None:
         tmp.replace(path)
 
 
+def insert_record(rec: dict) -> None:
+    """A fixture record outside the matrix (``kryo_types_run``) into the manifest: in place of
+    the record of that name, else after the last record of its minor version (others
+    untouched, in their order)."""
+    path = FIXTURES / "manifest.json"
+    SCRATCH.mkdir(parents=True, exist_ok=True)
+    with open(SCRATCH / "manifest.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = json.loads(path.read_text())
+        names = [r["name"] for r in data["fixtures"]]
+        if rec["name"] in names:
+            data["fixtures"][names.index(rec["name"])] = rec
+        else:
+            prefix = rec["name"].split("-", 1)[0] + "-"
+            at = max((i for i, n in enumerate(names) if n.startswith(prefix)),
+                     default=len(names) - 1)
+            data["fixtures"].insert(at + 1, rec)
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(data, indent=1) + "\n")
+        tmp.replace(path)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--version", action="append", choices=list(VERSIONS),
                     help="every fixture of this minor version (repeatable)")
     ap.add_argument("--only", action="append", choices=sorted(BY_NAME), metavar="NAME",
                     help="one fixture (repeatable)")
-    ap.add_argument("--job", choices=["datastream", "ttl-kryo", "sql-version", "sql-cep-version"],
-                    help="with --version: only this job's fixtures")
+    ap.add_argument("--job", choices=["datastream", "ttl-kryo", "sql-version", "sql-cep-version",
+                                      "kryo-types"],
+                    help="with --version: only this job's fixtures (kryo-types: only so)")
     ap.add_argument("--build-only", action="store_true", help="only compile for the versions")
     args = ap.parse_args()
+    if args.job == "kryo-types":  # v{minor}-types-kryo-hashmap-canonical, its own run
+        for v in args.version or []:
+            insert_record(kryo_types_run(VERSIONS[v]))
+            insert_record(kryo_types_run(VERSIONS[v], "rocksdb", "native"))
+        return
     selected = [BY_NAME[n] for n in args.only or []]
     selected += [fx for v in args.version or [] for fx in version_matrix(v)
                  if args.job in (None, fx["job"])]

@@ -24,10 +24,12 @@ from statequery.serializers.spec import OpaqueSpec, SerializerSpec
 
 __all__ = [
     "KRYO_COLUMNS",
+    "KRYO_2_24",
     "checked_classpath",
     "classpath_of",
     "decode_kryo_columns",
     "is_kryo",
+    "kryo_classpath",
     "kryo_codec",
     "kryo_schema",
     "value_decoding",
@@ -38,6 +40,10 @@ KRYO_COLUMNS = ("key", "user_key", "value")
 #: how a hint names the option
 CLASSPATH_HINT = "the job's jar: classpath=[...] (statequery.open, attach, Spark option " \
     "classpath) or --classpath JAR on the command line"
+
+#: the first entry of a savepoint's classpath tuple when Flink 1.x wrote it: its Kryo values are
+#: Kryo 2.24's (:func:`kryo_classpath` adds it; not a path: no file is named so)
+KRYO_2_24 = "\0kryo-2.24"
 
 _lock = threading.Lock()
 _classpaths: dict[tuple[str, ...], ClassPath] = {}
@@ -65,6 +71,14 @@ def checked_classpath(entries: Sequence[str] | str | None) -> tuple[str, ...]:
     return out
 
 
+def kryo_classpath(entries: tuple[str, ...], flink_1x: bool) -> tuple[str, ...]:
+    """The classpath tuple a savepoint carries: ``entries``, marked :data:`KRYO_2_24` first when
+    Flink 1.x wrote the savepoint (its codecs then read Kryo 2.24)."""
+    if flink_1x and entries and entries[0] != KRYO_2_24:
+        return (KRYO_2_24, *entries)
+    return entries
+
+
 def _classpath(entries: tuple[str, ...]) -> ClassPath:
     with _lock:
         cp = _classpaths.get(entries)
@@ -87,10 +101,14 @@ def kryo_codec(spec: SerializerSpec | None, classpath: tuple[str, ...]) -> KryoC
     with _lock:
         codec = _codecs.get(key)
     if codec is None:
+        v2 = classpath[0] == KRYO_2_24
+        entries = classpath[1:] if v2 else classpath
+        if not entries:
+            return None
         codec = KryoCodec(
-            _classpath(classpath), spec.type_class,
+            _classpath(entries), spec.type_class,
             tuple(KryoRegistration(n, bool(c)) for n, c in spec.kryo_registrations),
-            spec.kryo_default_serializers,
+            spec.kryo_default_serializers, kryo_version=2 if v2 else 5,
         )
         with _lock:
             codec = _codecs.setdefault(key, codec)

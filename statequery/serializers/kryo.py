@@ -1,4 +1,5 @@
-"""Kryo values decoded with the job's classes, without a JVM (Flink 2.x: Kryo 5).
+"""Kryo values decoded with the job's classes, without a JVM (Flink 2.x: Kryo 5; Flink 1.x:
+Kryo 2.24).
 
 Flink's ``KryoSerializer`` writes a value with ``kryo.writeClassAndObject`` on a Kryo with
 reference tracking on, registration not required, and these registrations: Java's primitives and
@@ -20,6 +21,24 @@ from the classpath, a custom Kryo serializer, a JDK class without a decoder here
 reference, bytes left over or missing) raises :class:`KryoUndecodable` with the reason: the value
 then stays raw bytes. Reading is bounded: nesting depth, and every length checked against the
 bytes left.
+
+Flink 1.x's ``KryoSerializer`` is Kryo 2.24.0 (``KryoCodec(..., kryo_version=2)``), configured
+alike (references on, the type class registered first at id 85: Flink 1.x's chill Scala
+registrations fill 10..72 and its chill registrations 73..84). FieldSerializer's layout is the
+same (fields sorted by name, class written unless the declared class is final, ``int``/``long``
+zig-zag varints, ``writeString``'s encoding). What differs from Kryo 5:
+
+* fixed widths (``short``, ``char``, ``float``, ``double``, their arrays and boxed forms) are
+  big-endian;
+* references track enums too (``MapReferenceResolver.useReferences``: all but the eight
+  wrappers), so an enum constant has a reference marker and may be a back reference;
+* ``CollectionSerializer`` and ``MapSerializer`` write the plain size (``writeVarInt(size,
+  true)``, no ``size + 1`` / null form); their elements, as in Kryo 5, without a class when the
+  declared type argument is final (``writeObjectOrNull``), else ``writeClassAndObject``;
+* ``java.time`` has no serializer: FieldSerializer writes the JDK class's own fields (``Instant``
+  and ``Duration``: ``nanos``, ``seconds``; ``LocalDate``: ``day``, ``month`` shorts, ``year``;
+  ``LocalTime``: ``hour``, ``minute``, ``nano``, ``second``; ``LocalDateTime``: ``date``,
+  ``time`` with their reference markers), the same from JDK 8 to 21.
 """
 
 from __future__ import annotations
@@ -39,8 +58,12 @@ __all__ = [
     "KryoCodec",
     "KryoRegistration",
     "KryoUndecodable",
+    "KRYO_VERSIONS",
     "MAX_DEPTH",
 ]
+
+#: the Kryo generations Flink wrote with: 5 (Flink 2.x), 2 (Kryo 2.24.0, Flink 1.x)
+KRYO_VERSIONS = (5, 2)
 
 #: deepest nesting of objects, collections and arrays decoded
 MAX_DEPTH = 64
@@ -88,6 +111,7 @@ _BUILTIN_IDS: dict[int, str] = {
     82: "java.util.UUID", 83: "java.util.Locale", 84: "java.text.SimpleDateFormat",
 }
 _PRIMITIVE_WRAPPER = {v: k for k, v in _BOXED.items()}
+
 _FIRST_USER_ID = 85
 #: interfaces whose classes Kryo writes with a default serializer of its own, not FieldSerializer
 #: (``addDefaultSerializer`` matches subclasses and implementations)
@@ -124,12 +148,14 @@ def _fmt(jt: JType) -> str:
 class _In:
     """Kryo 5 ``Input`` over one value's bytes (little-endian fixed widths, varints)."""
 
-    __slots__ = ("data", "end", "pos")
+    __slots__ = ("data", "end", "order", "pos")
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, order: str = "<") -> None:
         self.data = data
         self.pos = 0
         self.end = len(data)
+        #: byte order of the fixed widths: "<" (Kryo 5) or ">" (Kryo 2.24)
+        self.order = order
 
     def need(self, n: int, what: str) -> None:
         if n < 0 or self.pos + n > self.end:
@@ -144,7 +170,7 @@ class _In:
 
     def fixed(self, fmt: str, n: int) -> Any:
         self.need(n, fmt)
-        v = struct.unpack_from("<" + fmt, self.data, self.pos)[0]
+        v = struct.unpack_from(self.order + fmt, self.data, self.pos)[0]
         self.pos += n
         return v
 
@@ -261,7 +287,12 @@ class KryoCodec:
         type_class: str,
         registrations: tuple[KryoRegistration, ...] = (),
         default_serializers: tuple[str, ...] = (),
+        kryo_version: int = 5,
     ) -> None:
+        if kryo_version not in KRYO_VERSIONS:
+            raise ValueError(f"Kryo version {kryo_version}: one of {KRYO_VERSIONS}")
+        #: 5 (Flink 2.x) or 2 (Kryo 2.24, Flink 1.x): see the module's docstring
+        self.kryo_version = kryo_version
         self.classpath = classpath
         self.type_class = type_class
         self.custom: set[str] = set(default_serializers)
@@ -510,7 +541,7 @@ class _Read:
 
     def __init__(self, codec: KryoCodec, data: bytes, start: int = 0) -> None:
         self.codec = codec
-        self.inp = _In(data)
+        self.inp = _In(data, ">" if codec.kryo_version == 2 else "<")
         self.inp.pos = start
         self.names: dict[int, str] = {}
         self.refs: list[Any] = []
@@ -560,8 +591,9 @@ class _Read:
         return info if info.enum else None
 
     def _reference(self, jt: JType, may_be_null: bool, generics: JType, depth: int) -> Any:
-        """``readObject``/``readObjectOrNull`` with references on."""
-        tracked = self._tracked(jt) and self._enum(jt) is None
+        """``readObject``/``readObjectOrNull`` with references on (Kryo 2.24 tracks enums too:
+        a constant seen before in the value is a back reference)."""
+        tracked = self._tracked(jt) and (self.codec.kryo_version == 2 or self._enum(jt) is None)
         inp = self.inp
         if may_be_null:
             marker = inp.varint()
@@ -643,6 +675,8 @@ class _Read:
             return self._primitive(prim)
         if name == "java.lang.String":
             return inp.string()
+        if name in _TIME_ARROW and self.codec.kryo_version == 2:
+            return self._time_24(name, depth)
         if name == "java.time.Instant":
             seconds = inp.varlong()
             nanos = inp.varint()
@@ -675,6 +709,42 @@ class _Read:
         if info.abstract:
             raise KryoUndecodable(f"an instance of abstract {name}")
         return self._object(name, depth)
+
+    def _time_24(self, name: str, depth: int) -> int:
+        """Kryo 2.24 has no java.time serializers: FieldSerializer writes the JDK class's
+        instance fields (the same from JDK 8 to 21), sorted by name."""
+        if name == "java.time.LocalDateTime":
+            dt_, tm_ = JType("java.time.LocalDate"), JType("java.time.LocalTime")
+            date = self._reference(dt_, True, dt_, depth + 1)
+            time = self._reference(tm_, True, tm_, depth + 1)
+            if date is None or time is None:
+                raise KryoUndecodable("a LocalDateTime without its date or time")
+            return int(date) * 86_400_000_000_000 + int(time)
+        if name == "java.time.LocalDate":  # day, month (shorts), year
+            import datetime as dt
+
+            day = self.inp.fixed("h", 2)
+            month = self.inp.fixed("h", 2)
+            year = self._primitive("int")
+            try:
+                return (dt.date(year, month, day) - dt.date(1970, 1, 1)).days
+            except (ValueError, OverflowError) as e:
+                raise KryoUndecodable(f"LocalDate {year}-{month}-{day}: {e}") from None
+        if name == "java.time.LocalTime":  # hour, minute, nano, second
+            hour = int(self._primitive("byte"))
+            minute = int(self._primitive("byte"))
+            nano = int(self._primitive("int"))
+            second = int(self._primitive("byte"))
+            if not (0 <= hour < 24 and 0 <= minute < 60 and 0 <= second < 60
+                    and 0 <= nano < 1_000_000_000):
+                raise KryoUndecodable(f"bad LocalTime {hour}:{minute}:{second}.{nano}")
+            return ((hour * 60 + minute) * 60 + second) * 1_000_000_000 + nano
+        # Instant, Duration: nanos (int), seconds (long)
+        nanos = self._primitive("int")
+        seconds = self._primitive("long")
+        if not 0 <= nanos < 1_000_000_000:
+            raise KryoUndecodable(f"bad {name} nanos {nanos}")
+        return int(seconds) * 1_000_000_000 + int(nanos)
 
     def _primitive(self, prim: str) -> Any:
         inp = self.inp
@@ -782,6 +852,11 @@ class _Read:
     def _collection(self, generics: JType, depth: int) -> list[Any] | None:
         inp = self.inp
         el = self._element_type(generics, 0)
+        if self.codec.kryo_version == 2:  # CollectionSerializer 2.24: a plain varint size
+            n = inp.varint()
+            if not 0 <= n <= inp.end - inp.pos:
+                raise KryoUndecodable(f"collection of {n} elements exceeds the bytes left")
+            return [self._map_part(el, depth) for _ in range(n)]
         if el is not None and not el.var and self.codec._is_final(el):
             can_be_null, n = inp.varint_flag()
             if n == 0:
@@ -812,9 +887,10 @@ class _Read:
     def _map(self, generics: JType, depth: int) -> list[tuple[Any, Any]] | None:
         inp = self.inp
         n = inp.varint()
-        if n == 0:
-            return None
-        n -= 1
+        if self.codec.kryo_version == 5:  # Kryo 5: size + 1, 0 null; 2.24: the size
+            if n == 0:
+                return None
+            n -= 1
         if not 0 <= n <= inp.end - inp.pos:
             raise KryoUndecodable(f"map of {n} entries at offset {inp.pos}: beyond the bytes left")
         kt = self._element_type(generics, 0)
