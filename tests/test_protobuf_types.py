@@ -225,3 +225,24 @@ def test_cli_protobuf_descriptors(tmp_path: Path) -> None:
     bad = subprocess.run([*cmd, "--protobuf-descriptors", str(tmp_path / "missing.pb")],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "Traceback" not in bad.stderr and "missing.pb" in bad.stderr
+
+
+def test_spark_option_and_attach_carry_the_descriptors() -> None:
+    """The Spark option ``protobuf_descriptors`` and ``attach(protobuf_descriptors=...)`` reach
+    the read as the classpath's Protobuf entry (what every worker opens the savepoint with)."""
+    from statequery.spark import ReadOptions
+    from statequery.spark.catalog import attach_plans
+
+    name = PROTO[1]
+    path, desc = str(fixture_dir(name)), str(_descriptors(name))
+    opts = ReadOptions.parse({"path": path, "operator": OP, "state": "reading",
+                              "protobuf_descriptors": desc})
+    assert opts.classpath == f"protobuf-descriptors={desc}"
+    with statequery.open(path, use_snapshot=False, classpath=opts.classpath) as sp:
+        t = sp.read(OP, "reading")
+        assert t.column("value_reason").null_count == 8
+        assert t.column("value").to_pylist()[0]["name"] is not None
+    [plan] = attach_plans(path, "proto_types", protobuf_descriptors=desc)
+    assert all(f"classpath 'protobuf-descriptors={desc}'" in s for s in plan.create_tables())
+    with pytest.raises(InvalidOptionError, match="missing.pb"):
+        ReadOptions.parse({"path": path, "protobuf_descriptors": desc + "/missing.pb"})
