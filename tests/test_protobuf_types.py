@@ -246,3 +246,23 @@ def test_spark_option_and_attach_carry_the_descriptors() -> None:
     assert all(f"classpath 'protobuf-descriptors={desc}'" in s for s in plan.create_tables())
     with pytest.raises(InvalidOptionError, match="missing.pb"):
         ReadOptions.parse({"path": path, "protobuf_descriptors": desc + "/missing.pb"})
+
+
+def test_a_catalog_database_with_its_descriptors_is_read_with_them(tmp_path: Path) -> None:
+    """A catalog database folder that holds ``descriptors.pb`` beside its savepoint (the layout
+    of the types-protobuf fixtures): SQL over it (DuckDB) sees the messages as structs, and
+    attaching the catalog to Spark stores the descriptors in the tables' options."""
+    (tmp_path / "proto_types").symlink_to(FIXTURES / PROTO[0])
+    t = statequery.sql(
+        "SELECT key, value.name AS n, value.level AS l, value.u64 AS u, value_reason "
+        "FROM proto_types.proto_types__reading ORDER BY key", catalog=str(tmp_path))
+    rows = t.to_pylist()
+    assert [r["n"] for r in rows[:3]] == ["", "max", "min"]
+    assert [r["l"] for r in rows[:3]] == ["LEVEL_UNSPECIFIED", "HIGH", "BELOW"]
+    assert rows[1]["u"] == 2**64 - 1
+    assert all(r["value_reason"] is None for r in rows)
+    from statequery.spark.catalog import attach_plans
+
+    [plan] = attach_plans(str(tmp_path))
+    desc = str(tmp_path / "proto_types" / "descriptors.pb")
+    assert all(f"protobuf-descriptors={desc}'" in s for s in plan.create_tables())
