@@ -266,3 +266,41 @@ def test_a_catalog_database_with_its_descriptors_is_read_with_them(tmp_path: Pat
     [plan] = attach_plans(str(tmp_path))
     desc = str(tmp_path / "proto_types" / "descriptors.pb")
     assert all(f"protobuf-descriptors={desc}'" in s for s in plan.create_tables())
+
+
+def test_mutated_messages_decode_or_stay_raw_never_crash() -> None:
+    """Seeded byte flips, insertions and deletions of every fixture value: each row is a value
+    of the Arrow type or raw with a reason, never an exception."""
+    import random
+
+    from statequery.arrow.kryo import _column
+
+    name = PROTO[0]
+    rng = random.Random(32)
+    with _open(name) as sp:
+        for state in ("reading", "readings"):
+            spec = sp.state(OP, state).layout.value
+            values = sp.read(OP, state).column("value").to_pylist()
+            codec = kryo_codec(spec, with_protobuf((), _descriptors(name)))
+            assert codec is not None
+            mutated: list[bytes | None] = []
+            for data in values:
+                for _ in range(100):
+                    b = bytearray(data)
+                    for _ in range(rng.randint(1, 3)):
+                        op = rng.randrange(3)
+                        i = rng.randrange(len(b) + (op == 1)) if b else 0
+                        if op == 0 and b:
+                            b[i] ^= 1 << rng.randrange(8)
+                        elif op == 1:
+                            b.insert(i, rng.randrange(256))
+                        elif b:
+                            del b[i]
+                    mutated.append(bytes(b))
+            arr, reasons, raw = _column(codec, codec.arrow_type(), mutated, "Kryo")
+            assert len(arr) == len(mutated)
+            for i, why in enumerate(reasons.to_pylist()):
+                # a null (Kryo's class id 0, nothing after) is the one value that is no struct
+                assert (why is None) == (arr[i].is_valid or mutated[i] == b"\x00")
+                assert (why is None) == (raw[i].as_py() is None)
+            assert arr.null_count > 0 and arr.null_count < len(mutated)
