@@ -304,3 +304,15 @@ def test_mutated_messages_decode_or_stay_raw_never_crash() -> None:
                 assert (why is None) == (arr[i].is_valid or mutated[i] == b"\x00")
                 assert (why is None) == (raw[i].as_py() is None)
             assert arr.null_count > 0 and arr.null_count < len(mutated)
+
+
+def test_read_through_a_statemeta_snapshot(tmp_path: Path) -> None:
+    """The registrations survive a StateMeta snapshot: opened with it, the messages decode."""
+    name = PROTO[1]
+    loc = str(tmp_path / "meta.msgpack")
+    with _open(name) as sp:
+        sp.write_snapshot(loc)
+    with statequery.open(str(fixture_dir(name)), snapshot=loc,
+                         protobuf_descriptors=_descriptors(name)) as sp:
+        t = sp.read(OP, "readings")
+        assert t.num_rows == 24 and t.column("value_reason").null_count == 24
