@@ -7,7 +7,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from statequery._version import __version__
@@ -65,12 +66,15 @@ def open(  # noqa: A001
     plan: str | None = None,
     rederive: bool = False,
     classpath: Sequence[str] | str | None = None,
+    protobuf_descriptors: str | os.PathLike[str] | None = None,
+    protobuf_messages: Mapping[str, str] | Sequence[str] | str | None = None,
 ) -> Savepoint:
     """Open a savepoint or checkpoint: its directory, its ``_metadata`` file, or any fsspec URI.
 
     The options are those of :meth:`statequery.savepoint.Savepoint.open` (``max_workers``
     defaults to its ``DEFAULT_WORKERS``; ``classpath``: the job's jars, Kryo values decoded with
-    their classes).
+    their classes; ``protobuf_descriptors``: a descriptor set, Protobuf messages decoded with
+    it).
     """
     from statequery.savepoint import DEFAULT_WORKERS, Savepoint
 
@@ -84,6 +88,8 @@ def open(  # noqa: A001
         plan=plan,
         rederive=rederive,
         classpath=classpath,
+        protobuf_descriptors=protobuf_descriptors,
+        protobuf_messages=protobuf_messages,
     )
 
 

@@ -14,8 +14,9 @@ model and the savepoint's :class:`~statequery.scan.ReadContext` (:attr:`Savepoin
 
 from __future__ import annotations
 
+import os
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -113,12 +114,19 @@ class Savepoint:
         plan: str | None = None,
         rederive: bool = False,
         classpath: Sequence[str] | str | None = None,
+        protobuf_descriptors: str | os.PathLike[str] | None = None,
+        protobuf_messages: Mapping[str, str] | Sequence[str] | str | None = None,
     ) -> Savepoint:
         """Open the savepoint/checkpoint at ``location`` (directory, ``_metadata`` or URI).
 
         ``classpath``: the job's jars (or class directories; a string: comma or path-separator
         separated): values Flink serialized with Kryo are decoded with their classes
         (docs/decoding.md, "Kryo values"); without it they are raw bytes with a reason.
+        ``protobuf_descriptors``: a ``FileDescriptorSet`` (``protoc --include_imports
+        --descriptor_set_out``): Protobuf messages kept through Kryo in chill-protobuf's form
+        are decoded as structs (docs/decoding.md, "Protobuf messages"); ``protobuf_messages``
+        maps a Java class to its message (``{CLASS: "proto.full.Name"}``) where protoc's class
+        naming does not find it.
 
         ``snapshot`` names a StateMeta snapshot file (default: ``_statequery_meta.msgpack`` next
         to ``_metadata``); it is used only if ``use_snapshot`` and it matches ``_metadata``.
@@ -131,9 +139,10 @@ class Savepoint:
         took the savepoint: its column names replace ``f0, f1, ...`` (docs/decoding.md); a
         snapshot written with a plan brings its own.
         """
-        from statequery.arrow.kryo import checked_classpath, kryo_classpath
+        from statequery.arrow.kryo import checked_classpath, kryo_classpath, with_protobuf
 
-        entries = checked_classpath(classpath)
+        entries = with_protobuf(checked_classpath(classpath), protobuf_descriptors,
+                                protobuf_messages)
         io = io or FileIO(storage_options)
         metadata_location = find_metadata(io, location)
         data = io.new_input(metadata_location).read()

@@ -52,9 +52,22 @@ DECODED = [n for n in FIXTURES if n not in NATIVE_ROCKSDB]
 
 
 def _open(name: str, io: FileIO | None = None) -> Any:
-    # a fixture with the job's jar beside it (types-kryo-*) is read with it
+    # a fixture with the job's jar beside it (types-kryo-*) is read with it, one with a
+    # descriptor set (types-protobuf-*) with that
+    descriptors = fixture_dir(name).parent / "descriptors.pb"
     return statequery.open(str(fixture_dir(name)), io=io or FileIO(), use_snapshot=False,
-                           classpath=fixture_classpath(name))
+                           classpath=fixture_classpath(name),
+                           protobuf_descriptors=descriptors if descriptors.is_file() else None)
+
+
+def _state_entries(sp: Any, op: Any, name: str, kind: str, key_group: bool = True) -> list[Any]:
+    """The entries of one state as the oracle renders them (Protobuf messages as their bytes,
+    re-encoded from the decoded structs: tests/protobuf_entries.py)."""
+    from protobuf_entries import reencoded, wrap
+
+    table, is_protobuf = reencoded(sp, op.operator_id, name, read_table(sp, op, name))
+    entries = state_entries(table, kind, name, op.uid or "", op.operator_id, key_group)
+    return wrap(entries) if is_protobuf else entries
 
 
 def _entries_of(sp: Any, key_group: bool, only_operator_state: bool = False) -> list[str]:
@@ -65,12 +78,9 @@ def _entries_of(sp: Any, key_group: bool, only_operator_state: bool = False) -> 
         for ref in list_states(sp, op):
             if only_operator_state and ref.layout.keyed:
                 continue
-            table = read_table(sp, op, ref.name)
             lines.extend(
                 canonical(e)
-                for e in state_entries(
-                    table, ref.layout.kind, ref.name, op.uid or "", op.operator_id, key_group
-                )
+                for e in _state_entries(sp, op, ref.name, ref.layout.kind, key_group)
             )
     return sorted(lines)
 
@@ -127,10 +137,7 @@ def test_native_rocksdb_operator_state_and_typed_keyed_error(name: str) -> None:
             continue
         # a RocksDB backend is registered: then it must match the dump too
         for ref in states:
-            table = read_table(sp, op, ref.name)
-            got = entry_lines(
-                state_entries(table, ref.layout.kind, ref.name, op.uid or "", op.operator_id)
-            )
+            got = entry_lines(_state_entries(sp, op, ref.name, ref.layout.kind))
             want = sorted(
                 canonical(e)
                 for e in dump_entries(name)

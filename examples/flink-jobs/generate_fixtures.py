@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import edge_model  # noqa: E402
@@ -162,6 +163,10 @@ MATRIX = [
     # issue 32: classes Flink serializes with Kryo, decoded with the job's jar (job.jar beside)
     _fx("types-kryo-hashmap-canonical", "kryo-types", "hashmap", "savepoint", "canonical"),
     _fx("types-kryo-rocksdb-native", "kryo-types", "rocksdb", "savepoint", "native"),
+    # issue 32: Protobuf messages through Kryo in chill-protobuf's form (descriptors.pb and
+    # job.jar beside)
+    _fx("types-protobuf-hashmap-canonical", "proto-types", "hashmap", "savepoint", "canonical"),
+    _fx("types-protobuf-rocksdb-native", "proto-types", "rocksdb", "savepoint", "native"),
     # an operator's own raw keyed and raw operator state (listed with a reason, never hidden)
     _fx("raw-state-hashmap-canonical", "raw-state", "hashmap", "savepoint", "canonical"),
     _fx("raw-state-rocksdb-native", "raw-state", "rocksdb", "savepoint", "native"),
@@ -979,6 +984,148 @@ def write_job_jar(dest: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# The Protobuf types job, modelled (src/statequery/prototypes/ProtoTypesJob.java, reading.proto)
+# The message of event id (k = id % 8, n = id // 8 + 1, the key's n-th event) is pt_message(k,
+# n), written with Python's protobuf; the oracle renders a Reading (kryoFields) as its bytes.
+# --------------------------------------------------------------------------------------------
+
+PT_PKG = "statequery.prototypes"
+PT_PROTO = HERE / "src" / "statequery" / "prototypes" / "reading.proto"
+PT_STATES = {
+    "fixture-source": DS_STATES["fixture-source"],
+    "proto-types": [
+        _st("reading", "value", f"KRYO<{PT_PKG}.Reading> (a Protobuf message, "
+            "chill-protobuf's form)", "STRING", "VOID", decodable=False),
+        _st("readings", "map", f"KRYO<{PT_PKG}.Reading> (a Protobuf message, "
+            "chill-protobuf's form)", "STRING", "VOID", user_key_type="STRING", decodable=False),
+        _st("count", "value", "INT", "STRING", "VOID"),
+        _st("_timer_state/event_user-timers", "event_timer", None, "STRING", "VOID"),
+        _st("_timer_state/processing_user-timers", "processing_timer", None, "STRING", "VOID"),
+    ],
+}
+PT_JAR_CLASSES = "statequery/prototypes"
+
+
+def pt_descriptors(dest: Path) -> Path:
+    """``dest/descriptors.pb``: reading.proto's FileDescriptorSet with its imports (protoc, or
+    grpcio-tools' protoc)."""
+    out = dest / "descriptors.pb"
+    args = ["--include_imports", f"--descriptor_set_out={out}", f"-I{PT_PROTO.parent}",
+            PT_PROTO.name]
+    if shutil.which("protoc"):
+        subprocess.run(["protoc", *args], check=True)
+    else:
+        import grpc_tools
+        from grpc_tools import protoc
+
+        inc = str(Path(grpc_tools.__file__).parent / "_proto")
+        if protoc.main(["protoc", f"-I{inc}", *args]) != 0:
+            raise RuntimeError("protoc failed on reading.proto")
+    return out
+
+
+def _pt_classes(descriptors: Path) -> Any:
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    fds = descriptor_pb2.FileDescriptorSet.FromString(descriptors.read_bytes())
+    pool = descriptor_pool.DescriptorPool()
+    for f in fds.file:
+        pool.Add(f)
+    return (message_factory.GetMessageClass(pool.FindMessageTypeByName("statequery.proto.Reading")),
+            message_factory.GetMessageClass(pool.FindMessageTypeByName("statequery.proto.Point")))
+
+
+def pt_message(reading_cls: Any, point_cls: Any, k: int, n: int) -> bytes:
+    """The message of key index k's n-th event: edge values by key (k 0: every field at its
+    default, the empty message; 1: maxima; 2: minima; 3: non-BMP text, nested messages; ...)."""
+    m = reading_cls()
+    if k == 0:
+        return m.SerializeToString(deterministic=True)  # empty: every field at its default
+    names = ["", "max", "min", "non-BMP \U0001F600 \u65e5\u672c", "", "nul\x00inside", "e\u0301",
+             "a long ascii string of more than thirty-two characters"]
+    m.name = names[k]
+    m.payload = bytes((i * 37 + n) & 0xFF for i in range(k * 3))
+    if k == 1:
+        m.i32, m.i64, m.u32, m.u64 = 2**31 - 1, 2**63 - 1, 2**32 - 1, 2**64 - 1
+        m.s32, m.s64, m.f32, m.f64 = 2**31 - 1, 2**63 - 1, 2**32 - 1, 2**64 - 1
+        m.sf32, m.sf64, m.fl, m.db = 2**31 - 1, 2**63 - 1, 3.0e38, 1.7976931348623157e308
+        m.flag, m.level = True, 2
+    elif k == 2:
+        m.i32, m.i64, m.s32, m.s64 = -(2**31), -(2**63), -(2**31), -(2**63)
+        m.sf32, m.sf64, m.fl, m.db = -(2**31), -(2**63), -1.5, -0.0
+        m.level = -1  # BELOW: a negative enum number
+    else:
+        m.i32, m.i64, m.u32 = k * n - 60, -k * 10**12 - n, k * n
+        m.fl, m.db, m.flag, m.level = k / 4, n / 3, n % 2 == 0, k % 3
+    if k >= 3:
+        m.point.CopyFrom(point_cls(x=k, y=-n, label=f"p{k}"))
+        for i in range(k - 3):  # k 3: empty repeated
+            m.points.add(x=i, y=i * n, label="" if i == 0 else f"q{i}")
+        m.samples.extend([n, -n, 2**63 - 1, -(2**63)][: k - 2])
+        m.tags.extend([f"t{i}" for i in range(k % 3)] + ([""] if k == 5 else []))
+        m.levels.extend([1, 2, -1, 0][: k % 4])
+    if k >= 4:
+        m.counts.update({f"c{i}": i * n - 3 for i in range(k - 3)})
+        m.counts[""] = -(2**31)
+    choice = (k + n) % 4  # 0: the oneof unset
+    if choice == 1:
+        m.text = f"text{n}" if k != 6 else ""
+    elif choice == 2:
+        m.at.CopyFrom(point_cls(x=n, label=f"at{k}"))
+    elif choice == 3:
+        m.number = -n * 10**10
+    if k in (3, 5, 7):
+        m.seen.seconds = -3_155_760_000 if k == 3 else 1_700_000_000 + n  # k 3: 1870
+        m.seen.nanos = 0 if k == 3 else 999_999_999 if k == 5 else n * 1000
+    if k in (2, 6):
+        m.maybe = 0 if k == 2 else -n  # optional: set to the default is present
+    return m.SerializeToString(deterministic=True)
+
+
+def pt_messages(descriptors: Path) -> list[bytes]:
+    """The message of every event id (line id of the job's MESSAGES file)."""
+    reading_cls, point_cls = _pt_classes(descriptors)
+    return [pt_message(reading_cls, point_cls, i % KT_KEYS, i // KT_KEYS + 1)
+            for i in range(N_EVENTS)]
+
+
+def proto_types_expected() -> list[dict]:
+    entries: list[dict] = []
+    ids = {uid: operator_id_for_uid(uid) for uid in ("fixture-source", "proto-types")}
+    msgs = pt_messages(_PT_DESCRIPTORS[0])
+
+    def add(uid, state, kind, **fields):
+        entries.append({"operator_uid": uid, "operator_id": ids[uid], "state": state,
+                        "kind": kind, **fields})
+
+    source_expected(add)
+    n = N_EVENTS // KT_KEYS
+    for k in range(KT_KEYS):
+        ks = {"key": f"k{k}", "namespace": None}
+        add("proto-types", "reading", "value", value={"bytes": b64(msgs[(n - 1) * KT_KEYS + k])},
+            **ks)
+        add("proto-types", "count", "value", value=n, **ks)
+        for r in range(3):
+            last = max(i for i in range(1, n + 1) if i % 3 == r)
+            add("proto-types", "readings", "map", user_key=f"m{r}",
+                value={"bytes": b64(msgs[(last - 1) * KT_KEYS + k])}, **ks)
+    return entries
+
+
+#: the descriptor set of the run (pt_descriptors into the scratch directory)
+_PT_DESCRIPTORS: list[Path] = []
+
+
+def write_proto_files(dest: Path) -> None:
+    """The job's classes (job.jar) and descriptors.pb beside the savepoint."""
+    build()
+    subprocess.run(["jar", "--create", "--file", str(dest / "job.jar"),
+                    "--date=2026-01-01T00:00:00Z", "-C", str(BUILD), PT_JAR_CLASSES,
+                    "-C", str(HERE / "src"), PT_JAR_CLASSES], check=True)
+    shutil.copyfile(_PT_DESCRIPTORS[0], dest / "descriptors.pb")
+
+
+# --------------------------------------------------------------------------------------------
 # The DataStream CEP job, modelled (CepStreamJob.java): events 0..59 keyed by "k" + (id % 4),
 # watermark five minutes behind the last one. The model covers the source and the events still
 # queued for the watermark (ids 54..59, with one watermark callback each); the NFA and the shared
@@ -1748,6 +1895,13 @@ def run_job(fx: dict, scratch: Path, s3_endpoint: str | None = None) -> dict[str
     elif fx["job"] == "kryo-types":
         cmd = ["java", "-cp", build(), "statequery.kryotypes.KryoTypesJob", fx["backend"],
                f"savepoint-{fx['format']}", str(out)]
+    elif fx["job"] == "proto-types":
+        _PT_DESCRIPTORS[:] = [pt_descriptors(scratch)]
+        messages = scratch / "messages.txt"
+        messages.write_text("".join(base64.b64encode(m).decode("ascii") + "\n"
+                                    for m in pt_messages(_PT_DESCRIPTORS[0])))
+        cmd = ["java", "-cp", build(), "statequery.prototypes.ProtoTypesJob", fx["backend"],
+               f"savepoint-{fx['format']}", str(out), str(messages)]
     elif fx["job"] == "sql-keys":
         cmd = [sys.executable, str(HERE / "sql_keys_job.py"), "--backend", fx["backend"],
                "--kind", f"savepoint-{fx['format']}", "--out", str(out), "--max-parallelism",
@@ -1908,7 +2062,7 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
         if fx["job"] in ("datastream", "ttl-kryo", "types-avro", "types-avro-evolved",
                          "raw-state", "edge-datastream",
                          "changelog-ops", "changelog-ttl", "labels", "async-datastream",
-                         "cep-stream", "kryo-types"):
+                         "cep-stream", "kryo-types", "proto-types"):
             for info in infos:
                 if info["uid"] and info["operator_id"] != operator_id_for_uid(info["uid"]):
                     raise RuntimeError(f"operator id mismatch for uid {info['uid']}: {info}")
@@ -1916,6 +2070,7 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
                        "types-avro": avro_expected,
                        "types-avro-evolved": avro_evolved_expected,
                        "kryo-types": kryo_types_expected,
+                       "proto-types": proto_types_expected,
                        "cep-stream": cep_stream_expected,
                        "raw-state": raw_state_expected,
                        "changelog-ops": changelog_ops_expected,
@@ -1951,8 +2106,10 @@ def generate(fx: dict, scratch_root: Path, attempts: int = 2) -> dict:
         if dump_available():
             if fx["job"] == "kryo-types":
                 write_job_jar(dest)
+            if fx["job"] == "proto-types":
+                write_proto_files(dest)
             if run_dump(fixture_dir, dump_path, scratch / "dump.log", fx["backend"],
-                        kryo_fields=fx["job"] == "kryo-types"):
+                        kryo_fields=fx["job"] in ("kryo-types", "proto-types")):
                 problems = compare(exp_path, dump_path, subset=fx["job"] in SUBSET_JOBS)
             else:
                 problems = [f"SavepointDump failed, see {scratch / 'dump.log'}"]
@@ -2082,6 +2239,8 @@ def manifest_record(fx: dict, rel: str, infos: list[dict]) -> dict:
             states = TK_STATES.get(info["uid"], [])
         elif fx["job"] == "kryo-types":
             states = KT_STATES.get(info["uid"], [])
+        elif fx["job"] == "proto-types":
+            states = PT_STATES.get(info["uid"], [])
         elif fx["job"] == "types-avro":
             states = AV_STATES.get(info["uid"], [])
         elif fx["job"] == "types-avro-evolved":

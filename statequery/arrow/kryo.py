@@ -8,18 +8,26 @@ struct and adds ``<column>_raw`` after the reason; :func:`decode_kryo_columns` f
 decoded row has the struct and null ``_reason``/``_raw``; a row the classes cannot explain keeps
 its bytes in ``_raw`` with the reason, and a null struct. Without a classpath, or when the
 classes cannot type the values at all, the column stays bytes and the reason says why.
+
+The read options' ``classpath`` tuple (the one every task carries) also holds the Protobuf
+options (:func:`with_protobuf`): an entry ``protobuf-descriptors=FILE`` (a ``FileDescriptorSet``)
+and entries ``protobuf-message=CLASS=proto.full.Name``; a Kryo class they map is a Protobuf
+message in chill-protobuf's form (:mod:`statequery.serializers.protobuf`).
 """
 
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 
+from statequery.exceptions import InvalidOptionError
 from statequery.serializers.classfile import ClassPath
 from statequery.serializers.kryo import KryoCodec, KryoRegistration, KryoUndecodable
+from statequery.serializers.protobuf import ProtobufDescriptors, parse_messages
 from statequery.serializers.spec import OpaqueSpec, SerializerSpec
 
 __all__ = [
@@ -33,8 +41,16 @@ __all__ = [
     "kryo_codec",
     "kryo_schema",
     "value_decoding",
+    "with_protobuf",
 ]
 
+#: the classpath entry naming the descriptor set, and those naming a class's message
+PROTOBUF_DESCRIPTORS = "protobuf-descriptors="
+PROTOBUF_MESSAGE = "protobuf-message="
+
+#: how a hint names the Protobuf option
+PROTOBUF_HINT = "its descriptor set: protobuf_descriptors=FILE (statequery.open, attach, Spark " \
+    "option protobuf_descriptors) or --protobuf-descriptors FILE on the command line"
 #: the columns a Kryo value can fill by itself
 KRYO_COLUMNS = ("key", "user_key", "value")
 #: how a hint names the option
@@ -48,26 +64,74 @@ KRYO_2_24 = "\0kryo-2.24"
 _lock = threading.Lock()
 _classpaths: dict[tuple[str, ...], ClassPath] = {}
 _codecs: dict[tuple[tuple[str, ...], OpaqueSpec], KryoCodec] = {}
+_descriptors: dict[tuple[str, ...], ProtobufDescriptors] = {}
+
+
+def _is_protobuf_entry(entry: str) -> bool:
+    return entry.startswith((PROTOBUF_DESCRIPTORS, PROTOBUF_MESSAGE))
+
+
+def _split(classpath: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The jars and the Protobuf entries of a classpath tuple."""
+    jars = tuple(e for e in classpath if not _is_protobuf_entry(e))
+    return jars, tuple(e for e in classpath if _is_protobuf_entry(e))
+
+
+def _protobuf(entries: tuple[str, ...]) -> ProtobufDescriptors | None:
+    files = [e[len(PROTOBUF_DESCRIPTORS):] for e in entries if e.startswith(PROTOBUF_DESCRIPTORS)]
+    if not files:
+        return None
+    with _lock:
+        found = _descriptors.get(entries)
+    if found is None:
+        messages = parse_messages(
+            [e[len(PROTOBUF_MESSAGE):] for e in entries if e.startswith(PROTOBUF_MESSAGE)])
+        found = ProtobufDescriptors(files[-1], messages)
+        with _lock:
+            found = _descriptors.setdefault(entries, found)
+    return found
+
+
+def with_protobuf(
+    classpath: tuple[str, ...], descriptors: str | os.PathLike[str] | None,
+    messages: Mapping[str, str] | Sequence[str] | str | None = None,
+) -> tuple[str, ...]:
+    """``classpath`` with the Protobuf options (``protobuf_descriptors=``: a
+    ``FileDescriptorSet``; ``protobuf_messages=``: ``{CLASS: proto.full.Name}`` or
+    ``CLASS=Name`` pairs), checked: an :class:`~statequery.exceptions.InvalidOptionError` names
+    a missing or malformed file or pair."""
+    if descriptors is None:
+        if messages:
+            raise InvalidOptionError("protobuf_messages needs protobuf_descriptors")
+        return classpath
+    pairs = parse_messages(messages)
+    entries = (f"{PROTOBUF_DESCRIPTORS}{os.path.abspath(os.fspath(descriptors))}",
+               *(f"{PROTOBUF_MESSAGE}{c}={n}" for c, n in sorted(pairs.items())))
+    _protobuf(entries)
+    return (*classpath, *entries)
 
 
 def classpath_of(entries: Sequence[str] | str | None) -> tuple[str, ...]:
     """The classpath option as a tuple of entries (a string: ``os.pathsep``/comma separated)."""
-    import os
-
     if entries is None:
         return ()
     if isinstance(entries, str):
-        parts = [p for chunk in entries.split(",") for p in chunk.split(os.pathsep)]
-        return tuple(os.path.abspath(p.strip()) for p in parts if p.strip())
-    return tuple(os.path.abspath(os.fspath(p)) for p in entries)
+        parts = [p.strip() for chunk in entries.split(",") for p in (
+            [chunk] if _is_protobuf_entry(chunk.strip()) else chunk.split(os.pathsep))]
+        return tuple(p if _is_protobuf_entry(p) else os.path.abspath(p) for p in parts if p)
+    return tuple(os.fspath(p) if _is_protobuf_entry(os.fspath(p)) else
+                 os.path.abspath(os.fspath(p)) for p in entries)
 
 
 def checked_classpath(entries: Sequence[str] | str | None) -> tuple[str, ...]:
     """:func:`classpath_of`, every entry opened (an
     :class:`~statequery.exceptions.InvalidOptionError` names one that is missing or no jar)."""
     out = classpath_of(entries)
-    if out:
-        _classpath(out)
+    jars, protobuf = _split(out)
+    if jars:
+        _classpath(jars)
+    if protobuf:
+        _protobuf(protobuf)
     return out
 
 
@@ -105,10 +169,12 @@ def kryo_codec(spec: SerializerSpec | None, classpath: tuple[str, ...]) -> KryoC
         entries = classpath[1:] if v2 else classpath
         if not entries:
             return None
+        jars, protobuf = _split(entries)
         codec = KryoCodec(
-            _classpath(entries), spec.type_class,
+            _classpath(jars), spec.type_class,
             tuple(KryoRegistration(n, bool(c)) for n, c in spec.kryo_registrations),
             spec.kryo_default_serializers, kryo_version=2 if v2 else 5,
+            protobuf=_protobuf(protobuf),
         )
         with _lock:
             codec = _codecs.setdefault(key, codec)
@@ -158,7 +224,7 @@ def kryo_schema(schema: pa.Schema, layout: Any, classpath: tuple[str, ...]) -> p
         if not pa.types.is_binary(old.type):
             continue
         meta = dict(old.metadata or {})
-        meta[b"statequery.decoding"] = b"kryo-classpath"
+        meta[b"statequery.decoding"] = _decoding(typed[0]).encode()
         typ = pa.list_(typed[1]) if _is_list(layout, name) else typed[1]
         schema = schema.set(i, pa.field(name, typ, metadata=meta))
         j = schema.get_field_index(f"{name}_reason")
@@ -244,7 +310,17 @@ def value_decoding(
     ``kryo-classpath`` when the classes type it; else ``raw`` with what to supply."""
     typed = _typed(spec, classpath)
     if isinstance(typed, tuple):
-        return "kryo-classpath", None
+        return _decoding(typed[0]), None
+    assert isinstance(spec, OpaqueSpec)
+    own = any(n == spec.type_class and c for n, c in spec.kryo_registrations)
+    if own and not any(e.startswith(PROTOBUF_DESCRIPTORS) for e in classpath):
+        return "raw", (f"it has its own Kryo serializer: if a Protobuf message (chill-protobuf), "
+                       f"pass {PROTOBUF_HINT}")
     if typed is None:
         return "raw", f"pass {CLASSPATH_HINT}"
     return "raw", f"the classpath does not explain the values ({typed}): pass {CLASSPATH_HINT}"
+
+
+def _decoding(codec: KryoCodec) -> str:
+    """``protobuf`` when the type class is a Protobuf message, else ``kryo-classpath``."""
+    return "protobuf" if codec.protobuf_codec(codec.type_class) is not None else "kryo-classpath"

@@ -109,16 +109,25 @@ class Catalog:
 
     def job_jar(self, database: str) -> list[str] | None:
         """The job's jar a (local) database folder holds beside its savepoint, ``job.jar``: its
-        Kryo values are decoded with its classes (docs/decoding.md). None when there is none."""
+        Kryo values are decoded with its classes (docs/decoding.md); and its Protobuf descriptor
+        set, ``descriptors.pb`` (the classpath's ``protobuf-descriptors=`` entry). None when
+        there is neither."""
         import os
 
         if "://" in self.root:
             return None
         for child in self._children():
             if child == database or sql_identifier(child) == sql_identifier(database):
+                out = []
                 jar = os.path.join(self.root, child, "job.jar")
                 if os.path.isfile(jar):
-                    return [jar]
+                    out.append(jar)
+                descriptors = os.path.join(self.root, child, "descriptors.pb")
+                if os.path.isfile(descriptors):
+                    from statequery.arrow.kryo import PROTOBUF_DESCRIPTORS
+
+                    out.append(PROTOBUF_DESCRIPTORS + os.path.abspath(descriptors))
+                return out or None
         return None
 
     def tables(self, database: str) -> list[str]:

@@ -112,6 +112,17 @@ def _parser() -> argparse.ArgumentParser:
              "commas): values Flink serialized with Kryo are decoded with its classes "
              "(docs/decoding.md)",
     )
+    classes.add_argument(
+        "--protobuf-descriptors", metavar="FILE",
+        help="a Protobuf descriptor set (protoc --include_imports --descriptor_set_out): "
+             "Protobuf messages kept through Kryo (chill-protobuf) are decoded as structs "
+             "(docs/decoding.md)",
+    )
+    classes.add_argument(
+        "--protobuf-message", action="append", default=[], metavar="CLASS=NAME",
+        help="the message of a Java class where protoc's naming (java_package + message name) "
+             "does not find it (repeatable), e.g. com.acme.Msg=acme.v1.Msg",
+    )
     i = sub.add_parser("inspect", help="list operators and states (the state_meta table)",
                        parents=[store, classes])
     i.add_argument("path", help="savepoint/checkpoint directory, its _metadata, or a URI")

@@ -25,8 +25,15 @@ __all__ = [
 
 def _classpath(args: argparse.Namespace) -> str | None:
     """``--classpath JAR`` flags (repeatable, each maybe comma separated) as the ``classpath``
-    option of ``Savepoint.open`` (None: none given)."""
-    entries = getattr(args, "classpath", None) or []
+    option of ``Savepoint.open`` (None: none given), with ``--protobuf-descriptors FILE`` and
+    ``--protobuf-message CLASS=NAME`` as its Protobuf entries (statequery.arrow.kryo)."""
+    entries = list(getattr(args, "classpath", None) or [])
+    descriptors = getattr(args, "protobuf_descriptors", None)
+    messages = getattr(args, "protobuf_message", None) or []
+    if descriptors or messages:
+        from statequery.arrow.kryo import with_protobuf
+
+        entries += with_protobuf((), descriptors, messages)
     return ",".join(entries) if entries else None
 
 

@@ -31,6 +31,9 @@ def add_parsers(sub: Any) -> None:
     a.add_argument("--classpath", action="append", default=[], metavar="JAR",
                    help="the job's jar (repeatable): every table reads Kryo values with its "
                         "classes (the table option classpath; docs/decoding.md)")
+    a.add_argument("--protobuf-descriptors", metavar="FILE",
+                   help="a Protobuf descriptor set: every table decodes Protobuf messages kept "
+                        "through Kryo with it (docs/decoding.md)")
     a.add_argument("--print", dest="print_sql", action="store_true",
                    help="print the SQL statements instead of running them (for spark-sql -f)")
     _spark_args(a)
@@ -253,7 +256,8 @@ def _run(args: argparse.Namespace) -> int | None:
 
         path = args.path or DEFAULT_CATALOG
         # before any Spark: a wrong path or name is said at once
-        plans = attach_plans(path, args.database, args.pickled, ",".join(args.classpath) or None)
+        plans = attach_plans(path, args.database, args.pickled, ",".join(args.classpath) or None,
+                             args.protobuf_descriptors)
         if args.print_sql:
             for plan in plans:
                 for statement in plan.statements(replace=args.replace):

@@ -53,6 +53,7 @@ import pyarrow as pa
 
 from statequery.exceptions import StatequeryError
 from statequery.serializers.classfile import ClassInfo, ClassPath, JType, parse_descriptor
+from statequery.serializers.protobuf import ProtobufCodec, ProtobufDescriptors, ProtobufUndecodable
 
 __all__ = [
     "KryoCodec",
@@ -124,8 +125,21 @@ _DEFAULT_SERIALIZED = frozenset({
 })
 #: a Java binary class name as Kryo writes it (anything else read from the bytes is refused
 #: before it names a class file)
+#: Protobuf's message base classes: a default Kryo serializer registered for one of them (as
+#: chill-protobuf's documentation says) writes every message class
+_PROTOBUF_BASES = frozenset({
+    "com.google.protobuf.Message", "com.google.protobuf.MessageLite",
+    "com.google.protobuf.AbstractMessage", "com.google.protobuf.GeneratedMessage",
+    "com.google.protobuf.GeneratedMessageV3", "com.google.protobuf.GeneratedMessageLite",
+})
 _CLASS_NAME = re.compile(r"[^\W\d][\w$]*(\.[^\W\d][\w$]*)*")
 _ARRAY_NAME = re.compile(r"\[+([BCDFIJSZ]|L[^\W\d][\w$]*(\.[^\W\d][\w$]*)*;)")
+
+
+#: what a class with its own Kryo serializer may need
+_PROTOBUF_HINT = (" (a Protobuf message with chill-protobuf's ProtobufSerializer: pass its "
+                  "descriptor set, protobuf_descriptors= in statequery.open or "
+                  "--protobuf-descriptors FILE)")
 
 
 class KryoUndecodable(Exception):
@@ -288,12 +302,17 @@ class KryoCodec:
         registrations: tuple[KryoRegistration, ...] = (),
         default_serializers: tuple[str, ...] = (),
         kryo_version: int = 5,
+        protobuf: ProtobufDescriptors | None = None,
     ) -> None:
         if kryo_version not in KRYO_VERSIONS:
             raise ValueError(f"Kryo version {kryo_version}: one of {KRYO_VERSIONS}")
         #: 5 (Flink 2.x) or 2 (Kryo 2.24, Flink 1.x): see the module's docstring
         self.kryo_version = kryo_version
         self.classpath = classpath
+        #: the job's Protobuf descriptors: a message class with its own Kryo serializer (or a
+        #: default one for Protobuf's base classes) is read in chill-protobuf's form
+        self.protobuf = protobuf
+        self._protobuf_default = bool(_PROTOBUF_BASES.intersection(default_serializers))
         self.type_class = type_class
         self.custom: set[str] = set(default_serializers)
         self.ids: dict[int, str] = dict(_BUILTIN_IDS)
@@ -315,6 +334,13 @@ class KryoCodec:
         self._type_error: str | None = None
 
     # -- classes -----------------------------------------------------------------------------
+
+    def protobuf_codec(self, name: str) -> ProtobufCodec | None:
+        """The Protobuf codec of class ``name``: mapped by the descriptors and written by a
+        serializer of its own (chill-protobuf's form); else None."""
+        if self.protobuf is None or (name not in self.custom and not self._protobuf_default):
+            return None
+        return self.protobuf.codec(name)
 
     def _class(self, name: str) -> ClassInfo:
         if not _CLASS_NAME.fullmatch(name):
@@ -475,8 +501,14 @@ class KryoCodec:
                            self._arrow(jt.args[1], stack, depth + 1))
         if name.startswith(("java.", "javax.", "sun.", "jdk.")):
             raise KryoUndecodable(f"no Kryo decoder for JDK class {name}")
+        pb = self.protobuf_codec(name)
+        if pb is not None:
+            try:
+                return pb.arrow_type()
+            except ProtobufUndecodable as e:
+                raise KryoUndecodable(f"Protobuf message class {name}: {e}") from None
         if name in self.custom:
-            raise KryoUndecodable(f"{name} has its own Kryo serializer")
+            raise KryoUndecodable(f"{name} has its own Kryo serializer{_PROTOBUF_HINT}")
         info = self._class(name)
         if info.enum:
             return pa.string()
@@ -668,8 +700,15 @@ class _Read:
         if jt.dims:
             return self._array(jt, depth)
         name = jt.name
+        pb = self.codec.protobuf_codec(name)
+        if pb is not None:
+            try:
+                value, inp.pos = pb.decode_body(inp.data, inp.pos, inp.end)
+            except ProtobufUndecodable as e:
+                raise KryoUndecodable(f"Protobuf message class {name}: {e}") from None
+            return value
         if name in self.codec.custom:
-            raise KryoUndecodable(f"{name} has its own Kryo serializer")
+            raise KryoUndecodable(f"{name} has its own Kryo serializer{_PROTOBUF_HINT}")
         prim = _BOXED.get(name, name)
         if prim in _PRIMITIVE_ARROW:
             return self._primitive(prim)

@@ -668,12 +668,19 @@ def _read_kryo(decoder: Decoder, class_name: str, version: int) -> SerializerSpe
     registrations = _read_optional_map(decoder, "Kryo registrations", None, _kryo_registration)
     defaults = _read_optional_map(decoder, "Kryo default serializers", None, None)
     default_classes = _read_optional_map(decoder, "Kryo default serializer classes", None, None)
+    own = any(n == type_class and (v is None or bool(v)) for n, _, v in registrations)
+    reason = (f"Kryo-serialized {type_class}: pass the job's jar to decode it (classpath= "
+              "in statequery.open, --classpath on the command line)")
+    if own:  # its own Kryo serializer: the jar's fields do not explain it
+        reason = (f"Kryo-serialized {type_class} with its own Kryo serializer: a Protobuf "
+                  "message (chill-protobuf's ProtobufSerializer) is decoded with its descriptor "
+                  "set (protobuf_descriptors= in statequery.open, --protobuf-descriptors on the "
+                  "command line)")
     return OpaqueSpec(
         snapshot_class=class_name,
         family="kryo",
         type_class=type_class,
-        reason=(f"Kryo-serialized {type_class}: pass the job's jar to decode it (classpath= "
-                "in statequery.open, --classpath on the command line)"),
+        reason=reason,
         # a registration whose value is unreadable counts as the job's own serializer
         kryo_registrations=tuple((n, v is None or bool(v)) for n, _, v in registrations),
         kryo_default_serializers=tuple(n for n, _, _ in (*defaults, *default_classes)),

@@ -34,6 +34,8 @@ Options (case-insensitive):
                                 PyFlink's pickles as JSON text (:mod:`statequery.pickled`)
 ``classpath``                   the job's jars (comma-separated paths every worker can read):
                                 Kryo values decoded with their classes (docs/decoding.md)
+``protobuf_descriptors``        a Protobuf descriptor set every worker can read: Protobuf
+                                messages kept through Kryo decoded as structs (docs/decoding.md)
 ==============================  ===================================================================
 
 Key pruning comes only from the options of a read (``key``, ``key_groups``), never from the
@@ -100,6 +102,7 @@ class ReadOptions:
     fingerprint: str | None = None
     pickled: bool = False
     classpath: str | None = None
+    protobuf_descriptors: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -118,6 +121,12 @@ class ReadOptions:
     def from_values(cls, values: Mapping[str, Any]) -> ReadOptions:
         """The options of :meth:`parse_values`, checked as a whole."""
         opts = cls(**values)
+        if opts.protobuf_descriptors:  # carried by the classpath (statequery.arrow.kryo)
+            from statequery.arrow.kryo import with_protobuf
+
+            entries = with_protobuf((), opts.protobuf_descriptors)
+            opts = replace(opts, classpath=",".join(filter(None, (opts.classpath, *entries))),
+                           protobuf_descriptors=None)
         if opts.path is None and (opts.catalog is None or opts.database is None):
             from statequery.catalog import DEFAULT_CATALOG
 

@@ -167,11 +167,13 @@ def state_comment(row: dict[str, Any]) -> str:
 def attach_plans(
     path_or_uri: str, database: str | None = None, pickled: bool = False,
     classpath: Sequence[str] | str | None = None,
+    protobuf_descriptors: str | None = None,
 ) -> list[AttachPlan]:
     """The databases attaching ``path_or_uri`` creates: one savepoint, or each of a catalog's.
     ``pickled``: the state tables with bytes columns get the ``*_py`` columns (the option
     ``pickled``: PyFlink's pickles as JSON text). ``classpath``: the job's jars, the tables'
-    option ``classpath`` (Kryo values decoded with their classes).
+    option ``classpath`` (Kryo values decoded with their classes). ``protobuf_descriptors``: a
+    descriptor set, carried by the tables' ``classpath`` (Protobuf messages decoded with it).
 
     A folder that holds a ``_metadata`` (or resolves to one, as a checkpoint folder does) is one
     savepoint; a folder of savepoint folders is a catalog and attaches every database in it.
@@ -181,10 +183,11 @@ def attach_plans(
     from statequery.exceptions import SavepointNotFoundError, require_extra
 
     require_extra("sqlglot", "spark", "statequery attach")
-    from statequery.arrow.kryo import checked_classpath
+    from statequery.arrow.kryo import checked_classpath, with_protobuf
     from statequery.io import FileIO, join_location, normalize_location
 
     cp = ",".join(checked_classpath(classpath)) or None
+    pb = ",".join(with_protobuf((), protobuf_descriptors)) or None
     io = FileIO()
     location = normalize_location(path_or_uri).rstrip("/") or "/"
     if "://" not in location:  # tables outlive this process and its working directory
@@ -196,7 +199,7 @@ def attach_plans(
     if is_savepoint:
         sp = statequery.open(location)
         name = database or sql_identifier(location.rstrip("/").rsplit("/", 1)[-1])
-        plans.append(_plan_one(sp, name, pickled, cp))
+        plans.append(_plan_one(sp, name, pickled, ",".join(filter(None, (cp, pb))) or None))
     else:
         cat = Catalog(location)
         dbs = cat.databases()
@@ -208,7 +211,8 @@ def attach_plans(
                     f"{path_or_uri} is neither a savepoint nor a folder of savepoints"
                 ) from None
             name = database or sql_identifier(location.rsplit("/", 1)[-1])
-            plans.append(_plan_one(sp, name, pickled, cp))
+            plans.append(_plan_one(sp, name, pickled,
+                                   ",".join(filter(None, (cp, pb))) or None))
         else:
             if database is not None and len(dbs) > 1:
                 raise InvalidOptionError(
@@ -218,6 +222,7 @@ def attach_plans(
             for db in dbs:
                 # a database folder's own job.jar (Catalog.job_jar) unless a classpath is given
                 jar = cp or ",".join(cat.job_jar(db) or []) or None
+                jar = ",".join(filter(None, (jar, pb))) or None
                 plans.append(_plan_one(cat.savepoint(db), database or sql_identifier(db), pickled,
                                        jar))
     seen: dict[str, str] = {}
@@ -273,6 +278,7 @@ def attach(
     pickled: bool = False,
     plans: list[AttachPlan] | None = None,
     classpath: Sequence[str] | str | None = None,
+    protobuf_descriptors: str | None = None,
 ) -> list[str]:
     """Attach a savepoint (or every savepoint of a catalog folder) to ``spark``'s catalog.
 
@@ -284,7 +290,7 @@ def attach(
     it starts Spark, so that a wrong path is said at once).
     """
     if plans is None:
-        plans = attach_plans(path_or_uri, database, pickled, classpath)
+        plans = attach_plans(path_or_uri, database, pickled, classpath, protobuf_descriptors)
     todo = []
     for plan in plans:
         drop = False

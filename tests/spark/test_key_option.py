@@ -148,3 +148,20 @@ def test_classpath_option(spark) -> None:  # type: ignore[no-untyped-def]
     assert dict(raw.dtypes)["value"] == "binary"
     [plan] = attach_plans(path, "kryo_types", classpath=[jar])
     assert all(f"classpath '{jar}'" in s for s in plan.create_tables())
+
+
+def test_protobuf_descriptors_option(spark) -> None:  # type: ignore[no-untyped-def]
+    """The option ``protobuf_descriptors`` (issue 32): a DataFrame read of a state of Protobuf
+    messages (Kryo, chill-protobuf's form) gets the message's struct."""
+    from tests.conftest import FIXTURES, fixture_dir
+
+    name = "types-protobuf-rocksdb-native"
+    path, desc = str(fixture_dir(name)), str(FIXTURES / name / "descriptors.pb")
+    df = (spark.read.format("statequery").option("operator", "proto-types")
+          .option("state", "reading").option("protobuf_descriptors", desc).option("key", "k4")
+          .load(path))
+    assert df.columns == ["key_group", "key", "namespace", "value", "value_reason", "value_raw"]
+    [row] = df.collect()
+    assert row["value"]["name"] == "" and row["value"]["point"]["label"] == "p4"
+    assert dict(row["value"]["counts"])[""] == -(2**31)
+    assert row["value_raw"] is None and row["value_reason"] is None
