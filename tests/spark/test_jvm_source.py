@@ -294,3 +294,22 @@ def test_change_feed_read_equals_job_changes(spark, fmt: str) -> None:  # type: 
     df = (spark.read.format(fmt).option("table", f"{table}__changes")
           .option("start", str(ids[2])).option("end", str(ids[4])).load(path))
     assert _spark_rows(df) == _arrow_rows(one)
+
+
+def test_history_options_checked() -> None:
+    from statequery.exceptions import InvalidOptionError
+    from statequery.spark import ReadOptions
+
+    opts = ReadOptions.parse({"path": "/j", "table": "counter__count__changes", "start": "2"})
+    assert (opts.changes, opts.table, opts.start) == (True, "counter__count", 2)
+    assert ReadOptions.parse({"path": "/j", "version": "3", "operator": "o"}).version == 3
+    for bad, why in [
+        ({"version": "x"}, "checkpoint id"),
+        ({"changes": "true", "version": "3"}, "start"),
+        ({"start": "3"}, "changes=true"),
+        ({"changes": "true", "start": "5", "end": "3"}, "after end"),
+        ({"changes": "true", "mode": "flat"}, "change feed"),
+        ({"changes": "maybe"}, "true or false"),
+    ]:
+        with pytest.raises(InvalidOptionError, match=why):
+            ReadOptions.parse({"path": "/j", **bad})
