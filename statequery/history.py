@@ -50,6 +50,7 @@ __all__ = [
     "VERSIONS_SCHEMA",
     "Job",
     "Version",
+    "changes_of",
     "open_job",
 ]
 
@@ -359,6 +360,11 @@ class Job:
             )
         return done[-1]
 
+    def location_of(self, version: int | None = None) -> str:
+        """The directory of the version with checkpoint id ``version`` (the newest complete one
+        when None), as :meth:`version` finds it; raises as it does."""
+        return self._find(version).location
+
     def version(self, version: int | None = None) -> Savepoint:
         """The version with checkpoint id ``version`` (the newest complete one when None) as a
         :class:`~statequery.savepoint.Savepoint` (kept open until :meth:`close`). When several
@@ -507,6 +513,20 @@ def _change_batch(batch: pa.RecordBatch, cid: int | None, prev: int | None) -> p
     ]
     arrays.extend(batch.column(name) for name in CHANGES_SCHEMA.names[3:])
     return pa.RecordBatch.from_arrays(arrays, schema=CHANGES_SCHEMA)
+
+
+def changes_of(location: str, newest: Savepoint, table: str) -> pa.Table:
+    """The change feed of one table (a state's ``table_name`` or an operator table, resolved in
+    ``newest``) of the job at ``location``: the ``<table>__changes`` table of ``statequery
+    sql``."""
+    operator_id = newest.operator_table_id(table)
+    state = None
+    if operator_id is None:
+        info = newest.table(table)
+        operator_id, state = info.operator_id, info.name
+    classpath = list(newest.context.classpath) or None
+    with open_job(location, io=newest.io, classpath=classpath) as job:
+        return job.changes(operator_id, state)
 
 
 def open_job(

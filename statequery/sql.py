@@ -883,6 +883,10 @@ def _read(cat: Catalog, src: _Source) -> pa.Table:
     import pyarrow as pa
 
     sp = cat.savepoint(src.database)
+    if src.table.lower().endswith("__changes"):  # the change feed of a job (docs/history.md)
+        from statequery.history import changes_of
+
+        return changes_of(cat.folder(src.database), sp, src.table[: -len("__changes")])
     if src.table.lower() == "state_meta":
         return sp.state_meta()
     if src.table.lower() == "state_stats":

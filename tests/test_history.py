@@ -337,3 +337,37 @@ def test_plot_history_draws_the_numeric_states() -> None:
     assert buckets == {'"b0"', '"b1"', '"b2"'}
     with pytest.raises(InvalidOptionError, match="no state of this history holds numbers"):
         plot_history(table.filter(pa.compute.equal(table["state"], "recent")))
+
+
+# -- statequery sql: a job directory in a catalog ----------------------------------------------
+
+
+def test_sql_reads_a_job_database_and_its_change_feed(tmp_path: Path) -> None:
+    shutil.copytree(FIXTURES / "history-hashmap", tmp_path / "job")
+    job = statequery.open_job(str(tmp_path / "job"))
+    sp = job.version()
+    row = next(r for r in sp.state_meta().to_pylist() if r["kind"] == "value")
+    table, operator, state = row["table_name"], row["operator_id"], row["state_name"]
+
+    def rows(t: pa.Table) -> list[str]:
+        return sorted(repr(r) for r in t.to_pylist())
+
+    # the database reads the newest complete version
+    newest = statequery.sql(f"SELECT * FROM job.{table}", catalog=str(tmp_path))
+    assert rows(newest) == rows(job.read(operator, state))
+    # <table>__changes: the change feed of that state over every version
+    expected = job.changes(operator, state)
+    assert expected.num_rows > 0
+    feed = statequery.sql(f"SELECT * FROM job.{table}__changes", catalog=str(tmp_path))
+    assert feed.schema.names == CHANGES_SCHEMA.names
+    assert rows(feed) == rows(expected)
+    counted = statequery.sql(
+        f"SELECT change, count(*) AS n FROM job.{table}__changes GROUP BY change",
+        catalog=str(tmp_path),
+    )
+    got = {r["change"]: r["n"] for r in counted.to_pylist()}
+    want: dict[str, int] = {}
+    for c in expected.column("change").to_pylist():
+        want[c] = want.get(c, 0) + 1
+    assert got == want
+    job.close()

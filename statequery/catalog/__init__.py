@@ -98,6 +98,15 @@ class Catalog:
             f"(databases: {', '.join(self.databases()) or 'none'}){hint}"
         )
 
+    def folder(self, database: str) -> str:
+        """The database's folder in the catalog (a job's checkpoint directory: every version of
+        it, :func:`statequery.open_job`); :meth:`location` is the one version it reads."""
+        for child in self._children():
+            if child == database or sql_identifier(child) == sql_identifier(database):
+                return join_location(self.root, child)
+        self.location(database)  # raises, naming the databases there are
+        raise SavepointNotFoundError(f"no database {database!r} in catalog {self.root}")
+
     def savepoint(self, database: str) -> Savepoint:
         if database not in self._open:
             from statequery.savepoint import Savepoint

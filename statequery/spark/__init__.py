@@ -36,6 +36,11 @@ Options (case-insensitive):
                                 Kryo values decoded with their classes (docs/decoding.md)
 ``protobuf_descriptors``        a Protobuf descriptor set every worker can read: Protobuf
                                 messages kept through Kryo decoded as structs (docs/decoding.md)
+``version``                     ``path`` (or the database) is a job's checkpoint directory: read
+                                the version with this checkpoint id (docs/history.md)
+``changes``                     ``true``: the job's change feed (``Job.changes``) instead of a
+                                state; ``operator``/``state`` (or ``table`` ``<state>__changes``)
+                                narrow it, ``start``/``end`` bound its checkpoint ids
 ==============================  ===================================================================
 
 Key pruning comes only from the options of a read (``key``, ``key_groups``), never from the
@@ -103,6 +108,10 @@ class ReadOptions:
     pickled: bool = False
     classpath: str | None = None
     protobuf_descriptors: str | None = None
+    version: int | None = None
+    changes: bool = False
+    start: int | None = None
+    end: int | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -136,6 +145,27 @@ class ReadOptions:
                     "(with optional 'catalog' folder)"
                 )
             opts = replace(opts, catalog=opts.catalog or DEFAULT_CATALOG)
+        if opts.table is not None and opts.table.lower().endswith(CHANGES_SUFFIX):
+            if opts.version is not None:
+                raise InvalidOptionError(
+                    f"table {opts.table!r} is a change feed: it has no option 'version'"
+                )
+            opts = replace(opts, table=opts.table[: -len(CHANGES_SUFFIX)], changes=True)
+        if opts.changes and opts.version is not None:
+            raise InvalidOptionError(
+                "option 'version' reads one version; the change feed (changes=true) takes "
+                "'start' and 'end' (checkpoint ids)"
+            )
+        if not opts.changes and (opts.start is not None or opts.end is not None):
+            raise InvalidOptionError("options 'start' and 'end' need changes=true")
+        if opts.start is not None and opts.end is not None and opts.start > opts.end:
+            raise InvalidOptionError(f"option start ({opts.start}) is after end ({opts.end})")
+        if opts.changes and (opts.states is not None or opts.mode is not None
+                             or opts.pickled or opts.key_groups is not None):
+            raise InvalidOptionError(
+                "the change feed (changes=true) takes the options path (or database), operator, "
+                "state (or table '<state>__changes'), start, end, key and classpath"
+            )
         if opts.state is not None and opts.operator is None and opts.table is None:
             raise InvalidOptionError("option 'state' needs 'operator'")
         if opts.states is not None and opts.state is not None:
@@ -170,6 +200,17 @@ class ReadOptions:
                     + ", ".join(sorted(valid | set(aliases)))
                 )
             values[key] = value
+        for int_key in ("version", "start", "end"):
+            if int_key in values:
+                try:
+                    values[int_key] = int(values[int_key])
+                except ValueError:
+                    raise InvalidOptionError(
+                        f"option {int_key} must be a checkpoint id (an integer), got "
+                        f"{values[int_key]!r}"
+                    ) from None
+        if "changes" in values:
+            values["changes"] = _flag("changes", values["changes"])
         for int_key in ("key_groups_per_partition", "batch_size"):
             if int_key in values:
                 try:
@@ -207,6 +248,8 @@ class ReadOptions:
 
     @property
     def is_state_meta(self) -> bool:
+        if self.changes:
+            return False
         if self.table is not None:
             return self.table.lower() == "state_meta"
         return self.operator is None
@@ -219,7 +262,20 @@ class ReadOptions:
         return [n.strip() for n in self.states.split(",") if n.strip()]
 
 
-_OPEN: dict[tuple[str | None, ...], Savepoint] = {}
+#: a table name ending so is the change feed of the state (or operator table) before it
+CHANGES_SUFFIX = "__changes"
+
+_OPEN: dict[tuple[Any, ...], Savepoint] = {}
+
+
+def _base(opts: ReadOptions) -> str:
+    """The job the options name: ``path``, or the catalog database's folder."""
+    if opts.path is not None:
+        return opts.path
+    from statequery.catalog import Catalog
+
+    assert opts.catalog is not None and opts.database is not None
+    return Catalog(opts.catalog).folder(opts.database)
 
 
 def _open(opts: ReadOptions, fresh: bool = False) -> tuple[Savepoint, str | None, str | None]:
@@ -234,10 +290,14 @@ def _open(opts: ReadOptions, fresh: bool = False) -> tuple[Savepoint, str | None
     from statequery.catalog import Catalog
 
     operator, state = opts.operator, opts.state
-    cache_key = (opts.path, opts.catalog, opts.database, opts.fingerprint, opts.classpath)
+    cache_key = (opts.path, opts.catalog, opts.database, opts.fingerprint, opts.classpath,
+                 opts.version)
     if fresh or cache_key not in _OPEN:
         _OPEN.pop(cache_key, None)
-        if opts.path is not None:
+        if opts.version is not None:  # one version of a job (statequery.history)
+            job = statequery.open_job(_base(opts), classpath=opts.classpath)
+            sp = statequery.open(job.location_of(opts.version), classpath=opts.classpath)
+        elif opts.path is not None:
             sp = statequery.open(opts.path, classpath=opts.classpath)
         elif opts.classpath:
             assert opts.catalog is not None and opts.database is not None
@@ -377,6 +437,13 @@ class StatequeryDataSource(DataSource):
 
     def schema(self) -> StructType:
         stored = _resolve(self._given())
+        if stored.changes:
+            from statequery.history import CHANGES_SCHEMA
+
+            return _with_options(
+                _to_spark_struct(spark_arrow_schema(CHANGES_SCHEMA)), stored,
+                {"checkpoint_id": f"the change feed of {stored.path}"},
+            )
         sp, _, _ = _open(stored)
         comments = _column_comments(sp, stored)
         return _with_options(_to_spark_struct(_arrow_schema(stored)), stored, comments)
@@ -393,8 +460,17 @@ class StatequeryDataSource(DataSource):
             resolved = _resolve(self._given())  # raises when there are none
         elif self.per_query_only or not self.given:
             resolved = _resolve(_with_query_options(stored, self.given))
+        elif stored.changes or ReadOptions.parse(self.given).changes:
+            given = ReadOptions.parse(self.given)
+            if given.changes != stored.changes:
+                raise _per_query_error(stored, "the options name another table")
+            resolved = _resolve(given)  # a change feed's schema is the same for every state
         else:
             resolved = _same_table(self.given, stored)
+        if resolved.changes:
+            from statequery.history import CHANGES_SCHEMA
+
+            return ChangesReader(resolved, spark_arrow_schema(CHANGES_SCHEMA))
         return StatequeryReader(resolved, _arrow_schema(resolved))
 
 
@@ -503,11 +579,33 @@ def _resolve(opts: ReadOptions) -> ReadOptions:
     The savepoint is opened once, and cached under the resolved options too, so the planning
     that follows does not open it again.
     """
+    if opts.changes:
+        return _resolve_changes(opts)
     sp, _, _ = _open(opts, fresh=True)
     resolved = replace(opts, path=sp.location, catalog=None, database=None,
-                       fingerprint=sp.fingerprint)
-    _OPEN[(resolved.path, None, None, resolved.fingerprint)] = sp
+                       fingerprint=sp.fingerprint, version=None)
+    _OPEN[(resolved.path, None, None, resolved.fingerprint, resolved.classpath, None)] = sp
     return resolved
+
+
+def _resolve_changes(opts: ReadOptions) -> ReadOptions:
+    """A change feed's options naming the job's location, and the operator and state of its
+    ``table`` (resolved in the newest complete version)."""
+    import statequery
+
+    location = _base(opts)
+    with statequery.open_job(location, classpath=opts.classpath) as job:
+        operator, state = opts.operator, opts.state
+        if opts.table is not None:
+            row = _resolve_table(job.version(), opts.table)
+            operator, state = row["operator_id"], row["state_name"]
+        elif operator is not None:
+            info = job.version().operator(operator)
+            operator = info.operator_id
+            if state is not None:
+                state = job.version().state(operator, state).name
+    return replace(opts, path=job.locations[0], catalog=None, database=None, table=None,
+                   operator=operator, state=state)
 
 
 def _arrow_schema(opts: ReadOptions) -> pa.Schema:
@@ -654,6 +752,66 @@ class StatequeryReader(DataSourceReader):
                     yield _cast(batch, self.arrow_schema)
         finally:
             io.close()
+
+
+@dataclass(frozen=True)
+class ChangesPartition(InputPartition):
+    """The changes of one version of a job (``checkpoint_id``; None: nothing to read)."""
+
+    checkpoint_id: int | None = None
+
+
+class ChangesReader(DataSourceReader):
+    """The change feed (:meth:`statequery.history.Job.changes`): one partition per version,
+    each the changes between it and the complete version before it."""
+
+    def __init__(self, opts: ReadOptions, arrow_schema: pa.Schema) -> None:
+        self.opts = opts
+        self.arrow_schema = arrow_schema
+        self.key: Any = None
+        if opts.key is not None:
+            import statequery
+            from statequery.keys import parse_key_text
+
+            with statequery.open_job(self._location, classpath=opts.classpath) as job:
+                sp = job.version()
+                ops = [sp.operator(opts.operator)] if opts.operator else list(sp.operators)
+                spec = next((o.key_spec for o in ops if o.key_spec is not None), None)
+                if spec is None:
+                    raise InvalidOptionError(
+                        f"option key: no keyed state in the newest version of {self._location}"
+                    )
+                self.key = parse_key_text(opts.key, spec)
+
+    @property
+    def _location(self) -> str:
+        assert self.opts.path is not None  # _resolve_changes sets it
+        return self.opts.path
+
+    def partitions(self) -> Sequence[InputPartition]:
+        import statequery
+
+        with statequery.open_job(self._location, classpath=self.opts.classpath) as job:
+            done = job.complete_versions()
+        ids = sorted({
+            v.checkpoint_id for v in done[1:] if v.checkpoint_id is not None
+            and (self.opts.start is None or v.checkpoint_id >= self.opts.start)
+            and (self.opts.end is None or v.checkpoint_id <= self.opts.end)
+        })
+        return [ChangesPartition(i) for i in ids] or [ChangesPartition(None)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, ChangesPartition)  # what partitions() returns
+        if partition.checkpoint_id is None:
+            return
+        import statequery
+
+        cid = partition.checkpoint_id
+        with statequery.open_job(self._location, classpath=self.opts.classpath) as job:
+            for batch in job.change_batches(self.opts.operator, self.opts.state, start=cid,
+                                            end=cid, key=self.key):
+                if batch.num_rows:
+                    yield _cast(batch, self.arrow_schema)
 
 
 def _flag(name: str, value: Any) -> bool:

@@ -17,7 +17,7 @@ import pytest
 
 import statequery
 from statequery.spark import StatequeryDataSource
-from tests.conftest import fixture_dir
+from tests.conftest import FIXTURES, fixture_dir
 
 pytestmark = pytest.mark.spark
 
@@ -229,3 +229,87 @@ def test_without_javac_the_python_data_source_is_kept(tmp_path, monkeypatch, cap
     assert capsys.readouterr().err.count("no javac") == 1  # said once
     monkeypatch.setenv("STATEQUERY_SPARK_PATH", "python")
     assert jvm.session_conf() == {}
+
+
+# -- a job's versions and its change feed (statequery.history, issue 34) ----------------------
+
+HISTORY = "history-hashmap"
+
+
+def _arrow_rows(table: Any) -> list[str]:
+    from statequery.spark import spark_arrow_schema
+
+    cast = table.cast(spark_arrow_schema(table.schema))
+    return sorted(repr(r) for r in cast.to_pylist())
+
+
+def _spark_rows(df: Any) -> list[str]:
+    return sorted(repr(r) for r in df.toArrow().to_pylist())
+
+
+def _history_state() -> tuple[str, str, str]:
+    """(operator id, state name, table name) of the history fixture's first keyed value state."""
+    sp = statequery.open_job(str(FIXTURES / HISTORY)).version()
+    row = next(r for r in sp.state_meta().to_pylist() if r["kind"] == "value")
+    return row["operator_id"], row["state_name"], row["table_name"]
+
+
+@pytest.mark.parametrize("fmt", ["statequery", "statequery_python"])
+def test_version_option_reads_that_version_of_a_job(spark, fmt: str) -> None:  # type: ignore[no-untyped-def]
+    path = str(FIXTURES / HISTORY)
+    job = statequery.open_job(path)
+    ids = [v.checkpoint_id for v in job.complete_versions()]
+    operator, state, _ = _history_state()
+    old = ids[1]
+    expected = job.read(operator, state, version=old)
+    # the older version differs from the newest one: the option is what chooses it
+    assert _arrow_rows(expected) != _arrow_rows(job.read(operator, state))
+    df = (spark.read.format(fmt).option("version", str(old)).option("operator", operator)
+          .option("state", state).load(path))
+    assert expected.num_rows > 0
+    assert _spark_rows(df) == _arrow_rows(expected)
+    if fmt == "statequery":  # the columnar JVM source, planned by the same Python code
+        assert "ColumnarToRow" in _plan(df)
+    # without the option: the newest complete version
+    newest = spark.read.format(fmt).option("operator", operator).option("state", state).load(path)
+    assert _spark_rows(newest) == _arrow_rows(job.read(operator, state))
+
+
+@pytest.mark.parametrize("fmt", ["statequery", "statequery_python"])
+def test_change_feed_read_equals_job_changes(spark, fmt: str) -> None:  # type: ignore[no-untyped-def]
+    path = str(FIXTURES / HISTORY)
+    job = statequery.open_job(path)
+    expected = job.changes()
+    assert {"insert", "update", "delete"} <= set(expected.column("change").to_pylist())
+    df = spark.read.format(fmt).option("changes", "true").load(path)
+    assert df.columns == expected.schema.names
+    assert _spark_rows(df) == _arrow_rows(expected)
+    if fmt == "statequery":
+        assert "ColumnarToRow" in _plan(df)
+    # one state's feed by its table name, between two checkpoint ids
+    operator, state, table = _history_state()
+    ids = [v.checkpoint_id for v in job.complete_versions()]
+    one = job.changes(operator, state, start=ids[2], end=ids[4])
+    assert one.num_rows > 0
+    df = (spark.read.format(fmt).option("table", f"{table}__changes")
+          .option("start", str(ids[2])).option("end", str(ids[4])).load(path))
+    assert _spark_rows(df) == _arrow_rows(one)
+
+
+def test_history_options_checked() -> None:
+    from statequery.exceptions import InvalidOptionError
+    from statequery.spark import ReadOptions
+
+    opts = ReadOptions.parse({"path": "/j", "table": "counter__count__changes", "start": "2"})
+    assert (opts.changes, opts.table, opts.start) == (True, "counter__count", 2)
+    assert ReadOptions.parse({"path": "/j", "version": "3", "operator": "o"}).version == 3
+    for bad, why in [
+        ({"version": "x"}, "checkpoint id"),
+        ({"changes": "true", "version": "3"}, "start"),
+        ({"start": "3"}, "changes=true"),
+        ({"changes": "true", "start": "5", "end": "3"}, "after end"),
+        ({"changes": "true", "mode": "flat"}, "change feed"),
+        ({"changes": "maybe"}, "true or false"),
+    ]:
+        with pytest.raises(InvalidOptionError, match=why):
+            ReadOptions.parse({"path": "/j", **bad})
