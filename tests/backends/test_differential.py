@@ -28,6 +28,7 @@ struct kind, a sink kind or a column class that no strategy here generates.
 from __future__ import annotations
 
 import decimal
+import functools
 import os
 import struct
 from collections.abc import Callable
@@ -900,7 +901,7 @@ def test_a_key_cut_short_is_not_matched_by_its_value_bytes() -> None:
     (k7, _v7), kv8 = rocksdb_pairs(c)
     cut = [(k7[:5], wanted[4:] + bytes(4)), kv8]  # prefix + 4 key bytes; the rest in the value
     for keys, rows in (((wanted,), []), ((flinkenc.encode(long_, 8),), [(8, 2)])):
-        pure, fast = _both(lambda keys=keys: read_rocksdb(c, cut, keys))  # type: ignore[misc]
+        pure, fast = _both(functools.partial(read_rocksdb, c, cut, keys))
         assert_same(pure, fast, "rocksdb, a key cut short")
         assert [(r["key"], r["value"]) for r in fast.to_pylist()] == rows
 
