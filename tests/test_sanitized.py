@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SUITES = [
     "tests/backends/test_fastpath.py",
     "tests/test_fixture_oracle.py",
+    # (with its keyed properties: lookups through the compiled key filter, _read.KeyFilter)
     "tests/backends/test_differential.py",
     "tests/backends/test_corruption.py",
     # the compiled SST block walk on mutated real blocks (the campaign's finds)
@@ -116,6 +117,35 @@ def test_suites_pass_on_the_checked_build(checked_build: Path) -> None:
     tail = (r.stdout[-6000:] + "\n" + r.stderr[-8000:]).strip()
     assert r.returncode == 0, f"checked build: exit {r.returncode}\n{tail}"
     assert " passed" in r.stdout, tail
+
+
+# a lookup of a real fixture's key (canonical hashmap and RocksDB savepoints): the compiled
+# key filter (``_read.KeyFilter`` in the canonical walk, called per pair on RocksDB)
+_LOOKUP = """
+import sys
+import statequery
+from statequery.backends import fastpath
+from statequery.backends.keygroups import CompositeEntryDecoder
+from statequery.arrow.batches import BatchBuilder
+from statequery.arrow.schemas import state_schema
+sp = statequery.open(sys.argv[1], use_snapshot=False)
+layout = next(s.layout for op in sp.keyed_operators() for s in op.states
+              if s.layout.kind == "value")
+decoder = CompositeEntryDecoder(layout, None, BatchBuilder(state_schema(layout), layout), [b"k"])
+assert isinstance(decoder.on_entry, fastpath.compiled().KeyFilter), decoder.on_entry
+print(sum(t.num_rows for t in sp.lookup(sys.argv[2]).values()))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["datastream-hashmap-canonical", "datastream-rocksdb-canonical"])
+def test_lookups_on_the_checked_build(checked_build: Path, name: str) -> None:
+    from conftest import dump_entries, fixture_dir
+
+    key = next(e["key"] for e in dump_entries(name) if isinstance(e.get("key"), str))
+    r = _run(checked_build, ["-c", _LOOKUP, str(fixture_dir(name)), key], timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert int(r.stdout.split()[-1]) > 0, r.stdout
 
 
 # a bug planted in a copy of _read.pyx: the fixed-width read no longer checks the end of its

@@ -185,7 +185,9 @@ class CompositeEntryDecoder:
             ) -> None:
                 start = kpos + skip
                 for k in wanted:
-                    if buf.startswith(k, start):
+                    # within the composite key: bytes past ``kend`` are the value's (as the
+                    # compiled ``_read.KeyFilter`` compares)
+                    if buf.startswith(k, start, kend):
                         inner(buf, kpos, kend, vpos, vend, kg)
                         return
 

@@ -28,6 +28,7 @@ struct kind, a sink kind or a column class that no strategy here generates.
 from __future__ import annotations
 
 import decimal
+import functools
 import os
 import struct
 from collections.abc import Callable
@@ -378,6 +379,8 @@ class Case:
     mode: str
     enc: flinkenc.StateBytes
     entries: list[flinkenc.Entry]
+    #: the strategy of the state's keys (a lookup's key absent from ``entries``)
+    keys: st.SearchStrategy[Any] | None = None
 
 
 @covers("K_VALUE", "K_TIMER", "K_MAP", "K_LIST", "K_LIST_FLAT", "K_MAP_NESTED", "TTL")
@@ -427,7 +430,7 @@ def case(draw: Any, name: str = "s") -> Case:
     entries = draw(st.lists(
         st.builds(flinkenc.Entry, kgs, key.values, ns.values, st.none(), values),
         min_size=1, max_size=6))
-    return Case(layout, draw(st.sampled_from(modes)), enc, entries)
+    return Case(layout, draw(st.sampled_from(modes)), enc, entries, key.values)
 
 
 # -- reading one case on one path -----------------------------------------------------------------
@@ -504,14 +507,18 @@ def canonical_bytes(c: Case, other: list[tuple[bytes, bytes]]) -> tuple[bytes, d
     return flinkenc.canonical_stream(runs)
 
 
-def read_canonical(c: Case, data: bytes, offsets: dict[int, int]) -> pa.Table:
+def read_canonical(c: Case, data: bytes, offsets: dict[int, int],
+                   key_bytes: tuple[bytes, ...] | None = None,
+                   key_groups: frozenset[int] | None = None) -> pa.Table:
+    """``key_bytes``: a lookup's read (only the entries of those serialized keys: the key
+    filter, compiled ``_read.KeyFilter`` or the pure ``startswith``) of ``key_groups``."""
     from statequery.backends.keygroups import CompositeEntryDecoder, KeyGroupStream
 
     builder = _builder(c)
-    decoder = CompositeEntryDecoder(c.layout, c.mode, builder)
+    decoder = CompositeEntryDecoder(c.layout, c.mode, builder, key_bytes)
     stream = KeyGroupStream(flinkenc.MemoryStream(data), offsets, False, c.enc.prefix_len)
     batches: list[pa.RecordBatch] = []
-    for _kg in stream.scan([decoder.on_entry, None], [decoder.finish]):
+    for _kg in stream.scan([decoder.on_entry, None], [decoder.finish], key_groups=key_groups):
         _flush(builder, batches)
     return _table(builder, batches)
 
@@ -569,15 +576,17 @@ def rocksdb_pairs(c: Case) -> list[tuple[bytes, bytes]]:
     return [p for _kg, pairs in _canonical_pairs(c) for p in pairs]
 
 
-def read_rocksdb(c: Case, pairs: list[tuple[bytes, bytes]]) -> pa.Table:
+def read_rocksdb(c: Case, pairs: list[tuple[bytes, bytes]],
+                 key_bytes: tuple[bytes, ...] | None = None) -> pa.Table:
     from statequery.backends.rocksdb import RocksDBKeyedBackend
 
     backend = object.__new__(RocksDBKeyedBackend)
     backend.max_parallelism = 128 if c.enc.prefix_len == 1 else 32768
     builder = _builder(c)
     batches: list[pa.RecordBatch] = []
+    raw = key_bytes[0] if key_bytes is not None and len(key_bytes) == 1 else None
     for _kg in backend._scan_db(_Pairs(c.layout.name, pairs), c.layout, c.mode, builder, None,
-                                None, None):
+                                key_bytes, raw):
         _flush(builder, batches)
     return _table(builder, batches)
 
@@ -730,20 +739,171 @@ def test_rocksdb_pairs_read_the_same(data: Any) -> None:
     pure, fast = _both(lambda: read_rocksdb(c, pairs))
     assert not isinstance(pure, Corrupt), f"the pure path rejects the encoder's bytes: {pure}"
     assert_same(pure, fast, "rocksdb")
-    if not pairs:
+    mutated = _mutate_pairs(data.draw, c, pairs)
+    if mutated is None:
         return
-    i = data.draw(st.integers(0, len(pairs) - 1), label="entry")
-    k, v = pairs[i]
-    which = data.draw(st.sampled_from(["key", "value"]), label="part")
-    if which == "key":
-        k = _mutate(data.draw, k, c.enc.prefix_len)
-        if len(k) < c.enc.prefix_len or k[: c.enc.prefix_len] != pairs[i][0][: c.enc.prefix_len]:
-            return  # another key group's key, out of order
-    else:
-        v = _mutate(data.draw, v, 0)
-    bad = pairs[:i] + [(k, v)] + pairs[i + 1 :]
+    bad, what = mutated
     pure, fast = _both(lambda: read_rocksdb(c, bad))
-    assert_same(pure, fast, f"rocksdb, {which} of entry {i} mutated")
+    assert_same(pure, fast, f"rocksdb, {what}")
+
+
+def _mutate_pairs(draw: Any, c: Case, pairs: list[tuple[bytes, bytes]],
+                  ) -> tuple[list[tuple[bytes, bytes]], str] | None:
+    """``pairs`` with one entry's key or value mutated (:func:`_mutate`), and what was; None
+    when there is none, or the mutated key moved to another key group (out of order)."""
+    if not pairs:
+        return None
+    i = draw(st.integers(0, len(pairs) - 1), label="entry")
+    k, v = pairs[i]
+    which = draw(st.sampled_from(["key", "value"]), label="part")
+    if which == "key":
+        k = _mutate(draw, k, c.enc.prefix_len)
+        if len(k) < c.enc.prefix_len or k[: c.enc.prefix_len] != pairs[i][0][: c.enc.prefix_len]:
+            return None  # another key group's key, out of order
+    else:
+        v = _mutate(draw, v, 0)
+    return pairs[:i] + [(k, v)] + pairs[i + 1 :], f"{which} of entry {i} mutated"
+
+
+# -- keyed reads (lookups): the key filter --------------------------------------------------------
+
+_PROBES = ["present", "absent", "empty", "prefix", "other key group"]
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """A keyed read: the serialized keys wanted and the key groups read (None: every one)."""
+
+    what: str
+    wanted: tuple[bytes, ...]
+    key_groups: frozenset[int] | None
+
+
+def _key_bytes(c: Case, e: flinkenc.Entry) -> bytes:
+    return flinkenc.encode(c.enc.key, e.key)
+
+
+def lookup(draw: Any, c: Case) -> Lookup:
+    """One to three probes: a key of the state, a key it does not hold, the empty key, a proper
+    prefix of one of its keys, and one of its keys read in the other key groups only (as a
+    lookup reads the key group the key hashes to)."""
+    present = [_key_bytes(c, e) for e in c.entries]
+    probes = draw(st.lists(st.sampled_from(_PROBES), min_size=1, max_size=3, unique=True),
+                  label="probes")
+    wanted: list[bytes] = []
+    key_groups: frozenset[int] | None = None
+    for probe in probes:
+        i = draw(st.integers(0, len(c.entries) - 1), label="entry")
+        k = present[i]
+        if probe == "absent":
+            assert c.keys is not None
+            k = _key_bytes(c, replace(c.entries[i], key=draw(c.keys, label="absent key")))
+            if any(p.startswith(k) for p in present):
+                # a key the state holds after all (a boolean, a short enum): bytes of no key
+                k = draw(st.binary(min_size=1, max_size=12).filter(
+                    lambda b: not any(p.startswith(b) for p in present)), label="absent bytes")
+        elif probe == "empty":
+            k = b""
+        elif probe == "prefix":
+            k = k[: draw(st.integers(0, max(len(k) - 1, 0)), label="prefix length")]
+        elif probe == "other key group":
+            key_groups = frozenset(e.kg for e in c.entries) - {c.entries[i].kg}
+        wanted.append(k)
+    return Lookup("+".join(probes), tuple(wanted), key_groups)
+
+
+def _expected(c: Case, q: Lookup) -> Case:
+    """The case with only the entries a lookup ``q`` reads (its unkeyed read is the lookup's
+    expected table)."""
+    return replace(c, entries=[
+        e for e in c.entries
+        if (q.key_groups is None or e.kg in q.key_groups)
+        and any(c.enc.key_ns(e).startswith(k) for k in q.wanted)])
+
+
+def _filtered_in_c(c: Case, q: Lookup) -> None:
+    """The compiled path filters ``q``'s keys with ``_read.KeyFilter`` (not vacuous)."""
+    from statequery.backends.keygroups import CompositeEntryDecoder
+
+    mod = fastpath.compiled()
+    assert mod is not None
+    decoder = CompositeEntryDecoder(c.layout, c.mode, _builder(c), q.wanted)
+    assert isinstance(decoder.on_entry, mod.KeyFilter), decoder.on_entry
+
+
+@SETTINGS
+@given(data=st.data())
+def test_keyed_canonical_reads_are_the_same(data: Any) -> None:
+    """A lookup's read of a canonical stream (``scan_key_group`` comparing keys in C against the
+    pure ``startswith``): the same rows, exactly the entries of the wanted keys, also on
+    truncated and mutated bytes."""
+    _check_built()
+    c = case(data.draw)
+    _compiled(c)
+    assume(_delimitable(c))
+    q = lookup(data.draw, c)
+    _filtered_in_c(c, q)
+    other = data.draw(st.lists(st.tuples(st.binary(max_size=6), st.binary(max_size=6)),
+                               max_size=2), label="skipped run")
+    stream, offsets = canonical_bytes(c, other)
+    pure, fast = _both(lambda: read_canonical(c, stream, offsets, q.wanted, q.key_groups))
+    assert not isinstance(pure, Corrupt), f"the pure path rejects the encoder's bytes: {pure}"
+    assert_same(pure, fast, f"canonical, keyed ({q.what})")
+    want = _expected(c, q)
+    want_stream, want_offsets = canonical_bytes(want, [])
+    assert_same(read_canonical(want, want_stream, want_offsets), fast,
+                f"canonical, keyed ({q.what}): the wanted keys' entries")
+    bad = _mutate(data.draw, stream, 8)
+    pure, fast = _both(lambda: read_canonical(c, bad, offsets, q.wanted, q.key_groups))
+    assert_same(pure, fast, f"canonical, keyed ({q.what}), mutated")
+
+
+@SETTINGS
+@given(data=st.data())
+def test_keyed_rocksdb_reads_are_the_same(data: Any) -> None:
+    """A lookup's read of RocksDB pairs (``_read.KeyFilter`` called per entry against the pure
+    ``startswith``): the same rows, exactly the wanted keys' entries, also with an entry's key
+    or value truncated or mutated."""
+    _check_built()
+    c = case(data.draw)
+    _compiled(c)
+    assume(_delimitable(c))
+    q = lookup(data.draw, c)
+    _filtered_in_c(c, q)
+    n = c.enc.prefix_len
+    pairs = [p for p in rocksdb_pairs(c)
+             if q.key_groups is None or int.from_bytes(p[0][:n], "big") in q.key_groups]
+    pure, fast = _both(lambda: read_rocksdb(c, pairs, q.wanted))
+    assert not isinstance(pure, Corrupt), f"the pure path rejects the encoder's bytes: {pure}"
+    assert_same(pure, fast, f"rocksdb, keyed ({q.what})")
+    assert_same(read_rocksdb(c, rocksdb_pairs(_expected(c, q))), fast,
+                f"rocksdb, keyed ({q.what}): the wanted keys' entries")
+    mutated = _mutate_pairs(data.draw, c, pairs)
+    if mutated is None:
+        return
+    bad, what = mutated
+    pure, fast = _both(lambda: read_rocksdb(c, bad, q.wanted))
+    assert_same(pure, fast, f"rocksdb, keyed ({q.what}), {what}")
+
+
+def test_a_key_cut_short_is_not_matched_by_its_value_bytes() -> None:
+    """A RocksDB entry whose key was cut to half the wanted key, and whose value bytes happen to
+    continue it: not the wanted key on either path (the pure filter compared past the composite
+    key into the value and raised CorruptStateError; ``_read.KeyFilter`` skipped the entry)."""
+    _check_built()
+    long_ = PrimitiveSpec(name="long")
+    void = NamespaceSpec(name="void")
+    layout = StateLayout(name="s", kind="value", key=long_, namespace=void, value=long_,
+                         state_value=long_)
+    c = Case(layout, "rows", flinkenc.StateBytes("value", long_, void, long_),
+             [flinkenc.Entry(0, 7, None, None, 1), flinkenc.Entry(0, 8, None, None, 2)])
+    wanted = flinkenc.encode(long_, 7)
+    (k7, _v7), kv8 = rocksdb_pairs(c)
+    cut = [(k7[:5], wanted[4:] + bytes(4)), kv8]  # prefix + 4 key bytes; the rest in the value
+    for keys, rows in (((wanted,), []), ((flinkenc.encode(long_, 8),), [(8, 2)])):
+        pure, fast = _both(functools.partial(read_rocksdb, c, cut, keys))
+        assert_same(pure, fast, "rocksdb, a key cut short")
+        assert [(r["key"], r["value"]) for r in fast.to_pylist()] == rows
 
 
 # -- the harness covers every compiled shape ------------------------------------------------------
