@@ -226,7 +226,8 @@ class HeapBlockDecoder:
                 start = pos
                 t, pos = read(buf, pos, end)
                 # a timer is its 8-byte timestamp, then the serialized key and namespace
-                if wanted is not None and not any(buf.startswith(k, start + 8) for k in wanted):
+                if wanted is not None and not any(buf.startswith(k, start + 8, pos)
+                                                  for k in wanted):
                     continue
                 a_kg(kg)
                 a_key(t["key"])
