@@ -2,7 +2,7 @@
 writer schema in the savepoint with no option.
 
 The ``types-avro-*`` fixtures (Flink 2.3, hashmap canonical and RocksDB native; Flink 1.20.5,
-hashmap canonical: ``v1.20-types-avro-hashmap-canonical``) keep a record
+``v1.20-types-avro-*``) keep a record
 with every Avro type and logical type and their edge values. Each is read completely on the
 compiled and on the pure-Python path and must equal Flink's own dump (Avro's
 ``GenericDatumReader`` through Flink's ``AvroSerializer``, ``dump/<name>.jsonl``) entry by
@@ -41,7 +41,7 @@ AVRO_UIDS = [n for n in AVRO if not n.startswith("v1.")]
 def test_the_avro_fixtures_are_in_the_manifest() -> None:
     # v1.20-: AvroStateJob on Flink 1.20.5 (generate_version_fixtures.py --job types-avro)
     assert sorted(AVRO) == ["types-avro-hashmap-canonical", "types-avro-rocksdb-native",
-                            "v1.20-types-avro-hashmap-canonical"]
+                            "v1.20-types-avro-hashmap-canonical", "v1.20-types-avro-rocksdb-native"]
     assert sorted(EVOLVED) == ["types-avro-evolved-hashmap-canonical",
                                "types-avro-evolved-rocksdb-native"]
 

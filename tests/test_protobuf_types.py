@@ -37,7 +37,7 @@ from google.protobuf.descriptor import FieldDescriptor as FD  # noqa: E402
 PROTO = ["types-protobuf-hashmap-canonical", "types-protobuf-rocksdb-native"]
 # ProtoTypesJob on Flink 1.20.5 (Kryo 2.24; generate_version_fixtures.py --job proto-types): a
 # 1.x _metadata has no uids (the dump's operator_uid is ""); read by the uid's operator id
-PROTO_1X = ["v1.20-types-protobuf-hashmap-canonical"]
+PROTO_1X = ["v1.20-types-protobuf-hashmap-canonical", "v1.20-types-protobuf-rocksdb-native"]
 OP = "proto-types"
 CLASS = "statequery.prototypes.Reading"
 _64 = {FD.TYPE_INT64, FD.TYPE_UINT64, FD.TYPE_SINT64, FD.TYPE_FIXED64, FD.TYPE_SFIXED64}

@@ -568,13 +568,15 @@ def main() -> None:
             insert_record(kryo_types_run(VERSIONS[v]))
             insert_record(kryo_types_run(VERSIONS[v], "rocksdb", "native"))
         return
-    if args.job == "proto-types":  # v{minor}-types-protobuf-hashmap-canonical, its own run
+    if args.job == "proto-types":  # v{minor}-types-protobuf-*, its own run
         for v in args.version or []:
             insert_record(types_run(VERSIONS[v], "proto-types"))
+            insert_record(types_run(VERSIONS[v], "proto-types", "rocksdb", "native"))
         return
-    if args.job == "types-avro":  # v{minor}-types-avro-hashmap-canonical (FLINK_AVRO_CLASSPATH)
+    if args.job == "types-avro":  # v{minor}-types-avro-* (FLINK_AVRO_CLASSPATH)
         for v in args.version or []:
             insert_record(avro_run(VERSIONS[v]))
+            insert_record(avro_run(VERSIONS[v], "rocksdb", "native"))
         return
     selected = [BY_NAME[n] for n in args.only or []]
     selected += [fx for v in args.version or [] for fx in version_matrix(v)
