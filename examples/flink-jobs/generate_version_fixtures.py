@@ -27,6 +27,7 @@ the fixture is recorded in ``manifest.json`` with its ``flink_version``.
 from __future__ import annotations
 
 import argparse
+import base64
 import fcntl
 import json
 import os
@@ -362,30 +363,57 @@ def generate_run(fxs: list[dict], attempts: int = 2) -> list[dict]:
 
 
 def kryo_types_run(version: str, backend: str = "hashmap", fmt: str = "canonical") -> dict:
-    """``v{minor}-types-kryo-{backend}-{fmt}`` (1.19 and later: the job uses ``OpenContext``):
-    ``src/statequery/kryotypes`` compiled against the release's jars and run on them (Flink 1.x:
-    Kryo 2.24), its classes and sources as ``job.jar`` beside the savepoint, the release's
-    ``SavepointDump`` with those classes and ``-Dstatequery.dump.kryoFields=true`` checked
-    against the model (``kryo_types_expected``, uids "" on 1.x); returns the manifest record."""
+    """``v{minor}-types-kryo-{backend}-{fmt}``: ``types_run`` of the ``kryo-types`` job."""
+    return types_run(version, "kryo-types", backend, fmt)
+
+
+def types_run(version: str, job: str, backend: str = "hashmap", fmt: str = "canonical") -> dict:
+    """``v{minor}-types-kryo-{backend}-{fmt}`` (``job`` kryo-types) or
+    ``v{minor}-types-protobuf-{backend}-{fmt}`` (proto-types), 1.19 and later (the jobs use
+    ``OpenContext``): ``src/statequery/kryotypes`` (``prototypes``; on 1.x with the files of
+    ``src-1.x/statequery/prototypes`` replacing those of the same name: Kryo 2.24's
+    ``Serializer.read``) compiled against the release's jars and run on them, its classes and
+    sources as ``job.jar`` beside the savepoint (proto-types: and ``descriptors.pb``), the
+    release's ``SavepointDump`` with those classes and ``-Dstatequery.dump.kryoFields=true``
+    checked against the model (``kryo_types_expected``/``proto_types_expected``, uids "" on 1.x);
+    returns the manifest record."""
     minor = version.rsplit(".", 1)[0]
-    fx = _vfx(minor, f"types-kryo-{backend}-{fmt}", "kryo-types", backend, "savepoint", fmt)
+    proto = job == "proto-types"
+    if job == "types-avro":
+        return avro_run(version, backend, fmt)
+    family, pkg = ("protobuf", "prototypes") if proto else ("kryo", "kryotypes")
+    fx = _vfx(minor, f"types-{family}-{backend}-{fmt}", job, backend, "savepoint", fmt)
     name = fx["name"]
-    classes = build_dir(version) / "kryotypes"
-    shutil.rmtree(classes, ignore_errors=True)
-    classes.mkdir(parents=True)
     cp = build(version)
-    subprocess.run(["nice", "-n", "15", "javac", "-nowarn", "-encoding", "UTF-8", "-d",
-                    str(classes), "-cp", cp,
-                    *map(str, sorted((HERE / "src" / "statequery" / "kryotypes").glob("*.java")))],
-                   check=True)
-    cp = f"{cp}:{classes}"
     scratch = SCRATCH / name
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
+    srcs = {p.name: p for p in (HERE / "src" / "statequery" / pkg).iterdir() if p.is_file()}
+    if not has_uids(version) and (HERE / "src-1.x" / "statequery" / pkg).is_dir():
+        srcs.update({p.name: p for p in (HERE / "src-1.x" / "statequery" / pkg).iterdir()})
+    sources = scratch / "src"  # the sources compiled, as the jar holds them
+    (sources / "statequery" / pkg).mkdir(parents=True)
+    for n, p in srcs.items():
+        shutil.copyfile(p, sources / "statequery" / pkg / n)
+    classes = build_dir(version) / pkg
+    shutil.rmtree(classes, ignore_errors=True)
+    classes.mkdir(parents=True)
+    subprocess.run(["nice", "-n", "15", "javac", "-nowarn", "-encoding", "UTF-8", "-d",
+                    str(classes), "-cp", cp,
+                    *map(str, sorted((sources / "statequery" / pkg).glob("*.java")))],
+                   check=True)
+    cp = f"{cp}:{classes}"
+    args: list[str] = []
+    if proto:
+        gf._PT_DESCRIPTORS[:] = [gf.pt_descriptors(scratch)]
+        messages = scratch / "messages.txt"
+        messages.write_text("".join(base64.b64encode(m).decode("ascii") + "\n"
+                                    for m in gf.pt_messages(gf._PT_DESCRIPTORS[0])))
+        args = [str(messages)]
+    main = "statequery.prototypes.ProtoTypesJob" if proto else "statequery.kryotypes.KryoTypesJob"
     with open(scratch / "job.log", "w") as log:
-        proc = subprocess.run(["nice", "-n", "15", "java", *JAVA_OPTS, "-cp", cp,
-                               "statequery.kryotypes.KryoTypesJob", backend,
-                               f"savepoint-{fmt}", str(scratch / "out")],
+        proc = subprocess.run(["nice", "-n", "15", "java", *JAVA_OPTS, "-cp", cp, main, backend,
+                               f"savepoint-{fmt}", str(scratch / "out"), *args],
                               stdout=subprocess.PIPE, stderr=log, text=True, timeout=900)
     snaps = [Path(line.split("=", 1)[1]) for line in proc.stdout.splitlines()
              if line.startswith("SNAPSHOT_PATH=")]
@@ -394,34 +422,85 @@ def kryo_types_run(version: str, backend: str = "hashmap", fmt: str = "canonical
     dest = FIXTURES / name
     shutil.rmtree(dest, ignore_errors=True)
     shutil.copytree(snaps[0], dest / snaps[0].name)
+    jar_dir = gf.PT_JAR_CLASSES if proto else gf.KT_JAR_CLASSES
     subprocess.run(["jar", "--create", "--file", str(dest / "job.jar"),
-                    "--date=2026-01-01T00:00:00Z", "-C", str(classes), gf.KT_JAR_CLASSES,
-                    "-C", str(HERE / "src"), gf.KT_JAR_CLASSES], check=True)
+                    "--date=2026-01-01T00:00:00Z", "-C", str(classes), jar_dir,
+                    "-C", str(sources), jar_dir], check=True)
+    if proto:
+        shutil.copyfile(gf._PT_DESCRIPTORS[0], dest / "descriptors.pb")
+    entries = gf.proto_types_expected() if proto else gf.kryo_types_expected()
+    return _check_and_record(version, fx, dest, snaps[0], cp, entries, job, kryo_fields=True,
+                             scratch=scratch)
+
+
+def avro_run(version: str, backend: str = "hashmap", fmt: str = "canonical") -> dict:
+    """``v{minor}-types-avro-{backend}-{fmt}``: ``src-avro/`` (AvroStateJob, the oracle's
+    DumpAvro) compiled against the release's jars and ``FLINK_AVRO_CLASSPATH`` (flink-avro's
+    ``AvroSerializer`` for that release, Avro's and Jackson's jars: docs/fixtures.md, "The Avro
+    job") and run on them; the release's ``SavepointDump`` with those classes checked against the
+    model (``avro_expected``, uids "" on 1.x); returns the manifest record."""
+    avro_cp = os.environ.get("FLINK_AVRO_CLASSPATH")
+    if not avro_cp:
+        raise SystemExit("--job types-avro needs FLINK_AVRO_CLASSPATH (docs/fixtures.md)")
+    minor = version.rsplit(".", 1)[0]
+    fx = _vfx(minor, f"types-avro-{backend}-{fmt}", "types-avro", backend, "savepoint", fmt)
+    name = fx["name"]
+    cp = build(version)
+    scratch = SCRATCH / name
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    classes = build_dir(version) / "avro"
+    shutil.rmtree(classes, ignore_errors=True)
+    classes.mkdir(parents=True)
+    subprocess.run(["nice", "-n", "15", "javac", "-nowarn", "-encoding", "UTF-8", "-d",
+                    str(classes), "-cp", f"{cp}:{avro_cp}",
+                    *map(str, sorted((HERE / "src-avro").rglob("*.java")))], check=True)
+    cp = f"{cp}:{classes}:{avro_cp}"
+    with open(scratch / "job.log", "w") as log:
+        proc = subprocess.run(["nice", "-n", "15", "java", *JAVA_OPTS, "-cp", cp,
+                               "statequery.fixtures.AvroStateJob", backend, f"savepoint-{fmt}",
+                               str(scratch / "out")],
+                              stdout=subprocess.PIPE, stderr=log, text=True, timeout=900)
+    snaps = [Path(line.split("=", 1)[1]) for line in proc.stdout.splitlines()
+             if line.startswith("SNAPSHOT_PATH=")]
+    if proc.returncode != 0 or len(snaps) != 1:
+        raise RuntimeError(f"{name}: job failed ({proc.returncode}), see {scratch}/job.log")
+    dest = FIXTURES / name
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(snaps[0], dest / snaps[0].name)
+    return _check_and_record(version, fx, dest, snaps[0], cp, gf.avro_expected(), "avro-state",
+                             kryo_fields=False, scratch=scratch)
+
+
+def _check_and_record(version: str, fx: dict, dest: Path, snap: Path, cp: str,
+                      entries: list[dict], uid: str, kryo_fields: bool, scratch: Path) -> dict:
+    """The model as the expected file, the release's dump (``cp``: with the job's classes)
+    compared with it, the manifest record of ``dest/snap.name``."""
+    name = fx["name"]
     exp = FIXTURES / "expected" / f"{name}.jsonl"
     dump = FIXTURES / "dump" / f"{name}.jsonl"
-    entries = gf.kryo_types_expected()
     if not has_uids(version):
         for e in entries:
             e["operator_uid"] = ""
     gf.write_jsonl(exp, entries)
     # 1.x: what RocksDB wrote is restored by RocksDB (as in generate_run)
-    opts = ["--backend=rocksdb"] if backend == "rocksdb" and not has_uids(version) else []
+    opts = (["--backend=rocksdb"] if fx["backend"] == "rocksdb" and not has_uids(version)
+            else [])
+    props = ["-Dstatequery.dump.kryoFields=true"] if kryo_fields else []
     with open(scratch / "dump.log", "w") as err:
-        ok = subprocess.run(["nice", "-n", "15", "java", *JAVA_OPTS,
-                             "-Dstatequery.dump.kryoFields=true", "-cp", cp,
-                             "statequery.fixtures.SavepointDump", *opts, str(dest / snaps[0].name),
+        ok = subprocess.run(["nice", "-n", "15", "java", *JAVA_OPTS, *props, "-cp", cp,
+                             "statequery.fixtures.SavepointDump", *opts, str(dest / snap.name),
                              str(dump)], stdout=err, stderr=err, timeout=900).returncode == 0
     problems = gf.compare(exp, dump) if ok else [f"SavepointDump failed, see {scratch}/dump.log"]
     if problems:
         raise RuntimeError(f"{name}: dump differs from expected ({len(problems)} lines):\n    "
                            + "\n    ".join(problems[:20]))
-    rel = f"{name}/{snaps[0].name}"
+    rel = f"{name}/{snap.name}"
     proc = subprocess.run(java(version, "SnapshotInfo", str(FIXTURES / rel)),
                           capture_output=True, text=True, check=True)
     infos = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     if not has_uids(version):
-        by_id = {gf.operator_id_for_uid(u): u
-                 for u in ("fixture-source", "fixture-sink", "kryo-types")}
+        by_id = {gf.operator_id_for_uid(u): u for u in ("fixture-source", "fixture-sink", uid)}
         for info in infos:
             info["uid"] = by_id.get(info["operator_id"], "")
     rec = gf.manifest_record(fx, rel, infos)
@@ -479,14 +558,25 @@ def main() -> None:
     ap.add_argument("--only", action="append", choices=sorted(BY_NAME), metavar="NAME",
                     help="one fixture (repeatable)")
     ap.add_argument("--job", choices=["datastream", "ttl-kryo", "sql-version", "sql-cep-version",
-                                      "kryo-types"],
-                    help="with --version: only this job's fixtures (kryo-types: only so)")
+                                      "kryo-types", "proto-types", "types-avro"],
+                    help="with --version: only this job's fixtures (kryo-types, proto-types, "
+                         "types-avro: only so)")
     ap.add_argument("--build-only", action="store_true", help="only compile for the versions")
     args = ap.parse_args()
     if args.job == "kryo-types":  # v{minor}-types-kryo-hashmap-canonical, its own run
         for v in args.version or []:
             insert_record(kryo_types_run(VERSIONS[v]))
             insert_record(kryo_types_run(VERSIONS[v], "rocksdb", "native"))
+        return
+    if args.job == "proto-types":  # v{minor}-types-protobuf-*, its own run
+        for v in args.version or []:
+            insert_record(types_run(VERSIONS[v], "proto-types"))
+            insert_record(types_run(VERSIONS[v], "proto-types", "rocksdb", "native"))
+        return
+    if args.job == "types-avro":  # v{minor}-types-avro-* (FLINK_AVRO_CLASSPATH)
+        for v in args.version or []:
+            insert_record(avro_run(VERSIONS[v]))
+            insert_record(avro_run(VERSIONS[v], "rocksdb", "native"))
         return
     selected = [BY_NAME[n] for n in args.only or []]
     selected += [fx for v in args.version or [] for fx in version_matrix(v)
