@@ -235,11 +235,12 @@ def _stop_shared_spark() -> Any:
 
 # --- Scheduling: the longest modules first -------------------------------------------------------
 #
-# `--dist loadscope` sends whole modules to the workers; with `--no-loadscope-reorder` (README's
-# test command) in the order collected here, else largest *test count* first, which put the
-# modules with few but long tests (Spark servers and shells, the checked build, the Flink
-# cluster, wheel builds) last: one of them started at the end kept one worker busy alone. Sorted
-# longest first, the workers end within about one short module of each other. The figures are
+# `--dist loadscope` sends whole modules to the workers. pytest-xdist sorts them by *test count*
+# by default, which put the modules with few but long tests (Spark servers and shells, the
+# checked build, the Flink cluster, wheel builds) last: one of them started at the end kept one
+# worker busy alone. pytest_configure below turns that sorting off (as --no-loadscope-reorder
+# does), so xdist takes the modules in the order collected here: longest first, and the workers
+# end within about one short module of each other. The figures are
 # relative weights (seconds of one module, from a timed run, docs/testing.md); a module not listed
 # weighs 0.1 s per test. New long modules belong in the table.
 _MODULE_SECONDS: dict[str, float] = {
@@ -282,3 +283,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return _MODULE_SECONDS.get(module, 0.1 * counts[module])
 
     items.sort(key=lambda item: (-weight(_module_of(item)), first[_module_of(item)]))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # xdist (when installed and active) keeps the collection order of the modules (see above)
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
