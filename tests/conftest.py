@@ -253,6 +253,7 @@ _MODULE_SECONDS: dict[str, float] = {
     "tests/spark/test_shell.py": 300,  # *
     "tests/test_sanitized.py": 300,  # *
     "tests/test_edge_fixtures.py": 300,
+    "tests/backends/test_fastpath.py": 285,
     "tests/backends/test_corruption.py": 255,
     "tests/test_runindex.py": 175,
     "tests/spark/test_stale_reader.py": 150,
