@@ -245,13 +245,13 @@ def _stop_shared_spark() -> Any:
 # weighs 0.1 s per test. New long modules belong in the table.
 _MODULE_SECONDS: dict[str, float] = {
     # a -n 2 run at load 12-20 on 2 cores (docs/testing.md); * estimated from single-module runs
+    "tests/test_sanitized.py": 1250,
     "tests/spark/test_attach.py": 800,  # *
     "tests/test_reader.py": 650,
     "tests/test_key_roundtrip.py": 570,
     "tests/spark/test_datasource.py": 350,  # *
     "tests/spark/test_server.py": 300,  # *
     "tests/spark/test_shell.py": 300,  # *
-    "tests/test_sanitized.py": 300,  # *
     "tests/test_edge_fixtures.py": 300,
     "tests/backends/test_fastpath.py": 285,
     "tests/backends/test_corruption.py": 255,
