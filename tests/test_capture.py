@@ -358,33 +358,21 @@ def test_database_names_and_prune(tmp_path: Path) -> None:
 
 @pytest.mark.spark
 @pytest.mark.slow
-def test_spark_attach_of_a_captured_savepoint(tmp_path: Path) -> None:
+def test_spark_attach_of_a_captured_savepoint(  # type: ignore[no-untyped-def]
+    spark, tmp_path: Path,
+) -> None:
     """``statequery attach`` of a captured savepoint: the SQL job's columns by name, no --plan."""
-    import sys
-
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
     from statequery.spark.catalog import attach
-    from statequery.spark.jvm import session_conf as jvm_session_conf
 
     result = _sql_capture(tmp_path)
-    spark = (SparkSession.builder.master("local[1]").appName("statequery-capture")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "1")
-             .config("spark.sql.warehouse.dir", str(tmp_path / "warehouse"))
-             .config(map=jvm_session_conf())
-             .getOrCreate())
-    try:
-        assert attach(spark, result.location, database="captured") == ["captured"]
-        rows = spark.sql("SELECT key.category AS category, value.cnt AS cnt, "
-                         "value.max_amount AS max_amount "
-                         "FROM captured.groupaggregate_4__accstate ORDER BY category").collect()
-        assert [r["category"] for r in rows] == ["c0", "c1", "c2", "c3", "c4"]
-        assert all(r["cnt"] > 0 and 1 <= r["max_amount"] <= 100 for r in rows)
-        spark.sql("DROP DATABASE captured CASCADE")
-    finally:
-        spark.stop()
+    spark.conf.set("spark.sql.shuffle.partitions", "1")
+    assert attach(spark, result.location, database="captured") == ["captured"]
+    rows = spark.sql("SELECT key.category AS category, value.cnt AS cnt, "
+                     "value.max_amount AS max_amount "
+                     "FROM captured.groupaggregate_4__accstate ORDER BY category").collect()
+    assert [r["category"] for r in rows] == ["c0", "c1", "c2", "c3", "c4"]
+    assert all(r["cnt"] > 0 and 1 <= r["max_amount"] <= 100 for r in rows)
+    spark.sql("DROP DATABASE captured CASCADE")
 
 
 def test_cli_inspect_shows_the_job_and_option_errors(

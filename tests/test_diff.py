@@ -157,23 +157,12 @@ def test_records_per_snapshot() -> None:
 
 
 @pytest.mark.spark
-def test_spark_diff_equals_the_difference_of_the_flink_dumps() -> None:
-    from pyspark.sql import SparkSession
-
+def test_spark_diff_equals_the_difference_of_the_flink_dumps(spark) -> None:  # type: ignore[no-untyped-def]
     from statequery.spark.diff import diff_dataframe, diff_tasks
-    from statequery.spark.jvm import session_conf as jvm_session_conf
 
     old, new = str(series_dir("chk-2")), str(series_dir("savepoint"))
     tasks = diff_tasks(_open("chk-2"), _open("savepoint"))
     assert tasks[0] == "" and len(tasks) > 2  # operator state + key-group ranges
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("statequery-diff-test")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config(map=jvm_session_conf())
-        .getOrCreate()
-    )
     df = diff_dataframe(spark, old, new)
     table = pa.Table.from_pylist([r.asDict() for r in df.collect()], schema=DIFF_SCHEMA)
     assert diff_rows(table) == dump_difference("chk-2", "savepoint")

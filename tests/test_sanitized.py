@@ -3,7 +3,7 @@
 Builds the checked variant of ``_read`` and ``_sst`` (``STATEQUERY_BOUNDSCHECK=1`` in setup.py:
 Cython ``boundscheck``/``wraparound``/``initializedcheck`` and gcc's AddressSanitizer and
 UndefinedBehaviorSanitizer) into a copy of the package in a temporary directory, and runs the
-fixture suites (every real fixture on both paths), the differential harness and the corruption
+fast-path suite (every real fixture on both paths), the differential harness and the corruption
 tests against it in a subprocess, with the ASan runtime preloaded and Python's allocator switched
 to malloc (``PYTHONMALLOC=malloc``: every bytes object gets its own allocation with ASan redzones,
 so a read past a value's bytes is reported, not silently taken from the next object).
@@ -15,6 +15,7 @@ compiled code aborts the subprocess with the sanitizer's report; the test shows 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -25,9 +26,11 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# not tests/test_fixture_oracle.py: it compares the fixtures' two JSONL descriptions and never
+# imports statequery, so under the checked build it ran no compiled code at all (the normal
+# suite runs it)
 SUITES = [
     "tests/backends/test_fastpath.py",
-    "tests/test_fixture_oracle.py",
     # (with its keyed properties: lookups through the compiled key filter, _read.KeyFilter)
     "tests/backends/test_differential.py",
     "tests/backends/test_corruption.py",
@@ -50,20 +53,56 @@ def _runtime() -> str:
     return str(path.resolve())
 
 
+def _build_key(source: Path) -> str:
+    """What the checked extensions are compiled from: their Cython sources, setup.py, the
+    interpreter, Cython and the C compiler. The same key gives the same ``.so`` files."""
+    cc = os.environ.get("CC", "gcc")
+    compiler = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
+    import Cython
+
+    h = hashlib.sha256()
+    for part in (sys.version, sys.platform, Cython.__version__, compiler, cc,
+                 os.environ.get("CFLAGS", ""), os.environ.get("LDFLAGS", "")):
+        h.update(part.encode() + b"\0")
+    for path in [source / "setup.py", *sorted((source / "statequery").rglob("*.pyx")),
+                 *sorted((source / "statequery").rglob("*.pxd")),
+                 *sorted((source / "statequery").rglob("*.pxi"))]:
+        h.update(path.relative_to(source).as_posix().encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:20]
+
+
 def _build(dest: Path, source: Path = ROOT) -> Path:
     """A copy of the package with the checked extensions; returns the directory to put first
-    on ``PYTHONPATH``."""
+    on ``PYTHONPATH``.
+
+    The compiled ``.so`` files are kept in ``build/sanitized/<key>/`` of this checkout (git
+    ignores ``build/``), ``key`` the hash of what they are compiled from (``_build_key``): a
+    later run with the same sources copies them instead of compiling again (about a minute of
+    Cython and gcc with the sanitizers). The package's Python files are always today's."""
     pkg = dest / "statequery"
     shutil.copytree(source / "statequery", pkg,
                     ignore=shutil.ignore_patterns("*.so", "*.c", "__pycache__"))
-    env = dict(os.environ, STATEQUERY_BOUNDSCHECK="1")
-    env.pop("STATEQUERY_NO_EXTENSIONS", None)
-    r = subprocess.run(
-        [sys.executable, "setup.py", "build_ext", "--build-lib", str(dest), "--build-temp",
-         str(dest / "_build"), "-q"],
-        cwd=source, env=env, capture_output=True, text=True,
-    )
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    cache = ROOT / "build" / "sanitized" / _build_key(source)
+    if not sorted(cache.glob("_*.so")):
+        fresh = dest / "_fresh"
+        env = dict(os.environ, STATEQUERY_BOUNDSCHECK="1")
+        env.pop("STATEQUERY_NO_EXTENSIONS", None)
+        r = subprocess.run(
+            [sys.executable, "setup.py", "build_ext", "--build-lib", str(fresh), "--build-temp",
+             str(dest / "_build"), "-q"],
+            cwd=source, env=env, capture_output=True, text=True,
+        )
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        partial = cache.with_name(f"{cache.name}.partial-{os.getpid()}")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        for so in (fresh / "statequery" / "backends").glob("_*.so"):
+            shutil.copy2(so, partial / so.name)
+        shutil.rmtree(cache, ignore_errors=True)
+        os.replace(partial, cache)  # whole or not at all
+        shutil.rmtree(fresh)
+    for so in cache.glob("_*.so"):
+        shutil.copy2(so, pkg / "backends" / so.name)
     built = sorted(p.name for p in (pkg / "backends").glob("_*.so"))
     assert [n.split(".")[0] for n in built] == ["_read", "_sst"], built
     return dest

@@ -136,24 +136,13 @@ def test_state_stats_is_a_sql_table_of_every_database() -> None:
 
 
 @pytest.mark.spark
-def test_spark_state_stats_equal_the_python_ones() -> None:
-    from pyspark.sql import SparkSession
-
-    from statequery.spark.jvm import session_conf as jvm_session_conf
+def test_spark_state_stats_equal_the_python_ones(spark) -> None:  # type: ignore[no-untyped-def]
     from statequery.spark.stats import stats_dataframe
     from statequery.stats import STATE_STATS_SCHEMA, key_group_tasks
 
     path = str(series_dir("chk-3"))
     sp = statequery.open(path)
     assert len(key_group_tasks(sp, range_size=16)) == 8  # 2 subtasks x 64 key groups / 16
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("statequery-stats-test")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config(map=jvm_session_conf())
-        .getOrCreate()
-    )
     df = stats_dataframe(spark, path, range_size=16)
     assert df.rdd.getNumPartitions() == 9  # 8 key-group ranges + operator state
     got = sorted(

@@ -22,24 +22,6 @@ ROCKSDB = "datastream-rocksdb-native"
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def spark():  # type: ignore[no-untyped-def]
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    from statequery.spark.jvm import session_conf as jvm_session_conf
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("statequery-attach")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config(map=jvm_session_conf())
-        .getOrCreate()
-    )
-    yield session
-    session.stop()
 
 
 def _tree_digest(folder: Path) -> dict[str, str]:

@@ -21,24 +21,11 @@ ROCKSDB = "datastream-rocksdb-native"
 
 
 @pytest.fixture(scope="module")
-def spark():  # type: ignore[no-untyped-def]
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    from statequery.spark.jvm import session_conf as jvm_session_conf
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("statequery-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.python.filterPushdown.enabled", "true")
-        .config(map=jvm_session_conf())
-        .getOrCreate()
-    )
-    yield session
-    session.stop()
+def spark(spark):  # type: ignore[no-untyped-def]
+    """The shared session (tests/conftest.py) with filter pushdown into Python data sources on
+    (undone at the end of the module)."""
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    return spark
 
 
 def _expected(name: str, state: str) -> dict[object, object]:

@@ -8,7 +8,6 @@ again under the name ``statequery_python`` for the comparison.
 
 from __future__ import annotations
 
-import os
 import sys
 from decimal import Decimal
 from typing import Any
@@ -34,32 +33,20 @@ class PythonPath(StatequeryDataSource):
 
 
 @pytest.fixture(scope="module")
-def spark(tmp_path_factory):  # type: ignore[no-untyped-def]
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
+def spark(spark):  # type: ignore[no-untyped-def]
+    """The shared session (tests/conftest.py: it has the jar), with the Python data source
+    registered again as ``statequery_python``."""
     from statequery.spark.jvm import jar_path
 
     jar = jar_path()
     assert jar is not None, "javac is on PATH here: the jar must build"
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("statequery-jvm-source")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.jars", jar)
-        .config("spark.statequery.python", sys.executable)
-        .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
-        .getOrCreate()
-    )
+    assert jar in spark.conf.get("spark.jars", "").split(",")
     from pyspark import cloudpickle
 
     # the test module is not importable in Spark's Python workers: send the class by value
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    session.dataSource.register(PythonPath)
-    yield session
-    session.stop()
+    spark.dataSource.register(PythonPath)
+    return spark
 
 
 def _plain(value: Any) -> Any:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -14,23 +13,11 @@ WORD_COUNTS = str(Path(__file__).resolve().parents[2] / "catalog" / "word_counts
 
 
 @pytest.fixture(scope="module")
-def spark():  # type: ignore[no-untyped-def]
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    from statequery.spark.jvm import session_conf as jvm_session_conf
-
-    session = (
-        SparkSession.builder.master("local[1]")
-        .appName("statequery-key-option")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "1")
-        .config(map=jvm_session_conf())
-        .getOrCreate()
-    )
-    yield session
-    session.stop()
+def spark(spark):  # type: ignore[no-untyped-def]
+    """The shared session (tests/conftest.py) with one shuffle partition (undone at the end of
+    the module)."""
+    spark.conf.set("spark.sql.shuffle.partitions", "1")
+    return spark
 
 
 def _read(spark, key: str):  # type: ignore[no-untyped-def]

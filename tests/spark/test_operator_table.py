@@ -4,9 +4,6 @@ prunes to one partition; attach makes them persistent tables."""
 
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
 
 import statequery
@@ -18,24 +15,6 @@ CANONICAL = "datastream-hashmap-canonical"
 ROCKSDB = "datastream-rocksdb-native"
 
 
-@pytest.fixture(scope="module")
-def spark():  # type: ignore[no-untyped-def]
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    from statequery.spark.jvm import session_conf as jvm_session_conf
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("statequery-operator-table")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config(map=jvm_session_conf())
-        .getOrCreate()
-    )
-    yield session
-    session.stop()
 
 
 def _expected(name: str, state: str) -> dict[object, object]:

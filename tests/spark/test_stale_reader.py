@@ -9,8 +9,6 @@ counts and values with the Python API.
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,24 +24,6 @@ OTHER = fixture_dir("datastream-hashmap-canonical")
 TABLE = "user_state__amount_by_category"
 
 
-@pytest.fixture(scope="module")
-def spark():  # type: ignore[no-untyped-def]
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    from statequery.spark.jvm import session_conf as jvm_session_conf
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("statequery-stale-reader")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config(map=jvm_session_conf())
-        .getOrCreate()
-    )
-    yield session
-    session.stop()
 
 
 @pytest.fixture(params=["true", "false"], ids=["pushdown-on", "pushdown-off"])
