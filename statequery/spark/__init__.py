@@ -460,7 +460,7 @@ class StatequeryDataSource(DataSource):
             resolved = _resolve(self._given())  # raises when there are none
         elif self.per_query_only or not self.given:
             resolved = _resolve(_with_query_options(stored, self.given))
-        elif stored.changes or ReadOptions.parse(self.given).changes:
+        elif stored.changes or _asks_for_changes(self.given):
             given = ReadOptions.parse(self.given)
             if given.changes != stored.changes:
                 raise _per_query_error(stored, "the options name another table")
@@ -481,6 +481,16 @@ PER_QUERY_OPTIONS = frozenset(
 )
 #: the options that say what a table is: a query's options must agree with the table's own
 _WHAT_OPTIONS = ("table", "operator", "state", "states", "mode")
+
+
+def _asks_for_changes(given: Mapping[str, str]) -> bool:
+    """Whether a query's own options ask for a change feed (``changes``, or a ``table`` named
+    ``<state>__changes``); checked one by one, since they need not be complete."""
+    values = ReadOptions.parse_values(given)
+    table = values.get("table")
+    return bool(values.get("changes")) or (
+        isinstance(table, str) and table.lower().endswith(CHANGES_SUFFIX)
+    )
 
 
 def _per_query_error(stored: ReadOptions, detail: str) -> InvalidOptionError:

@@ -368,8 +368,12 @@ def test_shell_interactive_on_connect(server: dict[str, Any]) -> None:
 
         # Ctrl-C of a half-typed statement drops it
         _type(session, "SELECT 1,")
-        _wait_for(session, lambda s: s.rstrip().splitlines()[-1].strip() == ">")  # goes on
+        screen = _wait_for(session, lambda s: s.rstrip().splitlines()[-1].strip() == ">")
+        before = _prompts(screen)
         _tmux("send-keys", "-t", session, "C-c")
+        # a fresh prompt before typing on (keys typed at once could reach the half-typed line
+        # before the shell has taken the interrupt, on a loaded machine)
+        _wait_for(session, lambda s: _prompts(s) > before)
         _type(session, "SELECT 41 + 1 AS answer;")
         screen = _wait_for(session, lambda s: ["42"] in _cells(s))
         assert _cells(screen)[-1] == ["42"] and "┃ answer ┃" in screen
