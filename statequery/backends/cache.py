@@ -225,8 +225,13 @@ class FileCache:
         """Refuse a cache root inside the directory ``location`` (a local savepoint directory)."""
         if "://" in location:
             return
-        loc = os.path.realpath(location)
-        root = os.path.realpath(self.root)
+        try:
+            loc = os.path.realpath(location)
+            root = os.path.realpath(self.root)
+        except (OSError, ValueError) as e:  # a link swapped for a file while it was resolved
+            raise StorageError(f"cannot check where {location} or the cache directory "
+                               f"{self.root} resolves to (did a symbolic link change while it "
+                               f"was read?): {e}") from e
         if root == loc or root.startswith(loc.rstrip(os.sep) + os.sep):
             raise InvalidOptionError(
                 f"the cache directory {self.root} lies inside the savepoint directory {location}; "

@@ -9,6 +9,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import statequery
 from statequery.backends.cache import CacheKey, FileCache
 from statequery.io import FileIO
@@ -126,3 +128,38 @@ def test_two_processes_four_threads_under_eviction_pressure(tmp_path: Path) -> N
     cache = FileCache(root, max_bytes=1)
     cache.evict()
     assert os.listdir(os.path.join(root, "db")) == []  # every DB directory was closed
+
+
+def test_a_link_swapped_while_the_cache_checks_the_savepoint_is_a_typed_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``FileCache.check_outside`` resolves the savepoint directory: when the link it follows is
+    replaced by a file between lstat and readlink, the kernel answers ``EINVAL``, a
+    StorageError naming the directory (the real rename, the real readlink)."""
+    import errno
+    import shutil
+
+    from statequery.exceptions import StorageError
+
+    (tmp_path / "real").mkdir()
+    victim = tmp_path / "sp"
+    victim.symlink_to(tmp_path / "real")
+    real_readlink = os.readlink
+    swaps: list[str] = []
+
+    def readlink(path: str | os.PathLike[str], *args: object, **kw: object) -> str:
+        if os.fspath(path) == str(victim) and not swaps:
+            swaps.append(str(victim))
+            tmp = tmp_path / "swap"
+            tmp.write_bytes(b"")
+            os.replace(tmp, victim)  # the link is now a regular file
+        return real_readlink(path, *args, **kw)  # type: ignore[arg-type]
+
+    cache = FileCache(tmp_path / "cache")
+    monkeypatch.setattr(os, "readlink", readlink)
+    with pytest.raises(StorageError, match=r"cannot check where .*sp or the cache") as e:
+        cache.check_outside(str(victim))
+    assert swaps == [str(victim)]
+    cause = e.value.__cause__
+    assert isinstance(cause, OSError) and cause.errno == errno.EINVAL
+    shutil.rmtree(tmp_path / "real")
