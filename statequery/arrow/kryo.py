@@ -28,7 +28,12 @@ from statequery.exceptions import InvalidOptionError
 from statequery.serializers.classfile import ClassPath
 from statequery.serializers.kryo import KryoCodec, KryoRegistration, KryoUndecodable
 from statequery.serializers.protobuf import ProtobufDescriptors, parse_messages
-from statequery.serializers.spec import OpaqueSpec, SerializerSpec
+from statequery.serializers.spec import (
+    CLASSPATH_HINT,
+    PROTOBUF_HINT,
+    OpaqueSpec,
+    SerializerSpec,
+)
 
 __all__ = [
     "KRYO_COLUMNS",
@@ -48,14 +53,8 @@ __all__ = [
 PROTOBUF_DESCRIPTORS = "protobuf-descriptors="
 PROTOBUF_MESSAGE = "protobuf-message="
 
-#: how a hint names the Protobuf option
-PROTOBUF_HINT = "its descriptor set: protobuf_descriptors=FILE (statequery.open, attach, Spark " \
-    "option protobuf_descriptors) or --protobuf-descriptors FILE on the command line"
 #: the columns a Kryo value can fill by itself
 KRYO_COLUMNS = ("key", "user_key", "value")
-#: how a hint names the option
-CLASSPATH_HINT = "the job's jar: classpath=[...] (statequery.open, attach, Spark option " \
-    "classpath) or --classpath JAR on the command line"
 
 #: the first entry of a savepoint's classpath tuple when Flink 1.x wrote it: its Kryo values are
 #: Kryo 2.24's (:func:`kryo_classpath` adds it; not a path: no file is named so)

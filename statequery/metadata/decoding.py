@@ -16,15 +16,14 @@
 from __future__ import annotations
 
 from statequery.metadata.statemeta import StateInfo
-from statequery.serializers.spec import AvroSpec, OpaqueSpec, SerializerSpec
+from statequery.serializers.spec import CLASSPATH_HINT, AvroSpec, OpaqueSpec, SerializerSpec
 
 __all__ = ["DECODINGS", "value_decoding"]
 
 DECODINGS = ("native", "avro-schema", "kryo-classpath", "protobuf", "raw")
 
 _HINTS = {
-    "kryo": "the job's jar with the Kryo-serialized classes: statequery.open(path, "
-    "classpath=['job.jar']) or --classpath job.jar",
+    "kryo": CLASSPATH_HINT,
     "java": "nothing: Java-serialized values are not decoded",
 }
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
 __all__ = [
+    "CLASSPATH_HINT",
+    "PROTOBUF_HINT",
     "SPEC_TYPES",
     "ArrayDataSpec",
     "AvroSpec",
@@ -570,6 +572,14 @@ class OptionalSpec(SerializerSpec):
     @property
     def display(self) -> str:
         return f"Optional<{self.inner.display}>"
+
+
+#: how a hint names the option that decodes Kryo values (the job's classes)
+CLASSPATH_HINT = "the job's jar: classpath=[...] (statequery.open, attach, Spark option " \
+    "classpath) or --classpath JAR on the command line"
+#: how a hint names the option that decodes Protobuf messages kept through Kryo
+PROTOBUF_HINT = "its descriptor set: protobuf_descriptors=FILE (statequery.open, attach, Spark " \
+    "option protobuf_descriptors) or --protobuf-descriptors FILE on the command line"
 
 
 @dataclass(frozen=True)
