@@ -263,6 +263,12 @@ def test_timeout_interrupts_the_query(catalog: Catalog) -> None:
     assert time.monotonic() - start < 20
 
 
+#: the scripts' own peak (KiB): ru_maxrss of RUSAGE_SELF keeps, over exec, the peak of the
+#: (large) pytest worker that forked the script; VmHWM is the script's own
+_HWM_KIB = """def _hwm_kib():
+            with open("/proc/self/status") as f:
+                return int(next(ln.split()[1] for ln in f if ln.startswith("VmHWM:")))"""
+
 CAP_MIB = 256
 MARGIN_MIB = 448  # the interpreter, pyarrow, DuckDB's code, the catalog tables read, and what
 # DuckDB allocates outside its buffer manager before it notices the cap (631 MiB peak seen once
@@ -277,11 +283,7 @@ def test_memory_cap_holds_in_a_subprocess(tmp_path: Path) -> None:
     script = textwrap.dedent(f"""
         import json, resource, sys, time
         import statequery
-        # this process's own peak: ru_maxrss of RUSAGE_SELF keeps, over exec, the peak of the
-        # (large) pytest worker that forked it
-        def _hwm_kib():
-            with open("/proc/self/status") as f:
-                return int(next(ln.split()[1] for ln in f if ln.startswith("VmHWM:")))
+        {_HWM_KIB}
         from statequery.exceptions import StatequeryError
         start = time.monotonic()
         try:
@@ -372,11 +374,7 @@ def test_caps_hold_for_every_allowed_function(name: str) -> None:
     script = textwrap.dedent(f"""
         import json, resource, sys, time
         import statequery
-        # this process's own peak: ru_maxrss of RUSAGE_SELF keeps, over exec, the peak of the
-        # (large) pytest worker that forked it
-        def _hwm_kib():
-            with open("/proc/self/status") as f:
-                return int(next(ln.split()[1] for ln in f if ln.startswith("VmHWM:")))
+        {_HWM_KIB}
         from statequery.exceptions import StatequeryError
         sqlmod = sys.modules["statequery.sql"]
         statequery.sql({f"SELECT key {_EACH}"!r})  # a warm query process, as a service has
