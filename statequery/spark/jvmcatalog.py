@@ -18,7 +18,7 @@ from typing import Any
 from statequery.catalog import Catalog
 from statequery.metadata.statemeta import sql_identifier
 
-__all__ = ["databases", "tables", "version_at"]
+__all__ = ["databases", "tables", "version_at", "version_range"]
 
 
 def _catalog(request: dict[str, Any]) -> Catalog:
@@ -61,3 +61,32 @@ def version_at(request: dict[str, Any]) -> dict[str, Any]:
     when = datetime.fromtimestamp(int(request["timestamp_micros"]) / 1e6, tz=timezone.utc)
     with statequery.open_job(cat.folder(str(request["database"]))) as job:
         return {"version": job.version_at(when).checkpoint_id}
+
+
+def version_range(request: dict[str, Any]) -> dict[str, Any]:
+    """``W``: the checkpoint ids ``start``/``end`` (inclusive; None: unbounded) of the versions
+    that completed in a ``CHANGES FROM TIMESTAMP ... TO TIMESTAMP ...`` range (microseconds;
+    ``*_inclusive`` as Spark says); ``empty`` when no version did."""
+    import statequery
+
+    cat = _catalog(request)
+
+    def at(name: str) -> datetime | None:
+        value = request.get(name)
+        return None if value is None else datetime.fromtimestamp(int(value) / 1e6, tz=timezone.utc)
+
+    low, high = at("start_micros"), at("end_micros")
+    with statequery.open_job(cat.folder(str(request["database"]))) as job:
+        inside = []
+        for v in job.complete_versions():
+            t = v.completed_at
+            if t is None or v.checkpoint_id is None:
+                continue
+            if low is not None and (t < low or (t == low and not request.get("start_inclusive"))):
+                continue
+            if high is not None and (t > high or (t == high and not request.get("end_inclusive"))):
+                continue
+            inside.append(v.checkpoint_id)
+    if not inside:
+        return {"empty": True, "start": None, "end": None}
+    return {"empty": False, "start": min(inside), "end": max(inside)}

@@ -12,7 +12,8 @@ Frames, both ways: one byte of kind, a 4-byte big-endian length, the payload.
 
 JVM to worker: ``S`` (schema of options), ``P`` (plan: options and schema), ``R`` (read a
 partition), and for the catalog plugin ``L`` (databases), ``T`` (tables), ``V`` (the version of
-a ``TIMESTAMP AS OF``; :mod:`statequery.spark.jvmcatalog`), each with a JSON payload; during a
+a ``TIMESTAMP AS OF``, ``W`` the versions of a ``CHANGES FROM TIMESTAMP``;
+:mod:`statequery.spark.jvmcatalog`), each with a JSON payload; during a
 read, single bytes ``N`` (one more batch may be sent) and ``C`` (stop; also the last byte of
 every read).
 
@@ -223,7 +224,8 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
     from statequery.spark import jvmcatalog
 
     handlers = {b"S": schema, b"P": plan, b"L": jvmcatalog.databases,
-                b"T": jvmcatalog.tables, b"V": jvmcatalog.version_at}
+                b"T": jvmcatalog.tables, b"V": jvmcatalog.version_at,
+                b"W": jvmcatalog.version_range}
     while True:
         try:
             kind, payload = _read_frame(inp)

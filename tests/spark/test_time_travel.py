@@ -126,3 +126,92 @@ def test_unknown_version_table_and_database_are_errors(sq: Any, folder: Path) ->
     with pytest.raises(Exception, match="read-only"):
         sq.sql(f"DROP TABLE sq.{DB}.{table}").collect()
     assert (folder / DB).is_dir()
+
+
+# -- the change feed as Spark's change data capture (CHANGES FROM VERSION ...) ----------------
+
+
+def _cdc_rows(job: Any, operator: str, state: str, start: int, end: int) -> list[str]:
+    """What Spark's changelog of the state holds for versions ``start..end``: the API's change
+    feed in the CDC layout (statequery.spark.cdc), version by version."""
+    import pyarrow as pa
+
+    from statequery.spark.cdc import cdc_batch
+
+    batches = []
+    for v in job.complete_versions():
+        cid = v.checkpoint_id
+        if start <= cid <= end:
+            for b in job.changes(operator, state, start=cid, end=cid).to_batches():
+                batches.append(cdc_batch(b, v.completed_at))
+    return _arrow_rows(pa.Table.from_batches(batches)) if batches else []
+
+
+def test_changes_from_version_is_the_change_feed(sq: Any, folder: Path) -> None:
+    job = statequery.open_job(str(folder / DB))
+    operator, state, table = _state(folder)
+    expected = _cdc_rows(job, operator, state, 2, 4)
+    assert expected
+    kinds = {r.split("'_change_type': ")[1].split(",")[0] for r in expected}
+    assert {"'insert'", "'update_preimage'", "'update_postimage'"} <= kinds
+    df = sq.sql(f"SELECT * FROM sq.{DB}.{table} CHANGES FROM VERSION 2 TO VERSION 4")
+    assert df.columns[-3:] == ["_change_type", "_commit_version", "_commit_timestamp"]
+    assert _spark_rows(df) == expected
+    # bounds: exclusive start, open end; the DataFrame reader's changes() reads the same
+    df = sq.sql(f"SELECT * FROM sq.{DB}.{table} CHANGES FROM VERSION 2 EXCLUSIVE TO VERSION 4")
+    assert _spark_rows(df) == _cdc_rows(job, operator, state, 3, 4)
+    df = sq.read.option("startingVersion", "3").changes(f"sq.{DB}.{table}")
+    assert _spark_rows(df) == _cdc_rows(job, operator, state, 3, 10**9)
+    df = sq.sql(f"SELECT * FROM sq.{DB}.{table} CHANGES FROM VERSION 3 EXCLUSIVE "
+                "TO VERSION 4 EXCLUSIVE")
+    assert df.collect() == []
+
+
+def test_changes_from_timestamp_reads_the_versions_completed_then(sq: Any, folder: Path) -> None:
+    job = statequery.open_job(str(folder / DB))
+    operator, state, table = _state(folder)
+    sq.conf.set("spark.sql.session.timeZone", "UTC")
+    # versions 3 (10:03) and 4 (10:04) completed in [10:02:30, 10:04:00]
+    df = sq.sql(f"SELECT * FROM sq.{DB}.{table} CHANGES FROM TIMESTAMP '2026-11-27 10:02:30' "
+                "TO TIMESTAMP '2026-11-27 10:04:00'")
+    rows = _spark_rows(df)
+    assert rows == _cdc_rows(job, operator, state, 3, 4)
+    assert rows
+
+
+def test_cdc_option_needs_the_change_feed() -> None:
+    from statequery.exceptions import InvalidOptionError
+    from statequery.spark import ReadOptions
+
+    opts = ReadOptions.parse({"path": "/j", "table": "t__changes", "cdc": "true"})
+    assert (opts.changes, opts.cdc) == (True, True)
+    with pytest.raises(InvalidOptionError, match="needs changes=true"):
+        ReadOptions.parse({"path": "/j", "table": "t", "cdc": "true"})
+    with pytest.raises(InvalidOptionError, match="true or false"):
+        ReadOptions.parse({"path": "/j", "table": "t__changes", "cdc": "yes"})
+
+
+def test_net_changes_are_computed_by_spark_from_the_row_id(sq: Any, folder: Path) -> None:
+    """deduplicationMode netChanges: Spark folds each entry's changes over versions 2..5 into
+    one, from the entry's value before version 2 to its value at version 5."""
+    job = statequery.open_job(str(folder / DB))
+    operator, state, table = _state(folder)
+    df = (sq.read.option("startingVersion", "2").option("endingVersion", "5")
+          .option("deduplicationMode", "netChanges").option("computeUpdates", "true")
+          .changes(f"sq.{DB}.{table}"))
+    net = df.toArrow().to_pylist()
+    # the net change is the diff of the version before the range with its last version
+    from statequery.diff import diff_batches
+
+    expected = set()
+    for b in diff_batches(job.version(1), job.version(5), operator, state):
+        for r in b.to_pylist():
+            if r["change"] == "added":
+                expected.add(("insert", r["key"], r["new_value"]))
+            elif r["change"] == "removed":
+                expected.add(("delete", r["key"], r["old_value"]))
+            else:
+                expected |= {("update_preimage", r["key"], r["old_value"]),
+                             ("update_postimage", r["key"], r["new_value"])}
+    assert {c for c, _, _ in expected} >= {"insert", "update_preimage"}
+    assert {(r["_change_type"], r["key"], r["value"]) for r in net} == expected

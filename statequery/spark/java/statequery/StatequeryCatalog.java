@@ -8,6 +8,9 @@ import java.util.Map;
 import com.fasterxml.jackson.databind.JsonNode;
 import org.apache.spark.sql.catalyst.analysis.NoSuchNamespaceException;
 import org.apache.spark.sql.catalyst.analysis.NoSuchTableException;
+import org.apache.spark.sql.connector.catalog.Changelog;
+import org.apache.spark.sql.connector.catalog.ChangelogContext;
+import org.apache.spark.sql.connector.catalog.ChangelogRange;
 import org.apache.spark.sql.connector.catalog.Identifier;
 import org.apache.spark.sql.connector.catalog.NamespaceChange;
 import org.apache.spark.sql.connector.catalog.SupportsNamespaces;
@@ -173,6 +176,68 @@ public final class StatequeryCatalog implements TableCatalog, SupportsNamespaces
     return load(ident, found.get("version").asText());
   }
 
+  /**
+   * The change feed of a table between two versions ({@code CHANGES FROM VERSION a TO VERSION
+   * b}, or timestamps: the versions that completed between them), in Spark's change data
+   * capture layout.
+   */
+  @Override
+  public Changelog loadChangelog(
+      Identifier ident, ChangelogContext context, CaseInsensitiveStringMap given)
+      throws NoSuchTableException {
+    Long start = null;
+    Long end = null;
+    ChangelogRange range = context.range();
+    if (range instanceof ChangelogRange.VersionRange v) {
+      start = checkpointId(v.startingVersion()) + (v.startingBoundInclusive() ? 0 : 1);
+      if (v.endingVersion().isPresent()) {
+        end = checkpointId(v.endingVersion().get()) - (v.endingBoundInclusive() ? 0 : 1);
+      }
+    } else if (range instanceof ChangelogRange.TimestampRange t) {
+      Map<String, Object> request = request();
+      request.put("database", databaseOf(ident));
+      request.put("start_micros", t.startingTimestamp());
+      request.put("start_inclusive", t.startingBoundInclusive());
+      t.endingTimestamp().ifPresent(e -> request.put("end_micros", e));
+      request.put("end_inclusive", t.endingBoundInclusive());
+      JsonNode found = call('W', request, "loadChangelog");
+      if (found.get("empty").asBoolean()) {
+        start = -1L;  // no version completed in the range: no checkpoint id is -1
+        end = -1L;
+      } else {
+        start = found.get("start").asLong();
+        end = found.get("end").asLong();
+      }
+    }
+    if (start != null && end != null && start > end) {
+      start = -1L;  // an empty range (e.g. FROM VERSION 3 EXCLUSIVE TO VERSION 4 EXCLUSIVE)
+      end = -1L;
+    }
+    Map<String, String> options = new HashMap<>();
+    options.put("catalog", root());
+    options.put("database", databaseOf(ident));
+    options.put("table", ident.name());
+    options.put("changes", "true");
+    options.put("cdc", "true");
+    if (start != null) {
+      options.put("start", Long.toString(start));
+    }
+    if (end != null) {
+      options.put("end", Long.toString(end));
+    }
+    StructType schema = schemaOf(ident, options, null);
+    return new StatequeryChangelog(schema, options, name + "." + ident + " changes");
+  }
+
+  private static long checkpointId(String version) {
+    try {
+      return Long.parseLong(version.trim());
+    } catch (NumberFormatException e) {
+      throw new IllegalArgumentException(
+          "a statequery version is a checkpoint id (an integer), got '" + version + "'");
+    }
+  }
+
   private String databaseOf(Identifier ident) throws NoSuchTableException {
     if (ident.namespace().length != 1) {
       throw new NoSuchTableException(ident);
@@ -188,6 +253,13 @@ public final class StatequeryCatalog implements TableCatalog, SupportsNamespaces
     if (version != null) {
       options.put("version", version);
     }
+    StructType schema = schemaOf(ident, options, version);
+    return new StatequeryTable(schema, options, name + "." + ident);
+  }
+
+  /** The schema of a read with these options; an unknown table is Spark's NoSuchTable. */
+  private StructType schemaOf(Identifier ident, Map<String, String> options, String version)
+      throws NoSuchTableException {
     Map<String, Object> request = new HashMap<>();
     request.put("options", options);
     JsonNode answer;
@@ -203,8 +275,7 @@ public final class StatequeryCatalog implements TableCatalog, SupportsNamespaces
         throw e;
       });
     }
-    StructType schema = (StructType) DataType.fromJson(answer.get("schema").asText());
-    return new StatequeryTable(schema, options, name + "." + ident);
+    return (StructType) DataType.fromJson(answer.get("schema").asText());
   }
 
   @Override
