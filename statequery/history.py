@@ -360,6 +360,23 @@ class Job:
             )
         return done[-1]
 
+    def version_at(self, when: datetime) -> Version:
+        """The newest complete version that completed at or before ``when`` (a naive ``when``
+        is UTC): what Spark's ``TIMESTAMP AS OF`` reads. A version whose completion time the
+        store does not give (``completed_at`` None) is never chosen."""
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)
+        done = [v for v in self.complete_versions()
+                if v.completed_at is not None and v.completed_at <= when]
+        if not done:
+            times = [v.completed_at for v in self.complete_versions() if v.completed_at]
+            oldest = f"; the oldest completed at {min(times).isoformat()}" if times else ""
+            raise InvalidOptionError(
+                f"no complete version of {', '.join(self.locations)} completed at or before "
+                f"{when.isoformat()}{oldest}"
+            )
+        return max(done, key=lambda v: (v.completed_at, v.checkpoint_id or -1))
+
     def location_of(self, version: int | None = None) -> str:
         """The directory of the version with checkpoint id ``version`` (the newest complete one
         when None), as :meth:`version` finds it; raises as it does."""

@@ -41,6 +41,9 @@ Options (case-insensitive):
 ``changes``                     ``true``: the job's change feed (``Job.changes``) instead of a
                                 state; ``operator``/``state`` (or ``table`` ``<state>__changes``)
                                 narrow it, ``start``/``end`` bound its checkpoint ids
+``cdc``                         ``true``: the change feed in Spark's change-data-capture layout
+                                (``_change_type``, ``_commit_version``, ``_commit_timestamp``;
+                                what ``CHANGES FROM VERSION`` reads, :mod:`statequery.spark.cdc`)
 ==============================  ===================================================================
 
 Key pruning comes only from the options of a read (``key``, ``key_groups``), never from the
@@ -112,6 +115,7 @@ class ReadOptions:
     changes: bool = False
     start: int | None = None
     end: int | None = None
+    cdc: bool = False
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -158,6 +162,9 @@ class ReadOptions:
             )
         if not opts.changes and (opts.start is not None or opts.end is not None):
             raise InvalidOptionError("options 'start' and 'end' need changes=true")
+        if opts.cdc and not opts.changes:
+            raise InvalidOptionError("option cdc=true is a layout of the change feed: it needs "
+                                     "changes=true (or table '<state>__changes')")
         if opts.start is not None and opts.end is not None and opts.start > opts.end:
             raise InvalidOptionError(f"option start ({opts.start}) is after end ({opts.end})")
         if opts.changes and (opts.states is not None or opts.mode is not None
@@ -209,8 +216,9 @@ class ReadOptions:
                         f"option {int_key} must be a checkpoint id (an integer), got "
                         f"{values[int_key]!r}"
                     ) from None
-        if "changes" in values:
-            values["changes"] = _flag("changes", values["changes"])
+        for flag in ("changes", "cdc"):
+            if flag in values:
+                values[flag] = _flag(flag, values[flag])
         for int_key in ("key_groups_per_partition", "batch_size"):
             if int_key in values:
                 try:
@@ -438,11 +446,10 @@ class StatequeryDataSource(DataSource):
     def schema(self) -> StructType:
         stored = _resolve(self._given())
         if stored.changes:
-            from statequery.history import CHANGES_SCHEMA
-
             return _with_options(
-                _to_spark_struct(spark_arrow_schema(CHANGES_SCHEMA)), stored,
-                {"checkpoint_id": f"the change feed of {stored.path}"},
+                _to_spark_struct(spark_arrow_schema(_changes_schema(stored))), stored,
+                {"checkpoint_id" if not stored.cdc else "_commit_version":
+                 f"the change feed of {stored.path}"},
             )
         sp, _, _ = _open(stored)
         comments = _column_comments(sp, stored)
@@ -468,9 +475,7 @@ class StatequeryDataSource(DataSource):
         else:
             resolved = _same_table(self.given, stored)
         if resolved.changes:
-            from statequery.history import CHANGES_SCHEMA
-
-            return ChangesReader(resolved, spark_arrow_schema(CHANGES_SCHEMA))
+            return ChangesReader(resolved, spark_arrow_schema(_changes_schema(resolved)))
         return StatequeryReader(resolved, _arrow_schema(resolved))
 
 
@@ -481,6 +486,18 @@ PER_QUERY_OPTIONS = frozenset(
 )
 #: the options that say what a table is: a query's options must agree with the table's own
 _WHAT_OPTIONS = ("table", "operator", "state", "states", "mode")
+
+
+def _changes_schema(opts: ReadOptions) -> pa.Schema:
+    """The change feed's columns: :data:`statequery.history.CHANGES_SCHEMA`, or with ``cdc``
+    Spark's change-data-capture layout (:mod:`statequery.spark.cdc`)."""
+    if opts.cdc:
+        from statequery.spark.cdc import CDC_SCHEMA
+
+        return CDC_SCHEMA
+    from statequery.history import CHANGES_SCHEMA
+
+    return CHANGES_SCHEMA
 
 
 def _asks_for_changes(given: Mapping[str, str]) -> bool:
@@ -818,9 +835,15 @@ class ChangesReader(DataSourceReader):
 
         cid = partition.checkpoint_id
         with statequery.open_job(self._location, classpath=self.opts.classpath) as job:
+            completed = next((v.completed_at for v in job.complete_versions()
+                              if v.checkpoint_id == cid), None)
             for batch in job.change_batches(self.opts.operator, self.opts.state, start=cid,
                                             end=cid, key=self.key):
                 if batch.num_rows:
+                    if self.opts.cdc:
+                        from statequery.spark.cdc import cdc_batch
+
+                        batch = cdc_batch(batch, completed)
                     yield _cast(batch, self.arrow_schema)
 
 

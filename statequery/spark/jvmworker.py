@@ -11,8 +11,11 @@ the Arrow IPC messages of a read into Spark's columnar batches (``ArrowColumnVec
 Frames, both ways: one byte of kind, a 4-byte big-endian length, the payload.
 
 JVM to worker: ``S`` (schema of options), ``P`` (plan: options and schema), ``R`` (read a
-partition), each with a JSON payload; during a read, single bytes ``N`` (one more batch may be
-sent) and ``C`` (stop; also the last byte of every read).
+partition), and for the catalog plugin ``L`` (databases), ``T`` (tables), ``V`` (the version of
+a ``TIMESTAMP AS OF``, ``W`` the versions of a ``CHANGES FROM TIMESTAMP``;
+:mod:`statequery.spark.jvmcatalog`), each with a JSON payload; during a
+read, single bytes ``N`` (one more batch may be sent) and ``C`` (stop; also the last byte of
+every read).
 
 Worker to JVM: ``H`` (once, at start: the protocol version), ``J`` (a JSON result), ``E`` (an
 error: its Python type and message), and for a read ``A`` (the Arrow schema of the columns read),
@@ -218,7 +221,11 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
         {"protocol": PROTOCOL, "statequery": getattr(statequery, "__version__", "?")}
     ).encode())
     out.flush()
-    handlers = {b"S": schema, b"P": plan}
+    from statequery.spark import jvmcatalog
+
+    handlers = {b"S": schema, b"P": plan, b"L": jvmcatalog.databases,
+                b"T": jvmcatalog.tables, b"V": jvmcatalog.version_at,
+                b"W": jvmcatalog.version_range}
     while True:
         try:
             kind, payload = _read_frame(inp)
