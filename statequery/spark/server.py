@@ -79,15 +79,22 @@ def check_loopback(host: str) -> str:
 
 
 def free_port(host: str) -> int:
+    """A port free on ``host`` (an IPv4 or IPv6 address) now."""
     import socket
 
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
+def _url_host(host: str) -> str:
+    """``host`` as the host of a URL: an IPv6 address in brackets (RFC 3986)."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
 def jdbc_url(host: str, port: int) -> str:
-    return f"jdbc:hive2://{host}:{port}/default"
+    return f"jdbc:hive2://{_url_host(host)}:{port}/default"
 
 
 def beeline_argv(info: dict[str, Any]) -> list[str]:
@@ -103,7 +110,7 @@ def beeline_argv(info: dict[str, Any]) -> list[str]:
 
 
 def connect_url(host: str, port: int) -> str:
-    return f"sc://{host}:{port}"
+    return f"sc://{_url_host(host)}:{port}"
 
 
 def remote_url(info: dict[str, Any]) -> str:
