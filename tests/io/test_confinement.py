@@ -14,12 +14,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from support.loopback import CountingServer, counting_http_server, static_http_server
 
 import statequery
 from statequery.exceptions import StorageError
 from statequery.io import FileIO, is_under, same_store, store_of
 from tests.conftest import fixture_dir
-from tests.loopback import CountingServer, counting_http_server, static_http_server
 from tests.metadata.test_trust import FIXTURE, _checkpoint, _read_everything
 
 CANONICAL = "datastream-hashmap-canonical"
@@ -65,7 +65,7 @@ def test_http_savepoint_cannot_reach_another_host_or_port(
 def test_https_savepoint_cannot_reach_another_port(tmp_path: Path) -> None:
     """The same over TLS (self-signed loopback certificates): https on another port is another
     store, and http on the same host is another filesystem."""
-    from tests.loopback import loopback_tls
+    from support.loopback import loopback_tls
 
     tls = loopback_tls(str(tmp_path))
     data = tmp_path / "data"
@@ -101,7 +101,7 @@ def test_http_savepoint_reads_its_own_host(tmp_path: Path) -> None:
 
 
 def test_s3_savepoint_cannot_reach_another_bucket(tmp_path: Path) -> None:
-    from tests.s3server import moto_s3_server
+    from support.s3server import moto_s3_server
 
     with moto_s3_server() as s3:
         s3.client().create_bucket(Bucket="other-bucket")

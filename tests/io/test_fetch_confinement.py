@@ -22,12 +22,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.loopback import counting_http_server, static_http_server
 
 import statequery
 from statequery.exceptions import RedirectRefusedError, StorageError
 from statequery.io import FileIO, is_under, join_location, normalize_location
 from tests.conftest import fixture_dir
-from tests.loopback import counting_http_server, static_http_server
 
 CANONICAL = "datastream-hashmap-canonical"
 USER_STATE = "35c43c75-67c4-434b-9a81-93ef78b4a37b"  # the user-state operator's state file

@@ -10,12 +10,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from support.loopback import CountingServer, counting_http_server
 
 import statequery
 from statequery.exceptions import StorageError
 from statequery.io import FileIO, filesystem_of, is_under
 from tests.conftest import fixture_dir
-from tests.loopback import CountingServer, counting_http_server
 
 FIXTURE = "datastream-rocksdb-incremental-checkpoint"
 
