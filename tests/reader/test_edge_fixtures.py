@@ -17,84 +17,18 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import dump_entries, expected_entries, fixture_dir, fixture_record, fixture_records
+from support.childread import differences, read_in_child
 from support.entries import canonical, mask_any
 
 from statequery.backends import fastpath
 
-REPO = Path(__file__).resolve().parents[2]
 EDGE = [r["name"] for r in fixture_records() if r["job"].startswith("edge-")]
 SHOW = 10
-
-# Prints one line per entry (sorted), and one {"$error": ...} line per state that failed to read.
-# "$reading" lines on stderr name the state being read, for a crash report.
-_CHILD = r"""
-import json, sys
-import statequery
-from tests.support.entries import canonical, state_entries
-from statequery.io import FileIO
-from statequery.reader import list_states, read_table
-
-sp = statequery.open(sys.argv[1], io=FileIO(), use_snapshot=False)
-lines = []
-for op in sp.metadata.operators:
-    for ref in list_states(sp, op):
-        print("$reading", op.uid or op.name, ref.name, file=sys.stderr, flush=True)
-        try:
-            table = read_table(sp, op, ref.name)
-        except Exception as e:
-            lines.append(canonical({"$error": f"{op.uid or op.name} / {ref.name}: "
-                                              f"{type(e).__name__}: {e}"[:500]}))
-            continue
-        lines.extend(canonical(e) for e in state_entries(
-            table, ref.layout.kind, ref.name, op.uid or "", op.operator_id, True))
-sys.stdout.write("".join(line + "\n" for line in sorted(lines)))
-"""
-
-
-def _read_in_child(name: str, pure: bool) -> tuple[list[str], str]:
-    env = dict(os.environ)
-    env.pop(fastpath.PURE_ENV, None)
-    if pure:
-        env[fastpath.PURE_ENV] = "1"
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
-    proc = subprocess.run(
-        [sys.executable, "-X", "faulthandler", "-c", _CHILD, str(fixture_dir(name))],
-        capture_output=True, text=True, env=env, timeout=600,
-    )
-    if proc.returncode != 0:
-        reading = [x for x in proc.stderr.splitlines() if x.startswith("$reading")]
-        where = reading[-1][len("$reading "):] if reading else "?"
-        pytest.fail(
-            f"{name}: the reader process died (exit {proc.returncode}) while reading {where}\n"
-            + "\n".join(proc.stderr.splitlines()[-15:]),
-            pytrace=False,
-        )
-    return proc.stdout.splitlines(), proc.stderr
-
-
-def _differences(mine: list[str], theirs: list[str]) -> str:
-    a, b = Counter(mine), Counter(theirs)
-    only_mine = sorted((a - b).elements())
-    only_theirs = sorted((b - a).elements())
-    per_state: Counter[str] = Counter()
-    for line in only_mine + only_theirs:
-        e = json.loads(line)
-        per_state[e.get("$error", "").split(":")[0] or f"{e['operator_uid']} / {e['state']}"] += 1
-    return (
-        f"{len(only_mine)} entries only in statequery, {len(only_theirs)} only in Flink's dump; "
-        f"per state: {dict(per_state)}\n"
-        + "\n".join("  statequery: " + x[:300] for x in only_mine[:SHOW])
-        + "\n"
-        + "\n".join("  dump:       " + x[:300] for x in only_theirs[:SHOW])
-    )
 
 
 def test_the_edge_fixtures_are_in_the_manifest() -> None:
@@ -110,9 +44,9 @@ def test_the_edge_fixtures_are_in_the_manifest() -> None:
 def test_edge_fixture_equals_flink_dump(name: str, path: str) -> None:
     if path == "compiled" and fastpath.compiled() is None:
         assert os.environ.get("STATEQUERY_NO_EXTENSIONS"), "statequery.backends._read not built"
-    mine, _ = _read_in_child(name, pure=path == "pure")
+    mine, _ = read_in_child(name, fixture_dir(name), pure=path == "pure")
     dump = sorted(canonical(e) for e in dump_entries(name))
-    assert mine == dump, f"{name} [{path}]: " + _differences(mine, dump)
+    assert mine == dump, f"{name} [{path}]: " + differences(mine, dump)
 
     want = expected_entries(name)
     got = [json.loads(x) for x in mine]
@@ -125,7 +59,7 @@ def test_edge_fixture_equals_flink_dump(name: str, path: str) -> None:
         missing = sorted((expected - got_lines).elements())
         assert not missing, f"{name} [{path}]: expected entries not read: {missing[:SHOW]}"
     else:
-        assert got_lines == expected, f"{name} [{path}]: " + _differences(
+        assert got_lines == expected, f"{name} [{path}]: " + differences(
             sorted(got_lines.elements()), sorted(expected.elements()))
 
 

@@ -22,8 +22,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from conftest import FIXTURES, dump_entries, expected_entries, fixture_dir, fixture_records
+from support.childread import differences, read_in_child
 from support.entries import canonical
-from test_edge_fixtures import _differences, _read_in_child
 
 import statequery
 from statequery.backends import fastpath
@@ -51,11 +51,11 @@ def test_the_avro_fixtures_are_in_the_manifest() -> None:
 def test_avro_fixture_equals_flink_dump(name: str, path: str) -> None:
     if path == "compiled" and fastpath.compiled() is None:
         assert os.environ.get("STATEQUERY_NO_EXTENSIONS"), "statequery.backends._read not built"
-    mine, _ = _read_in_child(name, pure=path == "pure")
+    mine, _ = read_in_child(name, fixture_dir(name), pure=path == "pure")
     assert not [x for x in mine if "$error" in x or "$raw" in x], mine[:3]
     dump = sorted(canonical(e) for e in dump_entries(name))
     assert len(dump) == (26 if name in EVOLVED else 66)
-    assert mine == dump, f"{name} [{path}]: " + _differences(mine, dump)
+    assert mine == dump, f"{name} [{path}]: " + differences(mine, dump)
     got = []
     for line in mine:
         e = json.loads(line)
