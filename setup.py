@@ -17,7 +17,7 @@
 docs/testing.md): Cython's ``boundscheck``, ``wraparound`` and ``initializedcheck`` on, and gcc's
 AddressSanitizer and UndefinedBehaviorSanitizer (``-fsanitize=address,undefined``). Its C sources
 go to ``build/boundscheck/``; build it into a directory of its own with
-``python setup.py build_ext --build-lib DIR`` (tests/test_sanitized.py does) and run Python with
+``python setup.py build_ext --build-lib DIR`` (tests/backends/test_sanitized.py does) and run Python with
 ``LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0``.
 """
 

@@ -127,12 +127,12 @@ def _bytearray(*args: Any) -> bytearray:
 
 
 # set, frozenset and OrderedDict are the unpickler's own (they hash what they are given)
-_BUILTINS: dict[str, Any] = {
+_BUILTINS: dict[str, Callable[..., object]] = {
     "complex": complex,
     "bytearray": _bytearray,
 }
 
-_ALLOWED: dict[tuple[str, str], Any] = {
+_ALLOWED: dict[tuple[str, str], Callable[..., object]] = {
     **{("builtins", n): f for n, f in _BUILTINS.items()},
     **{("__builtin__", n): f for n, f in _BUILTINS.items()},
     ("_codecs", "encode"): _codecs_encode,
@@ -473,7 +473,7 @@ class _Unpickler(pickle._Unpickler):
 
 
 
-def _then_register(load: Any) -> Any:
+def _then_register(load: Callable[[Any], None]) -> Callable[[_Unpickler], None]:
     """An opcode that calls what the pickle names, then registers the object it made."""
 
     def run(self: _Unpickler) -> None:
@@ -483,7 +483,7 @@ def _then_register(load: Any) -> Any:
     return run
 
 
-_OPS: dict[int, Any] = {
+_OPS: dict[int, Any] = {  # dispatch is typed for pickle._Unpickler, not this subclass
     pickle.EMPTY_LIST[0]: _Unpickler.load_empty_list,
     pickle.EMPTY_DICT[0]: _Unpickler.load_empty_dict,
     pickle.EMPTY_SET[0]: _Unpickler.load_empty_set,

@@ -17,26 +17,27 @@ from statequery.exceptions import InvalidOptionError, MissingExtraError
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from matplotlib.figure import Figure
 
     from statequery.stats import StateStats
 
 __all__ = ["plot_history", "plot_key_groups"]
 
 
-def _figure(**kwargs: Any) -> Any:
+def _figure(**kwargs: Any) -> Figure:
     """A matplotlib ``Figure`` of its own: no pyplot, so no backend is chosen or changed (a
     notebook's inline backend stays as it is) and no figure is left open in pyplot's list."""
     try:
         from matplotlib.figure import Figure
     except ImportError:
         raise MissingExtraError("statequery.plot", "matplotlib", "plot") from None
-    fig: Any = Figure(**kwargs)
+    fig = Figure(**kwargs)
     # Jupyter shows the figure (a cell's last value) as a PNG, with or without %matplotlib
-    fig._repr_png_ = functools.partial(_png, fig)
+    fig._repr_png_ = functools.partial(_png, fig)  # type: ignore[attr-defined]
     return fig
 
 
-def _png(fig: Any) -> bytes:
+def _png(fig: Figure) -> bytes:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=80)
     return buffer.getvalue()
@@ -48,7 +49,7 @@ def plot_key_groups(
     operator: str | None = None,
     weight: str = "bytes",
     parallelism: int | None = None,
-) -> Any:
+) -> Figure:
     """A matplotlib Figure per keyed state (or the one named): a bar per key group (``bytes``,
     ``entries`` or ``distinct_keys``), coloured by the subtask that owns it, and the per-subtask
     totals beside it (at ``parallelism`` if given, else the snapshot's)."""
@@ -113,7 +114,7 @@ def _number(text: str | None) -> float | None:
     return float(value)
 
 
-def plot_history(history: pa.Table) -> Any:
+def plot_history(history: pa.Table) -> Figure:
     """A matplotlib Figure of :meth:`statequery.history.Job.history`'s table: one plot per state
     whose values are numbers, a line per entry (namespace, user key) over the versions'
     checkpoint ids (a version without the entry: a gap)."""

@@ -252,33 +252,33 @@ def _stop_shared_spark() -> Any:
 # weighs 0.1 s per test. New long modules belong in the table.
 _MODULE_SECONDS: dict[str, float] = {
     # a -n 2 run at load 12-20 on 2 cores (docs/testing.md); * estimated from single-module runs
-    "tests/test_sanitized.py": 1250,
+    "tests/backends/test_sanitized.py": 1250,
     "tests/spark/test_attach.py": 800,  # *
-    "tests/test_reader.py": 650,
-    "tests/test_key_roundtrip.py": 570,
+    "tests/reader/test_reader.py": 650,
+    "tests/keys/test_key_roundtrip.py": 570,
     "tests/spark/test_datasource.py": 350,  # *
     "tests/spark/test_server.py": 300,  # *
     "tests/spark/test_shell.py": 300,  # *
-    "tests/test_edge_fixtures.py": 300,
+    "tests/reader/test_edge_fixtures.py": 300,
     "tests/backends/test_fastpath.py": 285,
     "tests/backends/test_corruption.py": 255,
-    "tests/test_runindex.py": 175,
+    "tests/metadata/test_runindex.py": 175,
     "tests/spark/test_stale_reader.py": 150,
     "tests/spark/test_pg_metastore.py": 150,  # *
-    "tests/test_capture_live.py": 150,  # *
-    "tests/test_read_operator.py": 150,
+    "tests/capture/test_capture_live.py": 150,  # *
+    "tests/reader/test_read_operator.py": 150,
     "tests/spark/test_jvm_source.py": 150,
-    "tests/test_fixture_oracle.py": 140,
-    "tests/test_hashing.py": 130,
-    "tests/test_savepoint.py": 130,
+    "tests/reader/test_fixture_oracle.py": 140,
+    "tests/keys/test_hashing.py": 130,
+    "tests/reader/test_savepoint.py": 130,
     "tests/backends/test_rocksdb_tables.py": 105,
     "tests/metadata/test_statemeta.py": 100,
-    "tests/test_install.py": 95,
+    "tests/product/test_install.py": 95,
     "tests/metadata/test_checkpoint.py": 80,
-    "tests/test_capture.py": 75,
+    "tests/capture/test_capture.py": 75,
     "tests/spark/test_cluster.py": 70,
     "tests/cli/test_no_traceback.py": 68,
-    "tests/test_s3.py": 67,
+    "tests/io/test_s3.py": 67,
 }
 
 

@@ -1129,7 +1129,7 @@ def write_proto_files(dest: Path) -> None:
 # The DataStream CEP job, modelled (CepStreamJob.java): events 0..59 keyed by "k" + (id % 4),
 # watermark five minutes behind the last one. The model covers the source and the events still
 # queued for the watermark (ids 54..59, with one watermark callback each); the NFA and the shared
-# buffer are fixed by the oracle (tests/test_cep_stream.py asserts what they mean).
+# buffer are fixed by the oracle (tests/operators/test_cep_stream.py asserts what they mean).
 # --------------------------------------------------------------------------------------------
 
 CEP_STREAM_EVENTS = 60
@@ -1676,7 +1676,7 @@ def sql_over_expected(ids: dict[str, str]) -> list[dict]:
     """The accumulators of the event-time OVER aggregations of ``--job over`` after the frames of
     every row up to the watermark (ids 0..OVER_WATERMARK_ID) fired, and the last fired
     timestamp of the bounded ones. The processing-time functions' states and the buffered rows
-    are left to the oracle (tests/test_sql_over.py asserts what they mean)."""
+    are left to the oracle (tests/operators/test_sql_over.py asserts what they mean)."""
     entries: list[dict] = []
     fired = [{**ops_event(i), "ts": OPS_TS_BASE + i * 60_000} for i in range(OVER_WATERMARK_ID + 1)]
     overs = sorted((u for u in ids if u.endswith("_over-aggregate")),
@@ -1838,7 +1838,7 @@ def _run(cmd: list[str], log: Path, timeout: int = 300,
     return result
 
 
-S3_BUCKET = "statequery-test"  # tests/s3server.py's bucket: the fixture's s3:// paths are its
+S3_BUCKET = "statequery-test"  # tests/support/s3server.py's bucket: the fixture's s3:// paths are its
 
 
 def run_job(fx: dict, scratch: Path, s3_endpoint: str | None = None) -> dict[str, str]:
@@ -1928,7 +1928,7 @@ def run_job(fx: dict, scratch: Path, s3_endpoint: str | None = None) -> dict[str
 
 
 def _run_on_s3(fx: dict, scratch: Path, dest: Path) -> dict[str, str]:
-    """Run the job against moto's S3 (the test server of tests/s3server.py), then mirror every
+    """Run the job against moto's S3 (the test server of tests/support/s3server.py), then mirror every
     object under ``<name>/`` into ``tests/fixtures/<name>/`` (the same keys: a test uploads them
     back to the paths the checkpoint's ``_metadata`` names)."""
     sys.path.insert(0, str(REPO / "tests"))

@@ -27,11 +27,15 @@ import os
 import re
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from statequery.exceptions import InvalidOptionError
+
+if TYPE_CHECKING:
+    from google.protobuf.descriptor import Descriptor, FieldDescriptor
+    from google.protobuf.message import Message
 
 __all__ = ["ProtobufCodec", "ProtobufDescriptors", "ProtobufUndecodable"]
 
@@ -41,7 +45,7 @@ _TIMESTAMP = "google.protobuf.Timestamp"
 _NAME = re.compile(r"[A-Za-z_][\w$]*(\.[A-Za-z_][\w$]*)*")
 
 
-def _repeated(f: Any) -> bool:
+def _repeated(f: FieldDescriptor) -> bool:
     """Whether field ``f`` is repeated (``is_repeated`` since protobuf 5.29; ``label`` before)."""
     flag = getattr(f, "is_repeated", None)
     if flag is not None:
@@ -163,7 +167,7 @@ def parse_messages(pairs: Any) -> dict[str, str]:
 class ProtobufCodec:
     """One message type: its Arrow type and its values."""
 
-    def __init__(self, descriptor: Any) -> None:
+    def __init__(self, descriptor: Descriptor) -> None:
         from google.protobuf import message_factory
 
         self.descriptor = descriptor
@@ -186,7 +190,7 @@ class ProtobufCodec:
         assert self._type is not None
         return self._type
 
-    def _struct(self, d: Any, stack: tuple[str, ...]) -> pa.DataType:
+    def _struct(self, d: Descriptor, stack: tuple[str, ...]) -> pa.DataType:
         if d.full_name in stack:
             raise ProtobufUndecodable(f"message {d.full_name} contains itself (a recursive type)")
         if len(stack) > MAX_DEPTH:
@@ -194,7 +198,7 @@ class ProtobufCodec:
         return pa.struct([pa.field(f.name, self._field_type(f, (*stack, d.full_name)))
                           for f in d.fields])
 
-    def _field_type(self, f: Any, stack: tuple[str, ...]) -> pa.DataType:
+    def _field_type(self, f: FieldDescriptor, stack: tuple[str, ...]) -> pa.DataType:
 
         if f.message_type is not None and f.message_type.GetOptions().map_entry:
             k, v = f.message_type.fields_by_name["key"], f.message_type.fields_by_name["value"]
@@ -202,7 +206,7 @@ class ProtobufCodec:
         single = self._single_type(f, stack)
         return pa.list_(single) if _repeated(f) else single
 
-    def _single_type(self, f: Any, stack: tuple[str, ...]) -> pa.DataType:
+    def _single_type(self, f: FieldDescriptor, stack: tuple[str, ...]) -> pa.DataType:
         from google.protobuf.descriptor import FieldDescriptor as FD
 
         t = f.type
@@ -251,7 +255,7 @@ class ProtobufCodec:
                 f"message, or a newer version of it)")
         return self._message(msg, 0)
 
-    def _message(self, msg: Any, depth: int) -> dict[str, Any]:
+    def _message(self, msg: Message, depth: int) -> dict[str, Any]:
 
         if depth > MAX_DEPTH:
             raise ProtobufUndecodable(f"message nested deeper than {MAX_DEPTH}")
@@ -270,7 +274,7 @@ class ProtobufCodec:
                 out[f.name] = self._single(f, value, depth)
         return out
 
-    def _single(self, f: Any, value: Any, depth: int) -> Any:
+    def _single(self, f: FieldDescriptor, value: Any, depth: int) -> Any:
         from google.protobuf.descriptor import FieldDescriptor as FD
 
         if f.type in (FD.TYPE_MESSAGE, FD.TYPE_GROUP):

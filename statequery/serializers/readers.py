@@ -355,31 +355,31 @@ def _fixed(spec: SerializerSpec | None, size: int, read_at: ReadAt) -> Reader:
 # -- scalars ------------------------------------------------------------------------------------
 
 
-def _read_bool(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
+def _read_bool(buf: bytes, pos: int, end: int) -> tuple[bool, int]:
     return buf[pos] != 0, pos + 1
 
 
-def _read_byte(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
+def _read_byte(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     return _BE_I8(buf, pos)[0], pos + 1
 
 
-def _read_short(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
+def _read_short(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     return _BE_I16(buf, pos)[0], pos + 2
 
 
-def _read_int(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
+def _read_int(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     return _BE_I32(buf, pos)[0], pos + 4
 
 
-def _read_long(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
+def _read_long(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     return _BE_I64(buf, pos)[0], pos + 8
 
 
-def _read_float(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
+def _read_float(buf: bytes, pos: int, end: int) -> tuple[float, int]:
     return _BE_F32(buf, pos)[0], pos + 4
 
 
-def _read_double(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
+def _read_double(buf: bytes, pos: int, end: int) -> tuple[float, int]:
     return _BE_F64(buf, pos)[0], pos + 8
 
 
@@ -387,16 +387,16 @@ def _char(unit: int) -> str:
     return "\ufffd" if 0xD800 <= unit <= 0xDFFF else chr(unit)
 
 
-def _read_char(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
+def _read_char(buf: bytes, pos: int, end: int) -> tuple[str, int]:
     return _char(_BE_U16(buf, pos)[0]), pos + 2
 
 
-def _read_void(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
+def _read_void(buf: bytes, pos: int, end: int) -> tuple[None, int]:
     buf[pos]  # noqa: B018  (bounds check: VoidSerializer writes one byte)
     return None, pos + 1
 
 
-def _read_nothing(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
+def _read_nothing(buf: bytes, pos: int, end: int) -> tuple[None, int]:
     return None, pos
 
 
@@ -422,7 +422,7 @@ def _read_big_integer(buf: bytes, pos: int, end: int) -> tuple[int | None, int]:
     return int.from_bytes(buf[pos : pos + n], "big", signed=True), pos + n
 
 
-def _read_bigint_str(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
+def _read_bigint_str(buf: bytes, pos: int, end: int) -> tuple[str | None, int]:
     v, pos = _read_big_integer(buf, pos, end)
     return (None if v is None else str(v)), pos
 
@@ -438,7 +438,7 @@ def _plain_decimal(unscaled: int, scale: int) -> str:
     return f"{sign}{digits[:-scale]}.{digits[-scale:]}"
 
 
-def _read_bigdec_str(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
+def _read_bigdec_str(buf: bytes, pos: int, end: int) -> tuple[str | None, int]:
     v, pos = _read_big_integer(buf, pos, end)
     if v is None:
         return None, pos
@@ -446,19 +446,19 @@ def _read_bigdec_str(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
     return _plain_decimal(v, scale), pos + 4
 
 
-def _read_date_millis(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
+def _read_date_millis(buf: bytes, pos: int, end: int) -> tuple[int | None, int]:
     v = _BE_I64(buf, pos)[0]
     return (None if v == _LONG_MIN else v), pos + 8
 
 
-def _read_sql_timestamp(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
+def _read_sql_timestamp(buf: bytes, pos: int, end: int) -> tuple[int | None, int]:
     millis, nanos = _BE_I64_I32(buf, pos)
     if millis == _LONG_MIN:
         return None, pos + 12
     return _checked_i64((millis // 1000) * 1_000_000_000 + nanos, pos, "Timestamp"), pos + 12
 
 
-def _read_instant(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
+def _read_instant(buf: bytes, pos: int, end: int) -> tuple[int | None, int]:
     seconds, nanos = _BE_I64_I32(buf, pos)
     if seconds == _LONG_MIN and nanos == _INT_MIN:
         return None, pos + 12
@@ -481,15 +481,15 @@ def _local_time_nanos(buf: bytes, pos: int) -> int | None:
     return int(((h * 60 + m) * 60 + s) * 1_000_000_000 + nano)
 
 
-def _read_local_date(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
+def _read_local_date(buf: bytes, pos: int, end: int) -> tuple[int | None, int]:
     return _local_date_days(buf, pos), pos + 6
 
 
-def _read_local_time(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
+def _read_local_time(buf: bytes, pos: int, end: int) -> tuple[int | None, int]:
     return _local_time_nanos(buf, pos), pos + 7
 
 
-def _read_local_date_time(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
+def _read_local_date_time(buf: bytes, pos: int, end: int) -> tuple[int | None, int]:
     days = _local_date_days(buf, pos)
     nanos = _local_time_nanos(buf, pos + 6)
     if days is None or nanos is None:
@@ -497,7 +497,7 @@ def _read_local_date_time(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
     return _checked_i64(days * 86_400_000_000_000 + nanos, pos, "LocalDateTime"), pos + 13
 
 
-def _read_string_data(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
+def _read_string_data(buf: bytes, pos: int, end: int) -> tuple[str, int]:
     n = _BE_I32(buf, pos)[0]
     pos += 4
     if n < 0 or pos + n > end:
@@ -505,7 +505,7 @@ def _read_string_data(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
     return buf[pos : pos + n].decode("utf-8"), pos + n
 
 
-def _read_bytes(buf: bytes, pos: int, end: int) -> tuple[Any, int]:
+def _read_bytes(buf: bytes, pos: int, end: int) -> tuple[bytes, int]:
     """``BytePrimitiveArraySerializer``: int32 n + n bytes."""
     n = _BE_I32(buf, pos)[0]
     pos += 4

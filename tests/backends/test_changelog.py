@@ -36,7 +36,7 @@ from typing import Any
 
 import pytest
 from conftest import FIXTURES, load_manifest
-from entries import canonical, state_entries
+from support.entries import canonical, state_entries
 
 import statequery
 from statequery.cli import main
@@ -272,7 +272,7 @@ def test_ttl_state_and_pojo_windows_equal_flinks_restore(name: str, decode_path:
     assert len(dump) == 20 + 17 + 71 + 80
     assert sorted(got) == dump
     # the model (last_access: processing time, any) covers the ttl operator
-    from entries import mask_any
+    from support.entries import mask_any
 
     model = [json.loads(m) for m in _expected(name, "expected", ("ttl",))]
     assert len(model) == 108

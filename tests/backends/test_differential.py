@@ -35,12 +35,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-import flinkenc
 import pyarrow as pa
 import pytest
 from conftest import fixture_dir
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
+from support import flinkenc
 
 import statequery
 from statequery.arrow.batches import BatchBuilder

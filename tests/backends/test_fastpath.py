@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from conftest import fixture_dir, fixture_names
-from entries import same_table
+from support.entries import same_table
 
 import statequery
 from statequery.arrow.schemas import state_schema

@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 from conftest import FIXTURES as FIXTURES_ROOT
 from conftest import dump_entries, expected_entries, fixture_dir, fixture_record
-from entries import canonical, mask_any, savepoint_entries
-from s3server import S3Server, moto_s3_server
+from support.entries import canonical, mask_any, savepoint_entries
+from support.s3server import S3Server, moto_s3_server
 
 import statequery
 import statequery.backends.rocksdb as rocks

@@ -172,7 +172,7 @@ def test_opaque_values_come_back_raw_with_reason() -> None:
     rows = decode(layout, [(b"\x05" + sv("k") + b"\x00", b"\x01\x02\x03")])
     assert rows[0]["value"] == b"\x01\x02\x03"
     assert "com.acme.Thing" in rows[0]["value_reason"]
-    from entries import state_entries
+    from support.entries import state_entries
 
     table = pa.Table.from_pylist(rows, schema=schema)
     (entry,) = state_entries(table, "value", "v", "", "0" * 32)

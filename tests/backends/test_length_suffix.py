@@ -18,6 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from support.entries import canonical, savepoint_entries
 
 import statequery
 import statequery.backends.rocksdb as rocks
@@ -27,7 +28,6 @@ from statequery.hashing import key_group_of
 from statequery.io import FileIO
 from statequery.reader import lookup, read_table
 from tests.conftest import dump_entries, fixture_dir, fixture_record
-from tests.entries import canonical, savepoint_entries
 
 NATIVE = ["labels-rocksdb-native", "labels-rocksdb-incremental-checkpoint"]
 CANONICAL = ["labels-rocksdb-canonical", "labels-hashmap-canonical"]
@@ -128,7 +128,7 @@ def test_namespace_is_the_label_window_struct(name: str, decode_path: str) -> No
 
 def _assert_read_one_key_group(sp: Any, io: FileIO, kg: int, name: str) -> None:
     """Native: no file of a subtask whose key groups do not hold ``kg`` was read. Canonical:
-    per file only its header and the extent of ``kg`` (tests/test_reader.py)."""
+    per file only its header and the extent of ``kg`` (tests/reader/test_reader.py)."""
     from statequery.backends.rocksdb import from_incremental_handle
 
     read = {loc for loc, n in io.stats.bytes_read.items() if n and not loc.endswith("_metadata")}
@@ -163,7 +163,7 @@ def _assert_read_one_key_group(sp: Any, io: FileIO, kg: int, name: str) -> None:
 def test_key_lookup_reads_one_key_group_and_exactly_the_key(
     name: str, key: str, decode_path: str
 ) -> None:
-    from tests.entries import state_entries
+    from support.entries import state_entries
 
     kg = key_group_of(key, 128)
     io = FileIO()

@@ -215,7 +215,7 @@ def test_a_short_campaign_finds_nothing(tmp_path: Path) -> None:
     error. The seed is fixed, so a failure replays with ``run_campaign.py --replay``."""
     out = tmp_path / "report.json"
     # the worker imports the statequery this test imports (the memory-checked copy under
-    # tests/test_sanitized.py, whose environment it inherits)
+    # tests/backends/test_sanitized.py, whose environment it inherits)
     where = str(Path(statequery.__file__).resolve().parent.parent)
     code = rc.main(["--inputs", "60", "--seed", "20261126", "--timeout", "120", "--quiet",
                     "--pythonpath", where, "--out", str(out)])

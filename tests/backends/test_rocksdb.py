@@ -213,7 +213,7 @@ def test_list_state_merge_operands(cache: FileCache) -> None:
 @pytest.mark.parametrize("name", ROCKSDB_FIXTURES)
 def test_every_state_equals_flink_dump(name: str, tmp_path: Path,
                                        monkeypatch: pytest.MonkeyPatch, decode_path: str) -> None:
-    from tests.entries import canonical, savepoint_entries
+    from support.entries import canonical, savepoint_entries
 
     monkeypatch.setattr(rocks, "_DEFAULT_CACHE", FileCache(tmp_path / "cache"))
     snap = _Snapshot(fixture_dir(name))

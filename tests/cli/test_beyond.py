@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from series import series_dir
+from support.series import series_dir
 
 from statequery.cli import main
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from series import FIXTURES
+from support.series import FIXTURES
 
 from statequery.cli import main
 

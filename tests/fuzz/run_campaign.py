@@ -27,7 +27,7 @@ as a missed deadline (the worker is killed and restarted). Outcome classes:
 * ``hang``: no answer within ``--timeout`` seconds (bug).
 
 ``--python`` and ``--pythonpath`` run the worker on another build (the bounds-checked one of
-tests/test_sanitized.py, with ``--asan`` to preload its runtime).
+tests/backends/test_sanitized.py, with ``--asan`` to preload its runtime).
 """
 
 from __future__ import annotations

@@ -14,13 +14,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from support.checkpoints import FIXTURE, edited_copy, read_everything
+from support.loopback import CountingServer, counting_http_server, static_http_server
 
 import statequery
 from statequery.exceptions import StorageError
 from statequery.io import FileIO, is_under, same_store, store_of
 from tests.conftest import fixture_dir
-from tests.loopback import CountingServer, counting_http_server, static_http_server
-from tests.metadata.test_trust import FIXTURE, _checkpoint, _read_everything
 
 CANONICAL = "datastream-hashmap-canonical"
 
@@ -54,10 +54,10 @@ def test_http_savepoint_cannot_reach_another_host_or_port(
     """The issue's payload: handles of a checkpoint served over http name
     ``http://127.0.0.1:<other port>/latest/meta-data/iam/...``: refused, zero requests there."""
     with static_http_server(str(tmp_path)) as own:
-        chk = _checkpoint(tmp_path, lambda p: f"{evil.url}/latest/meta-data/iam/{p[-8:]}-creds")
+        chk = edited_copy(tmp_path, lambda p: f"{evil.url}/latest/meta-data/iam/{p[-8:]}-creds")
         uri = f"{own.url}/{chk.relative_to(tmp_path)}/_metadata"
         with pytest.raises(StorageError, match=r"not on the savepoint's own store"):
-            _read_everything(uri)  # type: ignore[arg-type]
+            read_everything(uri)  # type: ignore[arg-type]
         assert own.requests  # the savepoint itself was read over http
     assert evil.requests == []
 
@@ -65,7 +65,7 @@ def test_http_savepoint_cannot_reach_another_host_or_port(
 def test_https_savepoint_cannot_reach_another_port(tmp_path: Path) -> None:
     """The same over TLS (self-signed loopback certificates): https on another port is another
     store, and http on the same host is another filesystem."""
-    from tests.loopback import loopback_tls
+    from support.loopback import loopback_tls
 
     tls = loopback_tls(str(tmp_path))
     data = tmp_path / "data"
@@ -74,26 +74,26 @@ def test_https_savepoint_cannot_reach_another_port(tmp_path: Path) -> None:
             counting_http_server(tls=tls) as evil, counting_http_server() as plain:
         for target in (evil.url, f"http://127.0.0.1:{own.port}", plain.url):
             data_dir = data / target.rsplit(":", 1)[1]
-            chk = _checkpoint(data_dir, lambda p, t=target: f"{t}/latest/meta-data/{p[-8:]}-x")
+            chk = edited_copy(data_dir, lambda p, t=target: f"{t}/latest/meta-data/{p[-8:]}-x")
             uri = f"{own.url}/{chk.relative_to(data)}/_metadata"
             with pytest.raises(StorageError, match=r"refuses to read"):
-                _read_everything(uri, FileIO({"ssl": False}))  # type: ignore[arg-type]
+                read_everything(uri, FileIO({"ssl": False}))  # type: ignore[arg-type]
         assert own.requests and own.scheme == "https"
     assert evil.requests == [] and plain.requests == []
 
 
 def test_http_savepoint_reads_its_own_host(tmp_path: Path) -> None:
     """Absolute handles on the savepoint's own host and port are read (checkpoints use them)."""
-    baseline = _read_everything(fixture_dir(FIXTURE))
+    baseline = read_everything(fixture_dir(FIXTURE))
     with static_http_server(str(tmp_path)) as own:
-        chk = _checkpoint(tmp_path, lambda p: p)
+        chk = edited_copy(tmp_path, lambda p: p)
         job = chk.parent.relative_to(tmp_path)
         moved = tmp_path / "moved"
         shutil.copytree(tmp_path / job / "shared", moved)
-        chk = _checkpoint(tmp_path / "b", lambda p: f"{own.url}/moved/{p.rsplit('/', 1)[1]}")
+        chk = edited_copy(tmp_path / "b", lambda p: f"{own.url}/moved/{p.rsplit('/', 1)[1]}")
         shutil.rmtree(chk.parent / "shared")  # only the absolute location has the files
         uri = f"{own.url}/{chk.relative_to(tmp_path)}/_metadata"
-        assert _read_everything(uri) == baseline > 0  # type: ignore[arg-type]
+        assert read_everything(uri) == baseline > 0  # type: ignore[arg-type]
         assert any(r.startswith("GET /moved/") for r in own.requests)
 
 
@@ -101,24 +101,24 @@ def test_http_savepoint_reads_its_own_host(tmp_path: Path) -> None:
 
 
 def test_s3_savepoint_cannot_reach_another_bucket(tmp_path: Path) -> None:
-    from tests.s3server import moto_s3_server
+    from support.s3server import moto_s3_server
 
     with moto_s3_server() as s3:
         s3.client().create_bucket(Bucket="other-bucket")
         src = fixture_dir(FIXTURE).parent / "shared"
         for f in src.iterdir():  # the files exist there: a read would succeed
             s3.client().upload_file(str(f), "other-bucket", f"secret/{f.name}-x")
-        chk = _checkpoint(tmp_path, lambda p: f"s3://other-bucket/secret/{p.rsplit('/', 1)[1]}-x")
+        chk = edited_copy(tmp_path, lambda p: f"s3://other-bucket/secret/{p.rsplit('/', 1)[1]}-x")
         uri = s3.upload_tree(chk.parent, "cp/job")
         counter = s3.count_requests()
         io = FileIO(s3.storage_options)
         with pytest.raises(StorageError, match=r"not on the savepoint's own store \(statequery"):
-            _read_everything(f"{uri}/{chk.name}", io)  # type: ignore[arg-type]
+            read_everything(f"{uri}/{chk.name}", io)  # type: ignore[arg-type]
         assert counter.paths and all("other-bucket" not in p for p in counter.paths)
         assert all("other-bucket" not in loc for loc in io.stats.requests)
         # an allowed root opens it: the refusal is the store, not the scheme
         io = FileIO(s3.storage_options, allowed_roots=["s3://other-bucket/secret"])
-        assert _read_everything(f"{uri}/{chk.name}", io) == _read_everything(  # type: ignore[arg-type]
+        assert read_everything(f"{uri}/{chk.name}", io) == read_everything(  # type: ignore[arg-type]
             fixture_dir(FIXTURE))
 
 
@@ -137,12 +137,12 @@ def test_memory_savepoint_cannot_reach_another_bucket(tmp_path: Path) -> None:
     src = fixture_dir(FIXTURE).parent / "shared"
     for f in src.iterdir():
         io.write_atomic(f"memory://{other}/secret/{f.name}-x", f.read_bytes())
-    chk = _checkpoint(tmp_path, lambda p: f"memory://{other}/secret/{p.rsplit('/', 1)[1]}-x")
+    chk = edited_copy(tmp_path, lambda p: f"memory://{other}/secret/{p.rsplit('/', 1)[1]}-x")
     _upload_memory(io, chk.parent, f"memory://{own}/job")
     try:
         io = FileIO({})
         with pytest.raises(StorageError, match=r"not on the savepoint's own store"):
-            _read_everything(f"memory://{own}/job/{chk.name}", io)  # type: ignore[arg-type]
+            read_everything(f"memory://{own}/job/{chk.name}", io)  # type: ignore[arg-type]
         assert io.stats.requests and not [loc for loc in io.stats.requests if other in loc]
         assert not [loc for loc in io.stats.opens if other in loc]
     finally:
@@ -224,7 +224,7 @@ def test_rocksdb_file_symlinked_out_of_the_checkpoint_is_refused(
 ) -> None:
     from statequery.backends.cache import FileCache
 
-    chk = _checkpoint(tmp_path, lambda p: p)
+    chk = edited_copy(tmp_path, lambda p: p)
     shared = chk.parent / "shared"
     victim = sorted(shared.iterdir())[0]
     secret = tmp_path / "secret.sst"
@@ -243,16 +243,16 @@ def test_allowed_root_symlink_escape_is_refused(tmp_path: Path, opened: list[str
     """Absolute handles under an allowed root: a file there linked to a file outside it."""
     root = tmp_path / "allowed"
     shutil.copytree(fixture_dir(FIXTURE).parent / "shared", root)
-    chk = _checkpoint(tmp_path / "cp", lambda p: "file:" + str(root / p.rsplit("/", 1)[1]))
+    chk = edited_copy(tmp_path / "cp", lambda p: "file:" + str(root / p.rsplit("/", 1)[1]))
     shutil.rmtree(chk.parent / "shared")
-    baseline = _read_everything(fixture_dir(FIXTURE))
+    baseline = read_everything(fixture_dir(FIXTURE))
     io: Callable[[], FileIO] = lambda: FileIO(allowed_roots=[str(root)])  # noqa: E731
-    assert _read_everything(chk, io()) == baseline
+    assert read_everything(chk, io()) == baseline
     victim = sorted(root.iterdir())[0]
     secret = tmp_path / "secret"
     victim.rename(secret)
     victim.symlink_to(secret)
     opened.clear()
     with pytest.raises(StorageError, match="outside"):
-        _read_everything(chk, io())
+        read_everything(chk, io())
     assert str(secret) not in opened

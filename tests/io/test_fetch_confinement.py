@@ -22,12 +22,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.loopback import counting_http_server, static_http_server
 
 import statequery
 from statequery.exceptions import RedirectRefusedError, StorageError
 from statequery.io import FileIO, is_under, join_location, normalize_location
 from tests.conftest import fixture_dir
-from tests.loopback import counting_http_server, static_http_server
 
 CANONICAL = "datastream-hashmap-canonical"
 USER_STATE = "35c43c75-67c4-434b-9a81-93ef78b4a37b"  # the user-state operator's state file
@@ -205,7 +205,7 @@ def test_absolute_handle_with_encoded_dot_segments_is_refused_with_allowed_roots
     """An absolute handle on the savepoint's own host, ``.../chk-1/%2e%2e/%2e%2e/team-b/<f>``:
     with allowed roots set, handles must stay in the checkpoint's tree; the encoded dot segments
     no longer hide that it does not."""
-    from tests.metadata.test_trust import FIXTURE, _checkpoint, _read_everything
+    from support.checkpoints import FIXTURE, edited_copy, read_everything
 
     www = tmp_path / "www"
     www.mkdir()
@@ -219,11 +219,11 @@ def test_absolute_handle_with_encoded_dot_segments_is_refused_with_allowed_roots
     job = fixture_dir(FIXTURE).parent.name
     with static_http_server(str(www)) as own:
         holder.append(own.url)
-        chk = _checkpoint(www, rewrite)
+        chk = edited_copy(www, rewrite)
         shutil.rmtree(chk.parent / "shared")
         monkeypatch.setenv("STATEQUERY_ALLOWED_ROOTS", f"{own.url}/{job}")
         with pytest.raises(StorageError, match=r"refuses to read: it is outside the allowed"):
-            _read_everything(f"{own.url}/{job}/chk-1/_metadata")  # type: ignore[arg-type]
+            read_everything(f"{own.url}/{job}/chk-1/_metadata")  # type: ignore[arg-type]
         assert not [r for r in own.requests if "team-b" in r]
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pytest
 from conftest import fixture_dir
-from s3server import RequestCounter, S3Server, moto_s3_server
+from support.s3server import RequestCounter, S3Server, moto_s3_server
 
 import statequery
 from statequery.io import FileIO

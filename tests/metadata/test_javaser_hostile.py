@@ -207,7 +207,7 @@ def test_a_deeply_nested_statemeta_snapshot_is_ignored(tmp_path: Path) -> None:
 def test_a_deeply_nested_rest_answer_is_a_capture_error(tmp_path: Path) -> None:
     """Flink's REST API answering JSON nested past json's recursion, or an errors map: before,
     RecursionError / KeyError out of ``statequery capture``; now CaptureError."""
-    from loopback import static_http_server
+    from support.loopback import static_http_server
 
     from statequery.capture import CaptureError, HttpRest, _rest_error
 

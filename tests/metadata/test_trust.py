@@ -4,20 +4,18 @@ RocksDB checkpoint, its ``_metadata`` edited so shared-file handles name other p
 
 from __future__ import annotations
 
-import re
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.checkpoints import FIXTURE, edited_copy, read_everything
+from support.loopback import CountingServer, counting_http_server
 
 import statequery
 from statequery.exceptions import StorageError
 from statequery.io import FileIO, filesystem_of, is_under
 from tests.conftest import fixture_dir
-from tests.loopback import CountingServer, counting_http_server
-
-FIXTURE = "datastream-rocksdb-incremental-checkpoint"
 
 
 @pytest.fixture()
@@ -26,37 +24,12 @@ def server() -> Iterator[CountingServer]:
         yield s
 
 
-def _checkpoint(tmp_path: Path, rewrite: Callable[[str], str]) -> Path:
-    """A private copy of the checkpoint whose absolute handle paths are ``rewrite(path)``;
-    returns the ``chk-1`` directory."""
-    chk = fixture_dir(FIXTURE)
-    job = chk.parent
-    shutil.copytree(job, tmp_path / job.name)
-    meta = tmp_path / job.name / chk.name / "_metadata"
-    data = meta.read_bytes()
-    out, pos = bytearray(), 0
-    for m in re.finditer(rb"file:/[!-~]+", data):
-        n = int.from_bytes(data[m.start() - 2 : m.start()], "big")
-        old = data[m.start() : m.start() + n].decode()
-        new = rewrite(old).encode()
-        out += data[pos : m.start() - 2] + len(new).to_bytes(2, "big") + new
-        pos = m.start() + n
-    out += data[pos:]
-    meta.write_bytes(bytes(out))
-    return meta.parent
-
-
-def _read_everything(location: Path, io: FileIO | None = None) -> int:
-    sp = statequery.open(str(location), io=io or FileIO(), use_snapshot=False)
-    return sum(sp.read(t).num_rows for t in sp.state_meta().column("table_name").to_pylist())
-
-
 def test_handles_on_another_scheme_are_refused_before_any_request(
     tmp_path: Path, server: CountingServer
 ) -> None:
-    chk = _checkpoint(tmp_path, lambda p: f"{server.url}/latest/meta-data/iam/{p[-8:]}-creds")
+    chk = edited_copy(tmp_path, lambda p: f"{server.url}/latest/meta-data/iam/{p[-8:]}-creds")
     with pytest.raises(StorageError, match=r"refuses to read: it is on http://") as info:
-        _read_everything(chk)
+        read_everything(chk)
     assert "own filesystem (file)" in str(info.value)
     with pytest.raises(StorageError):
         statequery.open(str(chk), use_snapshot=False).lookup("user-3")
@@ -68,11 +41,11 @@ def test_foreign_handles_still_remap_onto_the_own_tree(
 ) -> None:
     """A checkpoint copied from another store keeps its old URIs: they are matched onto the
     checkpoint's own ``shared/`` directory by name, with no request to the old store."""
-    baseline = _read_everything(fixture_dir(FIXTURE))
-    chk = _checkpoint(tmp_path, lambda p: f"{server.url}/old-store/shared/{p.rsplit('/', 1)[1]}")
-    assert _read_everything(chk) == baseline > 0
-    chk2 = _checkpoint(tmp_path / "s3", lambda p: "s3://other-bucket/shared/" + p.rsplit("/")[-1])
-    assert _read_everything(chk2) == baseline
+    baseline = read_everything(fixture_dir(FIXTURE))
+    chk = edited_copy(tmp_path, lambda p: f"{server.url}/old-store/shared/{p.rsplit('/', 1)[1]}")
+    assert read_everything(chk) == baseline > 0
+    chk2 = edited_copy(tmp_path / "s3", lambda p: "s3://other-bucket/shared/" + p.rsplit("/")[-1])
+    assert read_everything(chk2) == baseline
     assert server.requests == []
 
 
@@ -88,12 +61,12 @@ def test_allowed_roots(tmp_path: Path) -> None:
 
     for f in list(outside.iterdir()):
         f.rename(outside / ("moved-" + f.name))
-    chk = _checkpoint(tmp_path / "cp", elsewhere)
-    baseline = _read_everything(fixture_dir(FIXTURE))
-    assert _read_everything(chk) == baseline
-    assert _read_everything(chk, FileIO(allowed_roots=[str(outside)])) == baseline
+    chk = edited_copy(tmp_path / "cp", elsewhere)
+    baseline = read_everything(fixture_dir(FIXTURE))
+    assert read_everything(chk) == baseline
+    assert read_everything(chk, FileIO(allowed_roots=[str(outside)])) == baseline
     with pytest.raises(StorageError, match="outside the allowed roots"):
-        _read_everything(chk, FileIO(allowed_roots=[str(tmp_path / "cp")]))
+        read_everything(chk, FileIO(allowed_roots=[str(tmp_path / "cp")]))
     # the allow-list also comes from the environment and survives pickling (Spark executors)
     import pickle
 

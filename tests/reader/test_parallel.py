@@ -1,0 +1,166 @@
+"""Every core (issue 33 item 2): large reads run their key-group ranges in worker processes
+(statequery.parallel) and return the same tables, in the same order, as one process; errors of
+a worker come back typed; small reads never start a pool."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import fixture_dir
+
+import statequery
+from statequery import parallel, scan
+from statequery.exceptions import CorruptStateError, InvalidOptionError, StatequeryError
+
+NAMES = [
+    "datastream-hashmap-canonical",
+    "datastream-rocksdb-canonical",
+    "datastream-hashmap-checkpoint",
+    "datastream-hashmap-checkpoint-snappy",
+    "datastream-rocksdb-native",
+]
+
+
+@pytest.fixture
+def every_read_parallel(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Fixtures are small: every read goes to the pool, cut into one-key-group ranges."""
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_BYTES", 0)
+    monkeypatch.setattr(parallel, "PIECES_PER_WORKER", 64)
+    yield
+    parallel.shutdown()
+
+
+def _open(name: str) -> Any:
+    return statequery.open(str(fixture_dir(name)), use_snapshot=False)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_parallel_reads_equal_one_process(
+    name: str, decode_path: str, every_read_parallel: None
+) -> None:
+    sp = _open(name)
+    compared = 0
+    for op in sp.keyed_operators():
+        one = sp.read_states(op, workers=1)
+        two = sp.read_states(op, workers=2)
+        assert list(one) == list(two)
+        for state, table in one.items():
+            assert two[state].equals(table), f"{op.display_name}/{state}"
+            compared += table.num_rows
+        for s in op.states:
+            if s.layout.keyed:
+                assert sp.read(s, workers=2).equals(sp.read(s, workers=1))
+    assert compared > 0
+    assert parallel._pool is not None  # the pool did run them
+
+
+def test_parallel_pieces_are_key_group_ranges_in_order(every_read_parallel: None) -> None:
+    sp = _open("datastream-hashmap-canonical")
+    op = sp.keyed_operators()[0]
+    tasks = scan.plan_states(sp.model, sp.context,
+                                        [s for s in op.states if s.layout.keyed])
+    pieces = scan.plan_pieces(tasks, 2)
+    assert pieces is not None and len(pieces) > len(tasks)
+    groups = [kg for p in pieces if p.key_groups for kg in p.key_groups]
+    per_subtask = {t.subtask: [kg for p in pieces if p.subtask == t.subtask
+                               for kg in p.key_groups or ()] for t in tasks}
+    for kgs in per_subtask.values():
+        assert kgs == sorted(kgs)
+    assert len(groups) == len(set(groups))
+
+
+def _corrupted(tmp_path: Path) -> Path:
+    """A copy of a canonical fixture with the first bytes of a key group in the middle of the
+    first keyed subtask's stream overwritten."""
+    dst = tmp_path / "sp"
+    shutil.copytree(fixture_dir("datastream-hashmap-canonical"), dst)
+    sp = statequery.open(str(dst), use_snapshot=False)
+    st = next(st for st in sp.keyed_operators()[0].subtasks if st.keyed_handle is not None)
+    handle = st.keyed_handle
+    offsets = [o for o in handle.offsets if o > 0]
+    target = Path(sp.resolver.location(handle.delegate))
+    data = bytearray(target.read_bytes())
+    at = offsets[len(offsets) // 2]
+    data[at:at + 16] = b"\x7f" * 16
+    target.write_bytes(bytes(data))
+    sp.close()
+    return dst
+
+
+def test_worker_errors_are_the_same_typed_errors(
+    tmp_path: Path, every_read_parallel: None
+) -> None:
+    path = _corrupted(tmp_path)
+    errors = []
+    for workers in (1, 2):
+        sp = statequery.open(str(path), use_snapshot=False)
+        op = sp.keyed_operators()[0]
+        with pytest.raises(StatequeryError) as e:
+            sp.read_states(op, workers=workers)
+        errors.append(e.value)
+    assert type(errors[1]) is type(errors[0])
+    assert str(errors[1]) == str(errors[0])
+    if isinstance(errors[0], CorruptStateError):
+        assert errors[1].__dict__ == errors[0].__dict__
+
+
+def test_workers_option_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(parallel.WORKERS_ENV, raising=False)
+    assert parallel.resolve_workers() == parallel.default_workers() >= 1
+    assert parallel.resolve_workers(3) == 3
+    monkeypatch.setenv(parallel.WORKERS_ENV, "5")
+    assert parallel.resolve_workers() == 5
+    assert parallel.resolve_workers(1) == 1
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv(parallel.WORKERS_ENV, bad)
+        with pytest.raises(InvalidOptionError, match=parallel.WORKERS_ENV):
+            parallel.resolve_workers()
+    monkeypatch.delenv(parallel.WORKERS_ENV)
+    with pytest.raises(InvalidOptionError):
+        parallel.resolve_workers(0)
+    sp = _open("datastream-hashmap-canonical")
+    with pytest.raises(InvalidOptionError):
+        sp.read(sp.keyed_operators()[0].states[0], workers=0)
+
+
+def test_small_reads_and_lookups_stay_in_process() -> None:
+    parallel.shutdown()
+    sp = _open("datastream-hashmap-canonical")
+    op = sp.keyed_operators()[0]
+    sp.read_states(op, workers=2)  # a few KB: below MIN_PARALLEL_BYTES
+    tasks = scan.plan_states(sp.model, sp.context,
+                                        [s for s in op.states if s.layout.keyed],
+                                        keys=["no-such-key"])
+    assert scan.plan_pieces(tasks, 2) is None
+    assert parallel._pool is None
+
+
+@pytest.mark.parametrize(("old", "new"), [("chk-1", "chk-2"), ("savepoint", "chk-1")])
+def test_parallel_diff_equals_one_process(old: str, new: str, every_read_parallel: None) -> None:
+    from support.series import series_dir
+
+    a = statequery.open(str(series_dir(old)))
+    b = statequery.open(str(series_dir(new)))
+    one = a.diff(b, workers=1)
+    two = a.diff(b, workers=2)
+    assert one.num_rows > 20
+    assert two.equals(one)
+    assert parallel._pool is not None
+
+
+@pytest.mark.parametrize("name", ["datastream-hashmap-canonical", "datastream-rocksdb-native",
+                                  "datastream-hashmap-checkpoint"])
+@pytest.mark.parametrize("top", [3, 10])
+def test_parallel_stats_equal_one_process(name: str, top: int, every_read_parallel: None) -> None:
+    sp = _open(name)
+    one = sp.stats(top=top, workers=1)
+    two = sp.stats(top=top, workers=2)
+    assert one.table.num_rows > 10
+    assert two.table.equals(one.table)
+    assert two.heaviest_keys.equals(one.heaviest_keys)
+    assert (two.max_parallelism, two.parallelism) == (one.max_parallelism, one.parallelism)
+    assert parallel._pool is not None
