@@ -378,7 +378,7 @@ def run_shell(info: dict[str, Any], database: str | None, script: str | None,
     statements of ``script`` (-e, -f), else those of ``init`` (the text of -i's file) then
     the terminal's."""
     from statequery.cli.connect import ConnectSession, Interrupted
-    from statequery.cli.serverinfo import server_token
+    from statequery.serverinfo import server_token
 
     token = server_token(info)
     if script is None and not sys.stdin.isatty():
