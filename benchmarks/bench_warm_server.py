@@ -97,7 +97,7 @@ def main() -> int:
 
         sys.path.insert(0, str(ROOT))
         from statequery.cli.connect import run_sql
-        from statequery.cli.serverinfo import server_token
+        from statequery.serverinfo import server_token
 
         inproc = []
         for _ in range(args.repeat):

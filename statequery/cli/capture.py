@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from statequery.capture import CaptureResult
 
 __all__ = ["add_parser", "run"]
 
@@ -51,7 +54,7 @@ def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     c.add_argument("--count", type=int, help="with --every: stop after N captures")
 
 
-def _print(result: Any, removed: list[str]) -> None:
+def _print(result: CaptureResult, removed: list[str]) -> None:
     job = result.job
     named = sum(1 for v in job.vertices if v.description)
     print(f"captured {job.trigger} of job {job.job_name!r} ({job.job_id}) at {job.captured_at}: "

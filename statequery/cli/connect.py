@@ -19,8 +19,11 @@ from __future__ import annotations
 import os
 import re
 import uuid
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["ConnectError", "ConnectSession", "Interrupted", "connect_error", "run_sql"]
 
@@ -126,7 +129,7 @@ def _execute_request(session_id: str, query: str, operation_id: str | None = Non
     )
 
 
-def _arrow_streams(responses: Any) -> Iterator[bytes]:
+def _arrow_streams(responses: Iterable[bytes]) -> Iterator[bytes]:
     """The Arrow IPC streams of a response stream, each batch's chunks put together."""
     pending: list[bytes] = []
     for response in responses:
@@ -171,7 +174,7 @@ class ConnectSession:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def sql(self, query: str, timeout: float | None = None) -> Any:
+    def sql(self, query: str, timeout: float | None = None) -> pa.Table:
         """Run one statement; its rows as a ``pyarrow.Table`` (a table without columns when
         it returns none). Ctrl-C (KeyboardInterrupt) cancels the call, asks the server to
         interrupt the operation and raises :class:`Interrupted`."""
@@ -236,9 +239,9 @@ class ConnectSession:
 
 
 def run_sql(host: str, port: int, query: str, timeout: float | None = None,
-            token: str | None = None) -> Any:
+            token: str | None = None) -> pa.Table:
     """Run ``query`` on the Spark Connect server at ``host:port`` in a session of its own
-    (``token``: the server's, :func:`statequery.cli.serverinfo.server_token`); its rows as a
+    (``token``: the server's, :func:`statequery.serverinfo.server_token`); its rows as a
     ``pyarrow.Table`` (an empty table without columns when it returns none)."""
     with ConnectSession(host, port, token=token) as session:
         return session.sql(query, timeout=timeout)

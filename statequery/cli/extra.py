@@ -9,7 +9,7 @@
     statequery export PATH OPERATOR --out DIR [--state NAME ...] [--format parquet|arrow|csv]
                     [--key K] [--mode M]    every state of an operator to files, in one pass
 
-Registered by :mod:`statequery.cli` through :func:`add_parsers` and :data:`COMMANDS`.
+Registered by :mod:`statequery.cli.parser` through :func:`add_parsers` and :data:`COMMANDS`.
 """
 
 from __future__ import annotations

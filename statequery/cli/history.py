@@ -7,7 +7,7 @@
                                                       one key's entries in every version
 
 ``DIR`` may be given several times with ``--also DIR`` (a job restarted under a new job id).
-Registered by :mod:`statequery.cli` through :func:`add_parsers` and :data:`COMMANDS`.
+Registered by :mod:`statequery.cli.parser` through :func:`add_parsers` and :data:`COMMANDS`.
 """
 
 from __future__ import annotations

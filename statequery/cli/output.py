@@ -7,9 +7,13 @@ import argparse
 import contextlib
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from statequery.exceptions import InvalidOptionError, OutputError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from rich.console import Console
 
 __all__ = [
     "_classpath",
@@ -54,7 +58,7 @@ def _storage_options(args: argparse.Namespace) -> dict[str, Any] | None:
     return out
 
 
-def python_rows(table: Any) -> list[dict[str, Any]]:
+def python_rows(table: pa.Table) -> list[dict[str, Any]]:
     """Rows of a pyarrow Table; instants outside Python's datetime range as integers."""
     from statequery.arrow.batches import python_rows as rows
 
@@ -83,7 +87,7 @@ def _cell(value: Any) -> str:
     return str(value) if not isinstance(value, bytes) else _json_default(value)
 
 
-def _print_rows(table: Any, title: str | None, total: int | None = None) -> None:
+def _print_rows(table: pa.Table, title: str | None, total: int | None = None) -> None:
     from rich.table import Table
 
     console = _console()
@@ -100,7 +104,7 @@ def _print_rows(table: Any, title: str | None, total: int | None = None) -> None
         console.print(f"{table.num_rows} of {total} rows shown (--limit, --out or --json for more)")
 
 
-def _csv_ready(table: Any) -> Any:
+def _csv_ready(table: pa.Table) -> pa.Table:
     """``table`` with only columns a CSV file can hold.
 
     Struct columns are flattened into ``parent.child`` columns (recursively); list, map and other
@@ -134,7 +138,7 @@ def _csv_ready(table: Any) -> Any:
     return pa.table(columns, names=names)
 
 
-def _write_out(table: Any, out: str) -> None:
+def _write_out(table: pa.Table, out: str) -> None:
     """Write ``table`` to ``out`` through a temporary file in the same directory, renamed into
     place when complete: a failed write never leaves an empty or partial file behind."""
     import os
@@ -183,7 +187,7 @@ def _write_out(table: Any, out: str) -> None:
         raise
 
 
-def _console() -> Any:
+def _console() -> Console:
     """A rich Console: the terminal's width (or ``$COLUMNS``); a pipe or file gets 240 columns
     instead of 80 columns of wrapped cells.
 

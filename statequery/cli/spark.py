@@ -14,7 +14,14 @@ import re
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from statequery.spark.catalog import AttachPlan
 
 __all__ = ["add_parsers", "run"]
 
@@ -116,7 +123,7 @@ class SparkCommandInterrupted(Exception):
     """Ctrl-C stopped a statement (what became of it on the server, one line): exit 130."""
 
 
-def _server_holds(folder: Any, server: dict[str, Any]) -> SparkCommandError:
+def _server_holds(folder: Path, server: dict[str, Any]) -> SparkCommandError:
     return SparkCommandError(
         f"the metastore in {folder} is in use by the statequery server at "
         f"{server['url']} (pid {server['pid']}): shell and sql --spark go through it; "
@@ -124,7 +131,7 @@ def _server_holds(folder: Any, server: dict[str, Any]) -> SparkCommandError:
     )
 
 
-def _check_metastore(folder: Any) -> None:
+def _check_metastore(folder: Path) -> None:
     from statequery.spark.session import metastore_holder
 
     holder = metastore_holder(folder)
@@ -144,11 +151,11 @@ def _check_metastore(folder: Any) -> None:
 _COMMAND_NAMES = {"sql": "sql --spark"}
 
 
-def _lock(args: argparse.Namespace, folder: Any) -> int | None:
-    """Take the metastore lock of ``folder`` (:func:`statequery.cli.serverinfo.lock_metastore`)
+def _lock(args: argparse.Namespace, folder: Path) -> int | None:
+    """Take the metastore lock of ``folder`` (:func:`statequery.serverinfo.lock_metastore`)
     before any Spark starts: a second command started while this one is still starting its Spark
     refuses at once, in one line, instead of booting a second Spark on the same Derby database."""
-    from statequery.cli.serverinfo import MetastoreBusy, lock_metastore, running_server
+    from statequery.serverinfo import MetastoreBusy, lock_metastore, running_server
 
     try:
         return lock_metastore(folder, _COMMAND_NAMES.get(args.command, args.command))
@@ -165,7 +172,7 @@ def _lock(args: argparse.Namespace, folder: Any) -> int | None:
 
 
 def _session(args: argparse.Namespace) -> Any:
-    from statequery.cli.serverinfo import spark_dir
+    from statequery.serverinfo import spark_dir
 
     folder = spark_dir(args.spark_dir)
     _lock(args, folder)  # first, before PySpark is even imported
@@ -185,7 +192,7 @@ def run(args: argparse.Namespace) -> int | None:
         args.command == "sql" and getattr(args, "spark", False)
     ):
         return None
-    from statequery.cli.serverinfo import release_metastore
+    from statequery.serverinfo import release_metastore
 
     try:
         return _run(args)
@@ -220,7 +227,7 @@ def _check_detach(args: argparse.Namespace) -> None:
     never makes, or, with the embedded metastore, a database with no folder in its warehouse
     (Spark's Hive metastore makes ``WAREHOUSE/NAME.db`` for each database it creates and
     deletes it with the database)."""
-    from statequery.cli.serverinfo import embedded_metastore, folder_conf, spark_dir
+    from statequery.serverinfo import embedded_metastore, folder_conf, spark_dir
 
     folder = spark_dir(args.spark_dir)
     for name in args.databases:
@@ -371,7 +378,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _server(args: argparse.Namespace) -> dict[str, Any] | None:
-    from statequery.cli.serverinfo import running_server, spark_dir
+    from statequery.serverinfo import running_server, spark_dir
 
     return running_server(spark_dir(args.spark_dir))
 
@@ -456,7 +463,7 @@ _QUERY_START = ("select", "with", "from", "values", "table", "(")
 _BEELINE_PROMPT = re.compile(r"^\d+: jdbc:hive2://[^ ]*> ")
 
 
-def _sql_on_server(args: argparse.Namespace, info: dict[str, Any]) -> Any:
+def _sql_on_server(args: argparse.Namespace, info: dict[str, Any]) -> pa.Table:
     """Run ``args.query`` on the server; its rows as an Arrow table (a query's rows go through
     ``to_json``, so they keep their types; other statements give strings)."""
     import json
@@ -484,10 +491,10 @@ def _sql_on_server(args: argparse.Namespace, info: dict[str, Any]) -> Any:
                      for i, h in enumerate(header)})
 
 
-def _sql_on_connect(args: argparse.Namespace, info: dict[str, Any]) -> Any:
+def _sql_on_connect(args: argparse.Namespace, info: dict[str, Any]) -> pa.Table:
     """Run ``args.query`` on the server's Spark Connect endpoint; its rows as an Arrow table."""
     from statequery.cli.connect import ConnectError, Interrupted, connect_error, run_sql
-    from statequery.cli.serverinfo import server_token
+    from statequery.serverinfo import server_token
 
     try:
         return run_sql(str(info["host"]), int(info["connect_port"]), args.query,
@@ -512,7 +519,7 @@ def _beeline_error(stderr: str) -> str:
     return re.sub(r" \(state=[^)]*\)$", "", line).strip()
 
 
-def _catalog_plans(args: argparse.Namespace) -> tuple[str, list[Any]]:
+def _catalog_plans(args: argparse.Namespace) -> tuple[str, list[AttachPlan]]:
     """The catalog of ``shell``/``sql --spark`` and what attaching it makes, found before any
     Spark starts: a missing or wrong catalog is said at once."""
     from statequery.catalog import DEFAULT_CATALOG
@@ -522,7 +529,9 @@ def _catalog_plans(args: argparse.Namespace) -> tuple[str, list[Any]]:
     return catalog, attach_plans(catalog)
 
 
-def _attach_catalog(spark: Any, catalog: str, plans: list[Any] | None = None) -> None:
+def _attach_catalog(
+    spark: Any, catalog: str, plans: list[AttachPlan] | None = None
+) -> None:
     from statequery.spark.catalog import attach
 
     names = attach(spark, catalog, keep_unchanged=True, plans=plans)
@@ -544,7 +553,7 @@ def _spark_session(args: argparse.Namespace) -> Iterator[Any]:
     interrupted: list[int] = []
     previous = signal.getsignal(signal.SIGINT)
 
-    def on_interrupt(signum: int, frame: Any) -> None:
+    def on_interrupt(signum: int, frame: FrameType | None) -> None:
         import logging
 
         interrupted.append(signum)
@@ -605,7 +614,7 @@ def _shell(args: argparse.Namespace) -> int:
     """
     import subprocess
 
-    from statequery.cli.serverinfo import spark_dir
+    from statequery.serverinfo import spark_dir
 
     if args.sql_e is not None and args.sql_f is not None:
         raise SparkCommandError("give -e or -f, not both")

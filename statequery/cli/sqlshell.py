@@ -29,7 +29,13 @@ import struct
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from statequery.cli.connect import ConnectSession
 
 __all__ = ["SqlShell", "history_file", "hive_string", "result_lines", "split_statements"]
 
@@ -131,7 +137,7 @@ def _day_time(value: datetime.timedelta) -> str:
     return f"{sign}{days} {hours:02d}:{minutes:02d}:{seconds:02d}.{rest * 1000:09d}"
 
 
-def hive_string(value: Any, arrow_type: Any, nested: bool = False) -> str:
+def hive_string(value: Any, arrow_type: pa.DataType, nested: bool = False) -> str:
     """One value as spark-sql prints it (Spark's ``HiveResult.toHiveString``), from the Python
     value of an Arrow column of type ``arrow_type``."""
     import pyarrow.types as pt
@@ -176,7 +182,7 @@ _SHOW_NAMES = re.compile(r"^\s*show\s+(tables|views)\b(?!.*\bextended\b)", re.I 
 _DESCRIBE = re.compile(r"^\s*desc(ribe)?\b", re.I)
 
 
-def _columns(table: Any) -> list[list[Any]]:
+def _columns(table: pa.Table) -> list[list[Any]]:
     """The Python values of each column (by position: Spark allows repeated names)."""
     import pyarrow as pa
 
@@ -189,7 +195,7 @@ def _columns(table: Any) -> list[list[Any]]:
     return out
 
 
-def result_lines(statement: str, table: Any) -> list[str]:
+def result_lines(statement: str, table: pa.Table) -> list[str]:
     """The lines spark-sql prints for ``statement``'s result ``table``."""
     if table.num_columns == 0:
         return []
@@ -220,7 +226,7 @@ class SqlShell:
     """Statements on one Connect session (:class:`statequery.cli.connect.ConnectSession`),
     printed for a script (:meth:`run_script`) or a person (:meth:`interactive`)."""
 
-    def __init__(self, session: Any, silent: bool = False, out: TextIO | None = None,
+    def __init__(self, session: ConnectSession, silent: bool = False, out: TextIO | None = None,
                  err: TextIO | None = None) -> None:
         self.session = session
         self.silent = silent
@@ -228,7 +234,7 @@ class SqlShell:
         self.err = err or sys.stderr
         self.database = "default"
 
-    def execute(self, statement: str) -> Any:
+    def execute(self, statement: str) -> pa.Table:
         """Run one statement; its rows (a pyarrow Table). Raises :class:`StatementError`, or
         :class:`statequery.cli.connect.Interrupted` on Ctrl-C."""
         from statequery.cli.connect import ConnectError, connect_error
@@ -329,7 +335,7 @@ class SqlShell:
                 self.err.write(f"statequery: cannot write the history {history}: "
                                f"{e.strerror or e}\n")
 
-    def _loop(self, readline: Any) -> int:
+    def _loop(self, readline: ModuleType) -> int:
         buffer = ""
         first = readline.get_current_history_length()
         while True:
@@ -378,7 +384,7 @@ def run_shell(info: dict[str, Any], database: str | None, script: str | None,
     statements of ``script`` (-e, -f), else those of ``init`` (the text of -i's file) then
     the terminal's."""
     from statequery.cli.connect import ConnectSession, Interrupted
-    from statequery.cli.serverinfo import server_token
+    from statequery.serverinfo import server_token
 
     token = server_token(info)
     if script is None and not sys.stdin.isatty():

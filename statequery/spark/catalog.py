@@ -22,6 +22,9 @@ from typing import TYPE_CHECKING, Any
 from statequery.exceptions import InvalidOptionError
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from statequery.optable import OperatorTable
     from statequery.savepoint import Savepoint
 
 __all__ = ["AttachPlan", "attach", "attach_plans", "detach", "quote_identifier", "quote_string"]
@@ -123,7 +126,7 @@ def _plan_one(sp: Savepoint, database: str, pickled: bool = False,
     return plan
 
 
-def operator_table_comments(sp: Savepoint, table: Any) -> dict[str, str]:
+def operator_table_comments(sp: Savepoint, table: OperatorTable) -> dict[str, str]:
     """What ``DESCRIBE`` shows for an operator table's columns (:mod:`statequery.optable`)."""
     first = table.states[0]
     op = sp.operator(first.operator_id)
@@ -242,7 +245,7 @@ def attach_plans(
     return plans
 
 
-def _properties(spark: Any, database: str) -> dict[str, str]:
+def _properties(spark: SparkSession, database: str) -> dict[str, str]:
     rows = spark.sql(
         f"DESCRIBE DATABASE EXTENDED {quote_identifier(database)}"
     ).collect()
@@ -262,7 +265,7 @@ def _parse_properties(text: str) -> dict[str, str]:
     return out
 
 
-def _database_exists(spark: Any, database: str) -> bool:
+def _database_exists(spark: SparkSession, database: str) -> bool:
     # SHOW DATABASES, not Catalog.databaseExists: that one parses the name, and a name holding a
     # backquote cannot be written for it
     names = {str(row[0]).lower() for row in spark.sql("SHOW DATABASES").collect()}
@@ -270,7 +273,7 @@ def _database_exists(spark: Any, database: str) -> bool:
 
 
 def attach(
-    spark: Any,
+    spark: SparkSession,
     path_or_uri: str,
     database: str | None = None,
     replace: bool = False,
@@ -318,7 +321,7 @@ def attach(
     return [p.database for p in plans]
 
 
-def detach(spark: Any, databases: Sequence[str]) -> list[str]:
+def detach(spark: SparkSession, databases: Sequence[str]) -> list[str]:
     """Drop databases made by :func:`attach`; the savepoints themselves are not touched."""
     dropped = []
     for database in databases:

@@ -33,7 +33,12 @@ import struct
 import sys
 import traceback
 from collections import OrderedDict
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from statequery.spark.source import StatequeryDataSource
 
 #: the frame protocol's version, which the JVM checks (PythonWorker.PROTOCOL)
 PROTOCOL = 1
@@ -62,7 +67,7 @@ def _read_frame(inp: BinaryIO) -> tuple[bytes, bytes]:
     return kind, _read_exact(inp, length)
 
 
-def _write(out: BinaryIO, kind: bytes, payload: Any) -> None:
+def _write(out: BinaryIO, kind: bytes, payload: bytes | pa.Buffer) -> None:
     """One frame; ``payload``: bytes or a pyarrow Buffer (written without a copy)."""
     out.write(_HEADER.pack(kind, len(payload)))
     out.write(payload)
@@ -78,7 +83,7 @@ def _error(e: BaseException) -> bytes:
     }).encode()
 
 
-def _source(options: dict[str, str]) -> Any:
+def _source(options: dict[str, str]) -> StatequeryDataSource:
     from statequery.spark import StatequeryDataSource
 
     return StatequeryDataSource(dict(options))
@@ -184,7 +189,7 @@ def read(request: dict[str, Any], inp: BinaryIO, out: BinaryIO) -> None:
             pass
 
 
-def _expected_schema(text: str | None) -> Any:
+def _expected_schema(text: str | None) -> pa.Schema | None:
     if not text:
         return None
     from pyspark.sql.pandas.types import to_arrow_schema

@@ -30,9 +30,11 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
-from statequery.cli.serverinfo import (
+from statequery.exceptions import InvalidOptionError, ServerAccessError
+from statequery.serverinfo import (
     TOKEN_ENV,
     _accepts,
     _alive,
@@ -43,7 +45,9 @@ from statequery.cli.serverinfo import (
     token_file,
     write_token,
 )
-from statequery.exceptions import InvalidOptionError, ServerAccessError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = [
     "beeline_argv", "check_loopback", "connect_url", "free_port", "remote_session",
@@ -121,7 +125,7 @@ def remote_url(info: dict[str, Any]) -> str:
     return f"sc://localhost:{int(info['connect_port'])}/;token={server_token(info)}"
 
 
-def remote_session(folder: str | Path | None = None) -> Any:
+def remote_session(folder: str | Path | None = None) -> SparkSession:
     """A PySpark Connect session on the running ``statequery serve`` of ``folder`` (default:
     the console script's, ``$STATEQUERY_SPARK_DIR``), authenticated with its token: what a
     notebook of the server's user calls::
@@ -188,7 +192,7 @@ def serve(
     session = local_session(folder, master=master, app="statequery-server", conf=connect_conf)
     stopping = []
 
-    def _stop(signum: int, frame: Any) -> None:
+    def _stop(signum: int, frame: FrameType | None) -> None:
         stopping.append(signum)
 
     signal.signal(signal.SIGTERM, _stop)
@@ -200,6 +204,7 @@ def serve(
         print(f"statequery: databases of {catalog}: {', '.join(names)}", flush=True)
         _warm_up(session, names)
         jvm = session.sparkContext._jvm
+        assert jvm is not None  # a local session's JVM
         # CustomAuthenticationProviderImpl reads the class from a HiveConf of its own (made of
         # the system properties and hive-site.xml)
         jvm.java.lang.System.setProperty("hive.server2.authentication", "CUSTOM")
@@ -248,7 +253,7 @@ def serve(
     return 0
 
 
-def _warm_up(session: Any, databases: list[str]) -> None:
+def _warm_up(session: SparkSession, databases: list[str]) -> None:
     """Read one table before saying the server is ready: the first read of a Spark starts its
     Python worker daemon and imports statequery in the workers (seconds), which the first
     client would otherwise wait for."""

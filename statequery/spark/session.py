@@ -10,9 +10,12 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from statequery.cli.serverinfo import folder_conf, spark_dir
+from statequery.serverinfo import folder_conf, spark_dir
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = [
     "local_session",
@@ -72,7 +75,7 @@ def _with_jar(conf: dict[str, str]) -> dict[str, str]:
 def local_session(
     folder: Path, master: str = "local[*]", app: str = "statequery",
     conf: dict[str, str] | None = None,
-) -> Any:
+) -> SparkSession:
     """A local SparkSession on the shared metastore, with workers on this Python and
     statequery's JVM data source when its jar can be built (``conf``: more Spark settings)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -95,7 +98,7 @@ def local_session(
     return session
 
 
-def stop_session(session: Any, timeout: float = 60.0) -> None:
+def stop_session(session: SparkSession, timeout: float = 60.0) -> None:
     """Stop ``session`` and the JVM behind it, and wait until that JVM has exited.
 
     ``SparkSession.stop()`` leaves PySpark's JVM running, and that JVM keeps the embedded Derby

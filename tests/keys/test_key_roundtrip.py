@@ -30,7 +30,8 @@ from conftest import FIXTURES, load_manifest
 from support.entries import same_table
 
 import statequery
-from statequery.cli import _json_default, main
+from statequery.cli import main
+from statequery.cli.output import _json_default
 from statequery.keys import parse_key_text, resolve_key
 
 SAMPLE = 3  # keys per operator beyond one of each shape

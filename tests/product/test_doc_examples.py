@@ -113,7 +113,7 @@ def test_documented_command_runs(where: str, command: str, error: str | None, tm
 
 
 def test_help_examples_run(capsys: pytest.CaptureFixture[str]) -> None:
-    from statequery.cli import _parser
+    from statequery.cli.parser import _parser
 
     parser = _parser()
     sub = next(a for a in parser._actions if a.dest == "command")

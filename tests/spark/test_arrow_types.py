@@ -8,7 +8,8 @@ import pytest
 from conftest import fixture_dir
 
 import statequery
-from statequery.spark import _cast, _to_spark_struct, spark_arrow_schema
+from statequery.spark import spark_arrow_schema
+from statequery.spark.arrowtypes import _cast, _to_spark_struct
 
 
 @pytest.mark.parametrize("name", ["keys-sql-hashmap-native", "edge-sql-rocksdb-native",

@@ -216,7 +216,7 @@ def test_ctrl_c_of_sql_spark_on_a_server_is_an_interrupt_exit_130(tmp_path: Path
 def _server_json(folder: Path, server: _ConnectServer) -> None:
     """server.json and the token file as statequery serve writes them; this test process plays
     the server's pid."""
-    from statequery.cli.serverinfo import token_file, write_token
+    from statequery.serverinfo import token_file, write_token
 
     folder.mkdir(parents=True, exist_ok=True)
     write_token(folder)

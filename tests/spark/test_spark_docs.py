@@ -8,7 +8,7 @@ import re
 import zipfile
 from pathlib import Path
 
-from statequery.cli.serverinfo import folder_conf
+from statequery.serverinfo import folder_conf
 
 ROOT = Path(__file__).resolve().parents[2]
 

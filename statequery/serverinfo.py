@@ -1,7 +1,8 @@
 """Where the console script's Spark lives and whether a ``statequery serve`` runs there.
 
 Kept apart from :mod:`statequery.spark` (which imports PySpark) so that a client of a running
-server (``statequery sql --spark``, ``statequery shell``) starts without importing PySpark.
+server (``statequery sql --spark``, ``statequery shell``) starts without importing PySpark; a floor
+below both :mod:`statequery.spark` and :mod:`statequery.cli`, which use it.
 """
 
 from __future__ import annotations
