@@ -1,20 +1,27 @@
 """One key through time on a wide incremental job (docs/performance.md, "One key through time").
 
     java -cp CP statequery.fixtures.WideHistoryJob /tmp/wide 1000000 10 10000   # build.sh: CP
-    python benchmarks/bench_history.py /tmp/wide [KEY ...]
+    java -cp CP statequery.fixtures.WideHistoryJob /tmp/wide-hm 1000000 10 10000 hashmap
+    python benchmarks/bench_history.py /tmp/wide [KEY ...] [--whole]
 
 Prints the bytes ``job.history(key)`` read against the bytes of the checkpoints (the job
-directory on disk, shared files once, and the sum of every version's size), cold (a new Job)
-and warm (the same Job again), and the time of each.
+directory on disk, shared files once, and the sum of every version's size), cold (a new Job,
+a new file cache) and warm (the same Job again, three times: the best), wall and CPU time of
+each, which files the bytes came from (table files, ``_metadata``, other state files) and the
+machine's load average. ``--whole``: without point reads inside the table files (each table
+the key can be in is fetched whole, as before them; ``statequery.backends.rocksdb.POINT_READS``).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import time
 
 import statequery
+from statequery.backends import rocksdb
+from statequery.backends.cache import FileCache
 from statequery.io import FileIO
 
 
@@ -24,33 +31,64 @@ def _disk_bytes(root: str) -> int:
     )
 
 
+def _kind(location: str) -> str:
+    if location.endswith("_metadata"):
+        return "_metadata"
+    try:
+        with open(location, "rb") as f:
+            f.seek(-8, os.SEEK_END)
+            magic = f.read(8)
+    except OSError:
+        return "other"
+    return "tables" if magic == b"\xf7\xcf\xf4\x85\xb7\x41\xe2\x88" else "other"
+
+
+def _by_kind(io: FileIO) -> str:
+    out: dict[str, int] = {}
+    for loc, n in io.stats.bytes_read.items():
+        out[_kind(loc)] = out.get(_kind(loc), 0) + n
+    return ", ".join(f"{k} {v}" for k, v in sorted(out.items()))
+
+
 def main() -> None:
-    root = sys.argv[1]
-    keys = sys.argv[2:] or ["user-123456", "user-7", "user-999999"]
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    if "--whole" in sys.argv:
+        rocksdb.POINT_READS = False
+    root = args[0]
+    keys = args[1:] or ["user-123456", "user-7", "user-999999"]
     disk = _disk_bytes(root)
+    print(f"{root}: {disk} bytes on disk; load average {os.getloadavg()[0]:.1f} "
+          f"on {os.cpu_count()} cores; point reads {rocksdb.POINT_READS}")
     for key in keys:
-        io = FileIO()
-        t0 = time.perf_counter()
-        job = statequery.open_job(root, io=io)
-        listed = time.perf_counter() - t0
-        versions = job.complete_versions()
-        per_version = sum(v.size_bytes or 0 for v in versions)
-        io.stats.reset()
-        t0 = time.perf_counter()
-        table = job.history(key)
-        cold = time.perf_counter() - t0
-        cold_bytes = io.stats.total_bytes
-        io.stats.reset()
-        t0 = time.perf_counter()
-        job.history(key)
-        warm = time.perf_counter() - t0
-        print(
-            f"{key}: {len(versions)} versions (listed in {listed:.2f}s), {table.num_rows} rows; "
-            f"cold {cold:.2f}s read {cold_bytes} bytes = {cold_bytes / disk:.2%} of the "
-            f"{disk} bytes on disk ({cold_bytes / per_version:.2%} of the versions' "
-            f"{per_version}); warm {warm:.3f}s read {io.stats.total_bytes} bytes"
-        )
-        job.close()
+        with tempfile.TemporaryDirectory() as cache_dir:
+            rocksdb._DEFAULT_CACHE = FileCache(cache_dir)
+            io = FileIO()
+            t0 = time.perf_counter()
+            job = statequery.open_job(root, io=io)
+            listed = time.perf_counter() - t0
+            versions = job.complete_versions()
+            per_version = sum(v.size_bytes or 0 for v in versions)
+            io.stats.reset()
+            t0, c0 = time.perf_counter(), time.process_time()
+            table = job.history(key)
+            cold, cold_cpu = time.perf_counter() - t0, time.process_time() - c0
+            cold_bytes, requests, kinds = io.stats.total_bytes, io.stats.total_requests, _by_kind(io)
+            warm = warm_cpu = float("inf")
+            for _ in range(3):
+                io.stats.reset()
+                t0, c0 = time.perf_counter(), time.process_time()
+                job.history(key)
+                warm = min(warm, time.perf_counter() - t0)
+                warm_cpu = min(warm_cpu, time.process_time() - c0)
+            print(
+                f"{key}: {len(versions)} versions (listed in {listed:.2f}s), {table.num_rows} rows;"
+                f" cold {cold:.2f}s (CPU {cold_cpu:.2f}s) read {cold_bytes} bytes in {requests} "
+                f"requests ({kinds}) = {cold_bytes / disk:.2%} of the {disk} bytes on disk "
+                f"({cold_bytes / per_version:.2%} of the versions' {per_version}); warm "
+                f"{warm:.3f}s (CPU {warm_cpu:.3f}s) read {io.stats.total_bytes} bytes; "
+                f"load {os.getloadavg()[0]:.1f}"
+            )
+            job.close()
 
 
 if __name__ == "__main__":
