@@ -31,14 +31,29 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from statequery.backends.sst import BlockHandle, SstFile, _Block
 from statequery.exceptions import CorruptStateError
+from statequery.io import FileIO, is_local
 
-if TYPE_CHECKING:
-    from statequery.backends.rocksdb import DbFile
-    from statequery.io import FileIO
+
+class TableFile(Protocol):
+    """What :func:`open_point_table` needs of a file of a RocksDB handle
+    (:class:`statequery.backends.rocksdb.DbFile`)."""
+
+    @property
+    def location(self) -> str | None: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def data(self) -> bytes | None: ...
+    @property
+    def checksum(self) -> str | None: ...
+    @property
+    def offset(self) -> int | None: ...
+    @property
+    def source(self) -> str: ...
 
 __all__ = ["BlockCache", "RangedSstFile", "open_point_table", "point_cache"]
 
@@ -138,19 +153,27 @@ class RangedSstFile(SstFile):
     """
 
     def __init__(self, read: Callable[[int, int], bytes], size: int, source: str,
-                 cache: BlockCache | None = None, key: _TableKey | None = None) -> None:
+                 cache: BlockCache | None = None, key: _TableKey | None = None,
+                 on_close: Callable[[], None] | None = None) -> None:
         self.path = source
         self.source = source
         self.size = size
         self._read = read
         self._cache = cache
         self._key = key
+        self._on_close = on_close
         self._partitions: dict[int, _Block] = {}
-        self._read_footer()
-        self._read_meta()
+        try:
+            self._read_footer()
+            self._read_meta()
+        except BaseException:
+            self.close()
+            raise
 
     def close(self) -> None:
-        pass
+        """Close the table's own stream (a local file's); a shared remote table has none."""
+        if self._on_close is not None:
+            self._on_close()
 
     def __repr__(self) -> str:
         return f"RangedSstFile({self.source!r})"
@@ -215,7 +238,7 @@ class RangedSstFile(SstFile):
                 yield separator, h
 
 
-def open_point_table(io: FileIO, f: DbFile, largest_seqno: int = 0) -> RangedSstFile | None:
+def open_point_table(io: FileIO, f: TableFile, largest_seqno: int = 0) -> RangedSstFile | None:
     """The table file ``f`` opened for point reads through ``io`` (cached per ``io``), or None
     when it must be fetched whole instead: inline bytes, a handle without a size, or a
     whole-file checksum to verify (it needs every byte)."""
@@ -231,15 +254,27 @@ def open_point_table(io: FileIO, f: DbFile, largest_seqno: int = 0) -> RangedSst
     if base + f.size > actual:
         raise CorruptStateError(
             f"segment [{base}, {base + f.size}) lies outside the {actual}-byte file", location)
-    cache = point_cache(io)
     key: _TableKey = (location, base, f.size, version, io.endpoint(location), largest_seqno)
-    table = cache.table(key)
-    if table is not None:
-        return table
-    source = f.source
     inp = io.new_input(location)
+    if is_local(location):
+        # as the file cache: a local file is read as it is now (a stream of its own, opened
+        # here), never from blocks kept for an earlier open (a rewrite within one mtime tick
+        # keeps the version token) nor through a pooled handle's buffer
+        stream = inp.open()
+        lock = threading.Lock()
+
+        def read_local(offset: int, n: int) -> bytes:
+            with lock:
+                stream.seek(base + offset)
+                return stream.read(n)
+
+        return RangedSstFile(read_local, f.size, f.source, BlockCache(), key, stream.close)
 
     def read(offset: int, n: int) -> bytes:
         return inp.read(base + offset, n)
 
-    return cache.put_table(key, RangedSstFile(read, f.size, source, cache, key))
+    cache = point_cache(io)
+    table = cache.table(key)
+    if table is not None:
+        return table
+    return cache.put_table(key, RangedSstFile(read, f.size, f.source, cache, key))

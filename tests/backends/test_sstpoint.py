@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import IO, Any
 
 import pytest
 
+from statequery import io as sq_io
 from statequery.backends.rocksdb import DbFile
 from statequery.backends.sst import SstFile, merged_entries
 from statequery.backends.sstpoint import RangedSstFile, open_point_table, point_cache
@@ -99,26 +101,86 @@ def test_a_seek_reads_a_few_blocks_of_a_large_table(tmp_path: Path) -> None:
         local.close()
 
 
-def test_tables_and_blocks_are_cached_per_fileio(tmp_path: Path) -> None:
+class _ObjectStore:
+    """``objects://local/abs/path``: local files served as a remote scheme (not local to
+    statequery.io), as an object store's client would, with its own version token."""
+
+    def __init__(self, scheme: str, storage_options: dict[str, Any]) -> None:
+        pass
+
+    @staticmethod
+    def _path(location: str) -> str:
+        return location.removeprefix("objects://local")
+
+    def open(self, location: str) -> IO[bytes]:
+        return open(self._path(location), "rb")
+
+    def size(self, location: str) -> int:
+        return os.path.getsize(self._path(location))
+
+    def exists(self, location: str) -> bool:
+        return os.path.isfile(self._path(location))
+
+    def is_dir(self, location: str) -> bool:
+        return os.path.isdir(self._path(location))
+
+    def list_dir(self, location: str) -> list[str]:
+        return os.listdir(self._path(location))
+
+    def write_atomic(self, location: str, data: bytes) -> None:
+        raise NotImplementedError
+
+
+@pytest.fixture
+def objects(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setitem(sq_io._SCHEMES, "objects", _ObjectStore)
+    return "objects://local"
+
+
+def test_remote_tables_and_blocks_are_cached_per_fileio(tmp_path: Path, objects: str) -> None:
     """The versions of an incremental job share table files: the second lookup of the same
-    table through the same FileIO reads nothing."""
+    remote table through the same FileIO reads nothing."""
     model = _build_db(tmp_path / "db", "snappy", 5, "binary_search")
     paths = _table_paths(tmp_path / "db")
+    files = [DbFile(os.path.basename(p), location=objects + p, size=os.path.getsize(p))
+             for p in paths]
     io = FileIO()
     key = model[len(model) // 2][0]
-    first = [open_point_table(io, _db_file(p)) for p in paths]
+    first = [open_point_table(io, f) for f in files]
     got = list(merged_entries(first, key, key + b"\x00"))  # type: ignore[arg-type]
     assert got == [model[len(model) // 2]]
     io.stats.reset()
-    again = [open_point_table(io, _db_file(p)) for p in paths]
-    assert again == first  # the same objects
+    again = [open_point_table(io, f) for f in files]
+    assert all(a is b for a, b in zip(again, first, strict=True))
     assert list(merged_entries(again, key, key + b"\x00")) == got  # type: ignore[arg-type]
     assert io.stats.total_bytes == 0
     assert point_cache(io).size > 0
     other = FileIO()  # another FileIO has its own cache and counts its own reads
-    assert list(merged_entries([open_point_table(other, _db_file(p)) for p in paths],  # type: ignore[misc]
-                               key, key + b"\x00")) == got
+    tables = [open_point_table(other, f) for f in files]
+    assert list(merged_entries(tables, key, key + b"\x00")) == got  # type: ignore[arg-type]
     assert other.stats.total_bytes > 0
+
+
+def test_local_tables_are_read_as_they_are_now(tmp_path: Path) -> None:
+    """As the file cache: a local table is never served from blocks read by an earlier open,
+    even when rewritten in place with the same size within one mtime tick."""
+    _build_db(tmp_path / "db", "none", 5, "binary_search")
+    path = _table_paths(tmp_path / "db")[0]
+    io = FileIO()
+    first = open_point_table(io, _db_file(path))
+    assert first is not None
+    intact = list(first.tuples())
+    stat = os.stat(path)
+    data = bytearray(Path(path).read_bytes())
+    h = first.data_block_handles()[0][1]
+    data[h.offset + 3] ^= 0x10  # inside the first data block
+    Path(path).write_bytes(bytes(data))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the same version token
+    again = open_point_table(io, _db_file(path))
+    assert again is not None and again is not first
+    with pytest.raises(CorruptStateError, match="data block checksum mismatch"):
+        list(again.tuples())
+    assert list(first.tuples()) == intact  # blocks it read before stay its own
 
 
 def test_a_replaced_or_truncated_table_is_not_served_from_the_cache(tmp_path: Path) -> None:
