@@ -12,11 +12,13 @@ use, as for a local table, and the merge rules across tables and levels are
 :func:`~statequery.backends.sst.merged_entries`' (newest sequence number first, deletions, range
 tombstones, merge operands).
 
-Incremental checkpoints share table files between versions, so the opened tables and the blocks
-read are kept in a per-:class:`~statequery.io.FileIO` cache (:func:`open_point_table`), keyed by
-the file's location, segment, size, the store's version token (``FileIO.version``: a rewritten
-file is never served stale) and the MANIFEST's largest sequence number: the next version's
-lookup of the same table reads only what it has not read before.
+Incremental checkpoints share table files between versions, so remote tables and the blocks
+read of them are kept in a per-:class:`~statequery.io.FileIO` cache (:func:`open_point_table`),
+keyed by the file's location, segment, size, the store's version token (``FileIO.version``: a
+rewritten object is never served stale) and the MANIFEST's largest sequence number: the next
+version's lookup of the same table reads only what it has not read before. A local table is
+read as it is now by each open (a stream of its own; its blocks kept while it is open), as the
+file cache never serves local files either: a rewrite within one mtime tick keeps the token.
 
 Filter blocks are not read. Flink writes none by default (``state.backend.rocksdb.use-bloom-
 filter``); where one exists (ForSt) it is a whole-key filter over the full user key (key
