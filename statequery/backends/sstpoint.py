@@ -62,7 +62,7 @@ __all__ = ["BlockCache", "RangedSstFile", "open_point_table", "point_cache"]
 #: bytes of blocks kept per FileIO (footers, index blocks, data blocks read by lookups)
 BLOCK_CACHE_BYTES = int(os.environ.get("STATEQUERY_POINT_CACHE_BYTES", 64 << 20))
 #: opened tables kept per FileIO
-MAX_TABLES = 4096
+MAX_TABLES = 1024
 
 _TableKey = tuple[str, int, int, str, str, int]
 
