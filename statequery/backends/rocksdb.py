@@ -47,6 +47,7 @@ from statequery.backends import checksums
 from statequery.backends.cache import CacheKey, DbDir, FileCache
 from statequery.backends.pool import OpenDatabases
 from statequery.backends.sst import SstFile, compiled_module, has_compiled_walk, merged_entries
+from statequery.backends.sstpoint import open_point_table
 from statequery.exceptions import (
     CorruptStateError,
     InvalidOptionError,
@@ -75,6 +76,8 @@ DEFAULT_CF = "default"
 #: single-key lookups read only the tables that can hold the key (:class:`TableReadState`)
 #: unless a restored DB of the handle is already open; False: always restore the whole DB
 SELECTIVE_LOOKUPS = True
+#: lookups read only the blocks they need of each table, by ranged reads (backends/sstpoint.py)
+POINT_READS = True
 _MERGE_OPERATORS = ("StringAppendTESTOperator", "stringappendtest", "nullptr", "")
 
 
@@ -642,9 +645,10 @@ class TableReadState(_HandleReader):
             if self._dir is None:
                 raise StatequeryError("the RocksDB state is closed")
             f = self._by_name[meta.name]
-            path = self._place(f)
             try:
-                table = SstFile(path, source=f.source)
+                table = open_point_table(self.io, f, meta.largest_seqno) if POINT_READS else None
+                if table is None:
+                    table = SstFile(self._place(f), source=f.source)
             except StatequeryError as e:
                 if isinstance(e, CorruptStateError) and e.source != f.source:
                     raise CorruptStateError(str(e), f.source) from e
