@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from statequery.arrow.batches import BatchBuilder
-from statequery.arrow.schemas import StateLayout
+from statequery.metadata.state import StateInfo
 from statequery.decoder import Decoder
 from statequery.exceptions import CorruptStateError, StatequeryError
 from statequery.metadata.rawkeyed import (
@@ -44,7 +44,7 @@ class RawTimersBackend:
         stream: Any,
         start_key_group: int,
         offsets: tuple[int, ...],
-        order: Sequence[StateLayout],
+        order: Sequence[StateInfo],
     ) -> None:
         self.name = name
         self.stream = stream
@@ -71,7 +71,7 @@ class RawTimersBackend:
 
     def scan_states(
         self,
-        requests: Sequence[tuple[StateLayout, BatchBuilder]],
+        requests: Sequence[tuple[StateInfo, BatchBuilder]],
         mode: str | None,
         key_groups: Iterable[int] | None = None,
         key_bytes: Sequence[bytes] | None = None,
