@@ -44,8 +44,8 @@ from statequery.metadata.handles import (
     OperatorStreamHandle,
     StreamHandle,
 )
-from statequery.metadata.state import StateInfo
 from statequery.metadata.runindex import IndexedRuns, RunIndex, Runs, runs_of
+from statequery.metadata.state import StateInfo
 from statequery.serializers.spec import SerializerSpec
 
 if TYPE_CHECKING:

@@ -9,8 +9,8 @@ from typing import Any
 import pyarrow as pa
 
 from statequery.arrow.schemas import opaque_reason
-from statequery.metadata.state import StateInfo
 from statequery.exceptions import CorruptStateError
+from statequery.metadata.state import StateInfo
 
 __all__ = ["INSTANT_MS_RANGE", "BatchBuilder", "python_rows", "split_batch"]
 

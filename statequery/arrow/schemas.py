@@ -1,8 +1,8 @@
 """Per-state-kind table shapes: which columns a state's rows have, and their Arrow types.
 
 A state is described by a :class:`~statequery.metadata.state.StateInfo` (its kind and its
-per-row serializers, from :mod:`statequery.metadata.kinds`, the one kind table). :func:`state_schema` gives the
-Arrow schema of its rows for a read mode:
+per-row serializers, from :mod:`statequery.metadata.kinds`, the one kind table).
+:func:`state_schema` gives the Arrow schema of its rows for a read mode:
 
 =====================  ============================================================================
 kind                   columns
@@ -27,8 +27,6 @@ is followed by ``<column>_reason`` (why it is raw).
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import pyarrow as pa
 

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from statequery.arrow.batches import BatchBuilder
-from statequery.metadata.state import StateInfo
 from statequery.decoder import Decoder
 from statequery.exceptions import UnsupportedFormatError
 from statequery.metadata.handles import (
@@ -30,6 +29,7 @@ from statequery.metadata.handles import (
     is_heap_stream,
     layout_by_first_bytes,
 )
+from statequery.metadata.state import StateInfo
 from statequery.serializers.spec import SerializerSpec
 
 if TYPE_CHECKING:

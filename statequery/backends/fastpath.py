@@ -18,8 +18,8 @@ from typing import Any
 import pyarrow as pa
 
 from statequery.arrow.schemas import state_schema
-from statequery.metadata.state import StateInfo
 from statequery.arrow.types import arrow_type, sql_arrow_type
+from statequery.metadata.state import StateInfo
 from statequery.serializers.readers import primitive_name, reader_for, sql_fixed_size
 from statequery.serializers.spec import (
     ArrayDataSpec,

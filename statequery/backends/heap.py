@@ -25,13 +25,13 @@ from typing import Any
 
 from statequery.arrow.batches import BatchBuilder
 from statequery.arrow.schemas import resolve_mode
-from statequery.metadata.state import StateInfo
 from statequery.backends.keygroups import (
     ByteStream,
     iter_key_group_extents,
     read_key_group_spans,
 )
 from statequery.exceptions import CorruptStateError, UnsupportedFormatError
+from statequery.metadata.state import StateInfo
 from statequery.serializers.readers import (
     DECODE_ERRORS,
     DecodeError,

@@ -30,13 +30,13 @@ from typing import Any, Protocol
 
 from statequery.arrow.batches import BatchBuilder
 from statequery.arrow.schemas import resolve_mode
-from statequery.metadata.state import StateInfo
 from statequery.backends.fastpath import compiled, flink_length, length_suffixed
 from statequery.exceptions import (
     CorruptStateError,
     RunIndexMismatchWarning,
     UnsupportedFormatError,
 )
+from statequery.metadata.state import StateInfo
 from statequery.serializers.readers import (
     DECODE_ERRORS,
     DecodeError,

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from statequery.arrow.batches import BatchBuilder
-from statequery.metadata.state import StateInfo
 from statequery.backends.keygroups import ByteStream
 from statequery.exceptions import CorruptStateError, UnsupportedFormatError
+from statequery.metadata.state import StateInfo
 from statequery.serializers.readers import (
     DECODE_ERRORS,
     DecodeError,

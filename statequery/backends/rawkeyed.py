@@ -13,7 +13,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from statequery.arrow.batches import BatchBuilder
-from statequery.metadata.state import StateInfo
 from statequery.decoder import Decoder
 from statequery.exceptions import CorruptStateError, StatequeryError
 from statequery.metadata.rawkeyed import (
@@ -22,6 +21,7 @@ from statequery.metadata.rawkeyed import (
     PROCESSING_PREFIX,
     TIMER_PROXY_VERSION,
 )
+from statequery.metadata.state import StateInfo
 from statequery.serializers.readers import DECODE_ERRORS, reader_for
 from statequery.serializers.snapshots import read_versioned_snapshot
 from statequery.serializers.spec import SerializerSpec

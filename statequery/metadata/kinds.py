@@ -192,8 +192,8 @@ def row_specs(
 ]:
     """What a state's rows hold, for the decoders: ``(key, namespace, user_key, value, ttl,
     state_value)`` of a state of ``kind`` with these header ``serializers`` (Flink's keys),
-    ``key_spec`` the keyed header's key serializer and ``error`` why the header gave no value
-    serializer (the value is then opaque).
+    ``key_spec`` the keyed header's key serializer and ``error`` why the state is not decodable
+    (when the header gave no value serializer, the value is then opaque with this reason).
 
     ``value`` is the per-row value serializer: the value for value/reducing/aggregating, the list
     **element** for list and operator list state, the map **value** for map and broadcast state,

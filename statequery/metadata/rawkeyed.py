@@ -64,8 +64,8 @@ PROCESSING_PREFIX = "_timer_state/processing_"
 @dataclass(frozen=True)
 class RawKeyedHeader:
     """What the first key group of a raw keyed stream says: the timer services' states (two per
-    service, as :class:`~statequery.metadata.state.StateInfo` of ``PRIORITY_QUEUE`` timer queues), or ``error`` when the
-    stream is not a timer stream this reader knows."""
+    service, as :class:`~statequery.metadata.state.StateInfo` of ``PRIORITY_QUEUE`` timer
+    queues), or ``error`` when the stream is not a timer stream this reader knows."""
 
     version: int
     states: tuple[StateInfo, ...] = ()

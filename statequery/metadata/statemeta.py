@@ -37,27 +37,10 @@ from statequery.metadata.handles import (
     handle_from_dict,
     handle_to_dict,
 )
-from statequery.metadata.state import StateInfo
 from statequery.metadata.runindex import RunIndex
+from statequery.metadata.state import StateInfo, type_string
 from statequery.serializers.spec import (
-    AvroSpec,
-    EnumSpec,
-    GenericArraySpec,
-    ListSpec,
-    MapSpec,
-    NamespaceSpec,
-    NullableSpec,
-    OpaqueSpec,
-    OptionalSpec,
-    PojoSpec,
-    PrimitiveArraySpec,
-    PrimitiveSpec,
-    RowDataSpec,
-    RowSpec,
     SerializerSpec,
-    StructSpec,
-    TtlSpec,
-    TupleSpec,
     from_dict,
     to_dict,
 )
@@ -298,104 +281,6 @@ class StateMeta:
 
 def fingerprint(metadata_bytes: bytes) -> tuple[int, str]:
     return len(metadata_bytes), hashlib.sha256(metadata_bytes).hexdigest()
-
-
-# -- type strings ------------------------------------------------------------------------------
-
-_PRIMITIVE_SQL = {
-    "boolean": "BOOLEAN",
-    "byte": "TINYINT",
-    "short": "SMALLINT",
-    "int": "INT",
-    "long": "BIGINT",
-    "float": "FLOAT",
-    "double": "DOUBLE",
-    "char": "CHAR",
-    "string": "STRING",
-    "void": "VOID",
-    "bigint": "BIGINTEGER",
-    "bigdec": "BIGDECIMAL",
-    "date": "DATE (java.util.Date)",
-    "sql_date": "DATE",
-    "sql_time": "TIME",
-    "sql_timestamp": "TIMESTAMP",
-    "instant": "TIMESTAMP_LTZ",
-    "local_date": "DATE",
-    "local_time": "TIME",
-    "local_date_time": "TIMESTAMP",
-    "string_data": "STRING",
-    "null_value": "NULL",
-    "boolean_value": "BOOLEAN",
-}
-_NAMESPACE_SQL = {
-    "void": "VOID",
-    "time_window": "TimeWindow",
-    "global_window": "GlobalWindow",
-    "count_window": "CountWindow",
-}
-
-
-def type_string(spec: SerializerSpec | None) -> str | None:
-    """A SQL-like type name for ``inspect`` and ``state_meta`` (TTL wrappers unwrapped)."""
-    if spec is None:
-        return None
-    if isinstance(spec, TtlSpec):
-        return type_string(spec.inner)
-    if isinstance(spec, PrimitiveSpec):
-        if spec.name == "decimal_data":
-            return f"DECIMAL({spec.precision}, {spec.scale})"
-        if spec.name == "timestamp_data":
-            return f"TIMESTAMP({spec.precision})"
-        return _PRIMITIVE_SQL.get(spec.name, spec.name.upper())
-    if isinstance(spec, PrimitiveArraySpec):
-        if spec.element == "byte":
-            return "BYTES"
-        inner = _PRIMITIVE_SQL.get(spec.element, spec.element.upper())
-        return f"ARRAY<{inner} NOT NULL>"
-    if isinstance(spec, NamespaceSpec):
-        return _NAMESPACE_SQL.get(spec.name, spec.name)
-    if isinstance(spec, TupleSpec):
-        inner = ", ".join(type_string(f) or "?" for f in spec.fields)
-        return f"TUPLE{len(spec.fields)}<{inner}>"
-    if isinstance(spec, RowSpec):
-        pairs = zip(spec.field_names, spec.fields, strict=True)
-        inner = ", ".join(f"{n} {type_string(f)}" for n, f in pairs)
-        return f"ROW<{inner}>"
-    if isinstance(spec, PojoSpec):
-        inner = ", ".join(f"{f.name} {type_string(f.spec) or 'REMOVED'}" for f in spec.fields)
-        return f"POJO<{spec.class_name}>{{{inner}}}"
-    if isinstance(spec, EnumSpec):
-        return f"ENUM<{spec.class_name}>"
-    if isinstance(spec, ListSpec):
-        return f"ARRAY<{type_string(spec.element)}>"
-    if isinstance(spec, MapSpec):
-        if spec.is_set or spec.value is None:
-            return f"MULTISET<{type_string(spec.key)}>"
-        return f"MAP<{type_string(spec.key)}, {type_string(spec.value)}>"
-    if isinstance(spec, GenericArraySpec):
-        return f"ARRAY<{type_string(spec.element)}>"
-    if isinstance(spec, NullableSpec):
-        return type_string(spec.inner)
-    if isinstance(spec, RowDataSpec):
-        text = str(spec.type)
-        if spec.derived and text.endswith(">"):
-            text = text[:-1] + "".join(f", {d[0]} {d[4]}" for d in spec.derived) + ">"
-        if spec.row_kind and text.startswith("ROW<"):
-            return "ROW<row_kind STRING, " + text[4:]
-        return text
-    if isinstance(spec, StructSpec):
-        pairs = zip(spec.names, spec.fields, strict=True)
-        return "ROW<" + ", ".join(f"{n} {type_string(f)}" for n, f in pairs) + ">"
-    if isinstance(spec, OptionalSpec):
-        return type_string(spec.inner)
-    if isinstance(spec, OpaqueSpec):
-        what = spec.type_class or spec.snapshot_class or "?"
-        return f"{spec.family.upper()}<{what}>"
-    if isinstance(spec, AvroSpec):
-        from statequery.serializers.avro import parse_schema
-
-        return f"AVRO<{parse_schema(spec.schema).name or spec.type_class or '?'}>"
-    return spec.display
 
 
 _SQL_UNSAFE = re.compile(r"[^0-9a-zA-Z_]+")

@@ -393,8 +393,9 @@ def case(draw: Any, name: str = "s") -> Case:
     kgs = st.sampled_from([0, 1, 5, 127] if prefix_len == 1 else [0, 200, 32767])
     user_key = value = None
     if kind == "timer":
-        layout = flinkenc.row_state(name=f"_timer_state/event_{name}", kind="event_timer", key=key.spec,
-                             namespace=ns.spec, value=TimerSpec(key=key.spec, namespace=ns.spec))
+        layout = flinkenc.row_state(
+            name=f"_timer_state/event_{name}", kind="event_timer", key=key.spec,
+            namespace=ns.spec, value=TimerSpec(key=key.spec, namespace=ns.spec))
         values: st.SearchStrategy[Any] = _ints(64)
         modes = ["rows"]
     else:

@@ -21,6 +21,7 @@ from statequery.backends.keygroups import (
     serialized_key,
 )
 from statequery.exceptions import CorruptStateError, UnsupportedFormatError
+from statequery.metadata.state import StateInfo
 from statequery.serializers.readers import DecodeError
 from statequery.serializers.spec import (
     ListSpec,

@@ -287,8 +287,8 @@ def test_crafted_suffixes_value_map_and_long_namespace(decode_path: str) -> None
     """String key and String namespace: value and map state (rows and nested), the empty key
     (suffix 1), a 300-char namespace (two-byte StringValue length, two-byte suffix 302 =
     0x2e 0x01), the same rows on both decode paths."""
-    from tests.flinkenc import row_state
     from statequery.serializers.spec import PrimitiveSpec
+    from tests.flinkenc import row_state
 
     s, long_ = PrimitiveSpec(name="string"), PrimitiveSpec(name="long")
     big = "n" * 300
