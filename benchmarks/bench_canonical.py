@@ -266,8 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     keys_total = args.keys
     runs = [(r.name, None) for r in refs]
-    runs += [(r.name, "flat") for r in refs if r.layout.kind == "list"]
-    runs += [(r.name, "nested") for r in refs if r.layout.kind == "map"]
+    runs += [(r.name, "flat") for r in refs if r.kind == "list"]
+    runs += [(r.name, "nested") for r in refs if r.kind == "map"]
     for state, mode in runs:
         res = _run_child(
             ["scan", args.savepoint, args.operator, state, mode or "", str(args.batch_size)]

@@ -218,7 +218,7 @@ def main() -> None:
         took = False
         for pure in (False, True):
             for _ in range(args.repeat):
-                dt, rows, compiled = _decode(ref.layout, mode, buf, sid, prefix_len, pure)
+                dt, rows, compiled = _decode(ref, mode, buf, sid, prefix_len, pure)
                 best[pure] = min(best.get(pure, dt), dt)
                 if not pure:
                     took = compiled
@@ -239,7 +239,7 @@ def main() -> None:
         best = {}
         for pure in (False, True):
             for _ in range(args.repeat):
-                dt, rows, compiled = _heap_decode(ref.layout, mode, block * times, n * times, pure)
+                dt, rows, compiled = _heap_decode(ref, mode, block * times, n * times, pure)
                 best[pure] = min(best.get(pure, dt), dt)
                 if not pure:
                     took = compiled

@@ -415,8 +415,8 @@ def main(argv: list[str] | None = None) -> int:
             head += f" | {'canonical (same state)':>27s}"
         print(head)
         runs: list[tuple[list[str], str | None]] = [([r.name], None) for r in refs]
-        runs += [([r.name], "flat") for r in refs if r.layout.kind == "list"]
-        runs += [([r.name], "nested") for r in refs if r.layout.kind == "map"]
+        runs += [([r.name], "flat") for r in refs if r.kind == "list"]
+        runs += [([r.name], "nested") for r in refs if r.kind == "map"]
         runs.append(([r.name for r in refs], None))
 
         def best(results_: list[dict[str, Any]]) -> dict[str, Any]:

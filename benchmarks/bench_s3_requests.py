@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             op = sp.operator(args.operator)
             tasks = rows = 0
             for s in op.states:
-                if s.layout.keyed:
+                if s.keyed_rows:
                     tasks += len(sp.plan(s))
                     rows += sp.read(s).num_rows
             return {"tasks": tasks, "rows": rows}

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     states = sp.operator_states(args.operator, keyed_only=True)
     table = sp.operator_table(args.operator)
     join = [n for n in args.join.split(",") if n] or [
-        s.name for s in states if s.layout.kind in ("value", "reducing", "aggregating")
+        s.name for s in states if s.kind in ("value", "reducing", "aggregating")
     ][:2]
     cols = [table.columns[n] for n in join]
 

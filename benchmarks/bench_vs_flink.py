@@ -81,7 +81,7 @@ def child_statequery(path: str, operator: str, state: str, snapshot: str = "") -
         sp = statequery.open(path, use_snapshot=False)
     indexed = sp.run_index.key_group_count  # key groups of the run index known at open
     infos = list_states(sp, operator)  # _metadata + state headers (or the snapshot)
-    kinds = {s.name: s.layout.kind for s in infos}
+    kinds = {s.name: s.kind for s in infos}
     t1 = time.perf_counter()
     c1 = time.process_time()
     per_state: dict[str, int] = {s.name: 0 for s in infos}

@@ -49,7 +49,7 @@ class OperatorTable:
         key_field: pa.Field | None = None
         structs: list[pa.Field] = []
         for s in self.states:
-            schema = state_schema(s.layout)
+            schema = state_schema(s)
             key = schema.field("key")
             if key_field is None:
                 key_field = key
@@ -122,7 +122,7 @@ def operator_table_names(meta: StateMeta) -> dict[str, str]:
     taken = {s.table_name.lower() for s in meta.states}
     out: dict[str, str] = {}
     for op in meta.operators:
-        keyed = [s for s in op.states if s.layout.keyed]
+        keyed = [s for s in op.states if s.keyed_rows]
         if len(keyed) < 2:
             continue
         try:

@@ -39,7 +39,7 @@ def read_states(
         for name, batch in execute(task, sp.context):
             batches[name].append(batch)
     return {
-        s.name: pa.Table.from_batches(batches[s.name], schema=state_schema(s.layout))
+        s.name: pa.Table.from_batches(batches[s.name], schema=state_schema(s))
         for s in infos
     }
 
@@ -52,7 +52,7 @@ def scan_states(
 ) -> dict[str, BatchBuilder]:
     """Like :func:`read_states`, into builders made by ``builder_factory(schema, layout)`` (which
     may collect more than rows, e.g. entry sizes); returns them unflushed."""
-    builders = {s.name: builder_factory(state_schema(s.layout), s.layout) for s in infos}
+    builders = {s.name: builder_factory(state_schema(s), s) for s in infos}
     wanted = set(key_groups)
     for task in _tasks(sp, infos, wanted, None):
         backend = keyed_backend(task, sp.context)

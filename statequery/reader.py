@@ -59,7 +59,7 @@ def list_states(savepoint: Savepoint | str, operator: Any) -> list[StateInfo]:
     """The readable states of ``operator`` (keyed with rows, operator list/union, broadcast)."""
     sp = _as_savepoint(savepoint)
     op = sp.operator(operator)
-    return [s for s in op.states if s.layout.keyed or s.layout.kind in OPERATOR_KINDS]
+    return [s for s in op.states if s.keyed_rows or s.kind in OPERATOR_KINDS]
 
 
 def schema_of(
@@ -68,7 +68,7 @@ def schema_of(
 ) -> pa.Schema:
     """The Arrow schema :func:`read_state` produces for this state, mode and ``pickled``."""
     sp = _as_savepoint(savepoint)
-    return read_schema(_state(sp, operator, state, "schema_of").layout, mode, pickled,
+    return read_schema(_state(sp, operator, state, "schema_of"), mode, pickled,
                        sp.context.classpath)
 
 

@@ -309,7 +309,7 @@ class Savepoint:
         from statequery.metadata.decoding import value_decoding as default_value_decoding
         from statequery.serializers.spec import OpaqueSpec
 
-        spec = state.layout.value
+        spec = state.value
         if not is_kryo(spec):
             return default_value_decoding(state)
         assert isinstance(spec, OpaqueSpec)
@@ -530,7 +530,7 @@ class Savepoint:
         for name, batch in pairs:
             batches[name].append(batch)
         return {
-            s.name: pa.Table.from_batches(batches[s.name], schema=state_schema(s.layout, mode))
+            s.name: pa.Table.from_batches(batches[s.name], schema=state_schema(s, mode))
             for s in infos
         }
 
@@ -808,8 +808,8 @@ def _pickled_columns(state: StateInfo) -> list[str]:
     from statequery.metadata.kinds import OPERATOR_KINDS
     from statequery.pickled import pickled_columns
 
-    layout = state.layout
-    if not (layout.keyed or layout.kind in OPERATOR_KINDS):
+    layout = state
+    if not (layout.keyed_rows or layout.kind in OPERATOR_KINDS):
         return []
     try:
         return pickled_columns(state_schema(layout))

@@ -44,14 +44,14 @@ from statequery.metadata.handles import (
     OperatorStreamHandle,
     StreamHandle,
 )
-from statequery.metadata.kinds import StateLayout
 from statequery.metadata.runindex import IndexedRuns, RunIndex, Runs, runs_of
+from statequery.metadata.state import StateInfo
 from statequery.serializers.spec import SerializerSpec
 
 if TYPE_CHECKING:
     from statequery.backends.pool import OpenDatabases
     from statequery.metadata.model import SavepointModel
-    from statequery.metadata.statemeta import OperatorInfo, StateInfo, SubtaskInfo
+    from statequery.metadata.statemeta import OperatorInfo, SubtaskInfo
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -76,7 +76,7 @@ DEFAULT_BATCH_SIZE = 65536
 
 
 def read_schema(
-    layout: StateLayout,
+    layout: StateInfo,
     mode: str | None = None,
     pickled: bool = False,
     classpath: tuple[str, ...] = (),
@@ -157,7 +157,7 @@ class ScanTask:
     subtask: int
     metadata_dir: str
     handle: KeyedHandle | OperatorStreamHandle
-    states: tuple[StateLayout, ...]
+    states: tuple[StateInfo, ...]
     wanted: tuple[str, ...]
     max_parallelism: int
     compressed: bool = False
@@ -181,7 +181,7 @@ class ScanTask:
     def keyed(self) -> bool:
         return not isinstance(self.handle, OperatorStreamHandle)
 
-    def layout(self, name: str) -> StateLayout:
+    def layout(self, name: str) -> StateInfo:
         for layout in self.states:
             if layout.name == name:
                 return layout
@@ -248,12 +248,12 @@ def _key_group_set(key_groups: Iterable[Any]) -> set[int]:
 # -- planning ------------------------------------------------------------------------------------
 
 
-def _header_order(op: OperatorInfo, ids: dict[str, int]) -> tuple[StateLayout, ...]:
+def _header_order(op: OperatorInfo, ids: dict[str, int]) -> tuple[StateInfo, ...]:
     by_name = {s.name: s for s in op.states}
     out = []
     for name, _ in sorted(ids.items(), key=lambda t: t[1]):
         info = by_name.get(name)
-        out.append(info.layout if info is not None else StateLayout(name, "unknown"))
+        out.append(info if info is not None else StateInfo(name, "unknown"))
     return tuple(out)
 
 
@@ -342,10 +342,10 @@ def plan(
     those key groups; both are errors for operator state. ``pickled``: the tasks' batches have
     the ``*_py`` columns too (:attr:`ScanTask.pickled`).
     """
-    layout = state.layout
+    layout = state
     resolve_mode(layout, mode)
     _check_readable(state)
-    if not layout.keyed:
+    if not layout.keyed_rows:
         if keys is not None or key_groups is not None:
             raise InvalidOptionError(f"state {state.name!r} is operator state: it has no keys")
         op = model.operator(state.operator_id)
@@ -361,8 +361,8 @@ def plan(
 
 
 def _check_readable(state: StateInfo) -> None:
-    layout = state.layout
-    if not (layout.keyed or layout.kind in ("operator_list", "operator_union", "broadcast")):
+    layout = state
+    if not (layout.keyed_rows or layout.kind in ("operator_list", "operator_union", "broadcast")):
         raise UnsupportedFormatError(
             state.reason or f"state {state.name!r} ({layout.kind}) is not readable as rows"
         )
@@ -389,11 +389,11 @@ def plan_states(
         raise InvalidOptionError("plan_states reads the states of one operator")
     for s in states:
         _check_readable(s)
-        if not s.layout.keyed:
+        if not s.keyed_rows:
             raise InvalidOptionError(
                 f"state {s.name!r} is operator state: plan it with plan(), not plan_states()"
             )
-        resolve_mode(s.layout, mode)
+        resolve_mode(s, mode)
     op = model.operator(states[0].operator_id)
     wanted: set[int] | None = None if key_groups is None else _key_group_set(key_groups)
     normalized: tuple[ResolvedKey, ...] | None = None
@@ -465,7 +465,7 @@ def _plan_raw_keyed(
     # services: each key group is checked against the services its subtask's header declared
     held = tuple(names)
     declared = _header_order(op, header.state_ids)
-    by_name = {s.name: s.layout for s in op.states}
+    by_name = {s.name: s for s in op.states}
     undeclared = tuple(by_name[n] for n in held if n not in header.state_ids)
     base = ScanTask(
         operator=op.display_name,
@@ -488,9 +488,9 @@ def _plan_raw_keyed(
 def _operator_key_spec(states: Sequence[StateInfo]) -> SerializerSpec | None:
     """The key type of an operator's keyed states (timers name it inside their TimerSpec)."""
     for s in states:
-        if not s.layout.is_timer:
-            return s.layout.key
-    return states[0].layout.key
+        if not s.is_timer:
+            return s.key
+    return states[0].key
 
 
 def _subtask_key_groups(st: SubtaskInfo, wanted: set[int] | None) -> tuple[int, ...] | None:
@@ -545,7 +545,7 @@ def _read_gap(ctx: ReadContext, st: SubtaskInfo) -> int:
 
 
 def _plan_operator(
-    op: OperatorInfo, layout: StateLayout, label: str, directory: str
+    op: OperatorInfo, layout: StateInfo, label: str, directory: str
 ) -> list[ScanTask]:
     tasks = []
     for st in sorted(op.subtasks, key=lambda s: s.index):
@@ -931,7 +931,7 @@ def read_table(
 ) -> pa.Table:
     """:func:`read_batches` collected into one Table."""
     _check_readable(state)  # before the schema: a state without rows says why
-    schema = read_schema(state.layout, mode, pickled, ctx.classpath)
+    schema = read_schema(state, mode, pickled, ctx.classpath)
     batches = list(read_batches(model, ctx, state, keys=keys, key_groups=key_groups, mode=mode,
                                 pickled=pickled, workers=workers))
     return pa.Table.from_batches(batches, schema=schema)
@@ -959,10 +959,10 @@ def read_operator(
     if batch_size <= 0:
         raise InvalidOptionError(f"batch_size must be positive, got {batch_size}")
     n = resolve_workers(workers)
-    keyed = [s for s in states if s.layout.keyed]
+    keyed = [s for s in states if s.keyed_rows]
     tasks = plan_states(model, ctx, keyed, keys=keys, key_groups=key_groups, mode=mode)
     for s in states:
-        if not s.layout.keyed:
+        if not s.keyed_rows:
             tasks.extend(plan(model, ctx, s, keys=keys, key_groups=key_groups, mode=mode))
     return run_tasks(ctx, tasks, batch_size, n)
 
@@ -982,7 +982,7 @@ def lookup(
     refused: list[str] = []  # operators whose key type cannot hold the key, and why
     tried = 0
     for op in ops:
-        refs = [s for s in op.states if s.layout.keyed]
+        refs = [s for s in op.states if s.keyed_rows]
         if not refs:
             continue
         tried += 1
@@ -1011,7 +1011,7 @@ def lookup(
         for r in refs:
             if r.name in tables:
                 out[(op.display_name, r.name)] = pa.Table.from_batches(
-                    tables[r.name], schema=read_schema(r.layout, None, False, ctx.classpath)
+                    tables[r.name], schema=read_schema(r, None, False, ctx.classpath)
                 )
     if tried and len(refused) == tried:
         # no operator's key type can hold the key: an error, not "no rows"

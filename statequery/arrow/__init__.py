@@ -1,7 +1,7 @@
 """statequery.arrow: serializer specs as Arrow types, state tables as Arrow schemas and batches.
 
 * :func:`arrow_type` / :func:`sql_arrow_type` — the Arrow type of a serializer's values;
-* :class:`StateLayout`, :func:`layout_from_meta`, :func:`state_schema` — a state's row shape;
+* :func:`state_schema` — a state's row shape (of a :class:`StateInfo`, the one state class);
 * :class:`BatchBuilder` — per-column buffers turned into RecordBatches;
 * :func:`python_rows` — a table as Python rows, out-of-range instants as integers.
 """
@@ -14,11 +14,10 @@ from statequery.arrow.schemas import (
     MODES,
     OPERATOR_KINDS,
     TIMER_KINDS,
-    StateLayout,
-    layout_from_meta,
     state_schema,
 )
 from statequery.arrow.types import EPOCH_MS, arrow_type, sql_arrow_type
+from statequery.metadata.state import StateInfo
 
 __all__ = [
     "EPOCH_MS",
@@ -27,9 +26,8 @@ __all__ = [
     "OPERATOR_KINDS",
     "TIMER_KINDS",
     "BatchBuilder",
-    "StateLayout",
+    "StateInfo",
     "arrow_type",
-    "layout_from_meta",
     "python_rows",
     "sql_arrow_type",
     "state_schema",

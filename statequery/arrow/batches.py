@@ -8,8 +8,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from statequery.arrow.schemas import StateLayout, opaque_reason
+from statequery.arrow.schemas import opaque_reason
 from statequery.exceptions import CorruptStateError
+from statequery.metadata.state import StateInfo
 
 __all__ = ["INSTANT_MS_RANGE", "BatchBuilder", "python_rows", "split_batch"]
 
@@ -29,7 +30,7 @@ class BatchBuilder:
 
     __slots__ = ("_constants", "_derived", "_lists", "_order", "_sink", "schema")
 
-    def __init__(self, schema: pa.Schema, layout: StateLayout | None = None) -> None:
+    def __init__(self, schema: pa.Schema, layout: StateInfo | None = None) -> None:
         self.schema = schema
         self._constants: dict[str, str] = {}
         if layout is not None:

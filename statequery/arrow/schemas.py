@@ -1,9 +1,8 @@
 """Per-state-kind table shapes: which columns a state's rows have, and their Arrow types.
 
-A state is described by a :class:`StateLayout` (its kind and resolved serializers), the
-decoders' view of a state of the model, built by :mod:`statequery.metadata.kinds` (the one kind
-table). :func:`state_schema` gives the
-Arrow schema of its rows for a read mode:
+A state is described by a :class:`~statequery.metadata.state.StateInfo` (its kind and its
+per-row serializers, from :mod:`statequery.metadata.kinds`, the one kind table).
+:func:`state_schema` gives the Arrow schema of its rows for a read mode:
 
 =====================  ============================================================================
 kind                   columns
@@ -29,8 +28,6 @@ is followed by ``<column>_reason`` (why it is raw).
 
 from __future__ import annotations
 
-from typing import Any
-
 import pyarrow as pa
 
 from statequery.arrow.types import EPOCH_MS, arrow_type, raw_value_reason
@@ -39,9 +36,8 @@ from statequery.metadata.kinds import (
     KEYED_KINDS,
     OPERATOR_KINDS,
     TIMER_KINDS,
-    StateLayout,
-    layout_from_meta,
 )
+from statequery.metadata.state import StateInfo
 from statequery.serializers.readers import primitive_name
 from statequery.serializers.spec import OpaqueSpec, PrimitiveSpec, SerializerSpec
 
@@ -50,8 +46,6 @@ __all__ = [
     "MODES",
     "OPERATOR_KINDS",
     "TIMER_KINDS",
-    "StateLayout",
-    "layout_from_meta",
     "resolve_mode",
     "state_schema",
 ]
@@ -62,7 +56,7 @@ __all__ = [
 MODES = ("rows", "flat", "nested")
 
 
-def resolve_mode(layout: StateLayout, mode: str | None) -> str:
+def resolve_mode(layout: StateInfo, mode: str | None) -> str:
     if mode is None or mode in ("rows", "keyed", "default"):
         return "rows"
     if mode in ("flat", "keyed-flat"):
@@ -114,18 +108,12 @@ def _col(fields: list[pa.Field], name: str, spec: SerializerSpec | None) -> None
             fields.append(pa.field(name, typ))
 
 
-def state_schema(layout: Any, mode: str | None = None) -> pa.Schema:
-    """The Arrow schema of a state's rows in ``mode`` (see the module docstring).
-
-    ``layout`` is a :class:`StateLayout` or the metadata layer's ``StateInfo`` (anything with
-    ``name``, ``backend_type``, ``options``, ``serializers`` and ``key_spec``).
-    """
-    if not isinstance(layout, StateLayout):
-        layout = layout_from_meta(layout, getattr(layout, "key_spec", None))
+def state_schema(layout: StateInfo, mode: str | None = None) -> pa.Schema:
+    """The Arrow schema of a state's rows in ``mode`` (see the module docstring)."""
     mode = resolve_mode(layout, mode)
     fields: list[pa.Field] = []
     kind = layout.kind
-    if layout.keyed:
+    if layout.keyed_rows:
         fields.append(pa.field("key_group", pa.int32(), nullable=False))
         _col(fields, "key", layout.key)
         _col(fields, "namespace", layout.namespace)

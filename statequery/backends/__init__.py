@@ -22,7 +22,6 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from statequery.arrow.batches import BatchBuilder
-from statequery.arrow.schemas import StateLayout
 from statequery.decoder import Decoder
 from statequery.exceptions import UnsupportedFormatError
 from statequery.metadata.handles import (
@@ -30,6 +29,7 @@ from statequery.metadata.handles import (
     is_heap_stream,
     layout_by_first_bytes,
 )
+from statequery.metadata.state import StateInfo
 from statequery.serializers.spec import SerializerSpec
 
 if TYPE_CHECKING:
@@ -95,14 +95,14 @@ class KeyedContext:
     open_databases: OpenDatabases | None = None
     #: the layouts of the handle's header states in state-id order, from the model (None: the
     #: backend reads them from the header)
-    order: tuple[StateLayout, ...] | None = None
+    order: tuple[StateInfo, ...] | None = None
 
 
 class KeyedBackend(Protocol):
     """One subtask's keyed state in one layout."""
 
     name: str
-    layouts: dict[str, StateLayout]
+    layouts: dict[str, StateInfo]
 
     @property
     def key_groups(self) -> Sequence[int]: ...
@@ -115,7 +115,7 @@ class KeyedBackend(Protocol):
 
     def scan(
         self,
-        layout: StateLayout,
+        layout: StateInfo,
         mode: str | None,
         builder: BatchBuilder,
         key_groups: Iterable[int] | None = None,
@@ -125,7 +125,7 @@ class KeyedBackend(Protocol):
 
     def scan_states(
         self,
-        requests: Sequence[tuple[StateLayout, BatchBuilder]],
+        requests: Sequence[tuple[StateInfo, BatchBuilder]],
         mode: str | None,
         key_groups: Iterable[int] | None = None,
         key_bytes: Sequence[bytes] | None = None,
@@ -231,9 +231,9 @@ class _KeyedBase:
     max_parallelism: int
     compressed: bool = False
     key_serializer: SerializerSpec | None = None
-    order: list[StateLayout] = field(default_factory=list)
+    order: list[StateInfo] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
-    layouts: dict[str, StateLayout] = field(init=False)
+    layouts: dict[str, StateInfo] = field(init=False)
     ids: dict[str, int] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -256,7 +256,7 @@ class _KeyedBase:
 
     def scan(
         self,
-        layout: StateLayout,
+        layout: StateInfo,
         mode: str | None,
         builder: BatchBuilder,
         key_groups: Iterable[int] | None = None,
@@ -265,7 +265,7 @@ class _KeyedBase:
 
     def scan_states(
         self,
-        requests: Sequence[tuple[StateLayout, BatchBuilder]],
+        requests: Sequence[tuple[StateInfo, BatchBuilder]],
         mode: str | None,
         key_groups: Iterable[int] | None = None,
         key_bytes: Sequence[bytes] | None = None,
@@ -278,7 +278,7 @@ class CanonicalKeyedBackend(_KeyedBase):
 
     def scan_states(
         self,
-        requests: Sequence[tuple[StateLayout, BatchBuilder]],
+        requests: Sequence[tuple[StateInfo, BatchBuilder]],
         mode: str | None,
         key_groups: Iterable[int] | None = None,
         key_bytes: Sequence[bytes] | None = None,
@@ -318,7 +318,7 @@ class HeapKeyedBackend(_KeyedBase):
 
     def scan_states(
         self,
-        requests: Sequence[tuple[StateLayout, BatchBuilder]],
+        requests: Sequence[tuple[StateInfo, BatchBuilder]],
         mode: str | None,
         key_groups: Iterable[int] | None = None,
         key_bytes: Sequence[bytes] | None = None,
@@ -406,7 +406,7 @@ def keyed_backend_from_model(
     context: KeyedContext,
     compressed: bool,
     key_serializer: SerializerSpec | None,
-    order: Sequence[StateLayout],
+    order: Sequence[StateInfo],
     layout: str | None = None,
 ) -> KeyedBackend:
     """The backend of one subtask's keyed handle from what the StateMeta model knows of its

@@ -21,6 +21,7 @@ docs/format-notes.md ("Changelog state backend").
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -45,7 +46,7 @@ from statequery.metadata.changelog import (
     skipper,
 )
 from statequery.metadata.handles import ChangelogHandle, KeyGroupsHandle
-from statequery.metadata.proxy import StateMetaInfo
+from statequery.metadata.state import StateInfo
 from statequery.serializers.spec import ListSpec, MapSpec, SerializerSpec, TtlSpec
 
 __all__ = ["ChangelogKeyedBackend", "merge"]
@@ -55,7 +56,7 @@ _I32 = struct.Struct(">i").unpack_from
 _VALUE, _LIST, _MAP, _QUEUE = "value", "list", "map", "queue"
 
 
-def _kind(meta: StateMetaInfo) -> str:
+def _kind(meta: StateInfo) -> str:
     if meta.backend_type == "PRIORITY_QUEUE":
         return _QUEUE
     t = meta.state_type
@@ -74,7 +75,7 @@ class _State:
     ``(key group, element bytes) -> None``.
     """
 
-    def __init__(self, meta: StateMetaInfo, key: SerializerSpec | None) -> None:
+    def __init__(self, meta: StateInfo, key: SerializerSpec | None) -> None:
         self.meta = meta
         self.name = meta.name
         self.kind = _kind(meta)
@@ -320,13 +321,13 @@ class Merged:
     stream: _MemoryStream
     offsets: tuple[int, ...]
     key: SerializerSpec
-    states: list[StateMetaInfo]
+    states: list[StateInfo]
     counts: dict[str, int]
 
 
 def _heap_base(
     resolver: Any, base: KeyGroupsHandle, key: SerializerSpec | None, states: dict[str, _State]
-) -> tuple[SerializerSpec, list[StateMetaInfo]]:
+) -> tuple[SerializerSpec, list[StateInfo]]:
     """Read a hashmap base (type-12 key groups) into ``states`` (created from its header)."""
     from statequery.backends import HandleStream, _read_proxy, is_heap_layout
     from statequery.backends.heap import HeapKeyGroupStream
@@ -364,7 +365,7 @@ def _heap_base(
 
 def _rocksdb_base(
     context: Any, base: Any, key: SerializerSpec | None, states: dict[str, _State]
-) -> tuple[SerializerSpec, list[StateMetaInfo]]:
+) -> tuple[SerializerSpec, list[StateInfo]]:
     """Read a RocksDB base (the handle of an incremental or full native snapshot) into
     ``states``: every column family's entries, from the table files (SST reader)."""
     from statequery.backends.rocksdb import RocksDBKeyedBackend
@@ -406,7 +407,7 @@ def merge(context: Any, handle: ChangelogHandle, key: SerializerSpec | None) -> 
     resolver = context.resolver
 
     states: dict[str, _State] = {}
-    order: list[StateMetaInfo] = []
+    order: list[StateInfo] = []
     for base in handle.materialized:
         if isinstance(base, KeyGroupsHandle):
             key, metas = _heap_base(resolver, base, key, states)
@@ -458,15 +459,14 @@ class ChangelogKeyedBackend:
     def __init__(self, handle: ChangelogHandle, context: Any,
                  key_serializer: SerializerSpec | None = None) -> None:
         from statequery.backends import HeapKeyedBackend
-        from statequery.metadata.kinds import layout_or_unknown
 
         merged = _merged(context, handle, key_serializer)
         order, errors = [], {}
         for meta in merged.states:
-            layout, error = layout_or_unknown(meta, merged.key)
-            if error is not None:
-                errors[meta.name] = error
-            order.append(layout)
+            state = dataclasses.replace(meta, key_spec=None if not meta.keyed else merged.key)
+            if state.unsupported is not None:
+                errors[meta.name] = state.unsupported
+            order.append(state)
         self.merged = merged
         self._heap = HeapKeyedBackend(
             merged.stream.name, merged.stream, handle.start_key_group, merged.offsets,

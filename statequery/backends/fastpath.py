@@ -17,8 +17,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from statequery.arrow.schemas import StateLayout, state_schema
+from statequery.arrow.schemas import state_schema
 from statequery.arrow.types import arrow_type, sql_arrow_type
+from statequery.metadata.state import StateInfo
 from statequery.serializers.readers import primitive_name, reader_for, sql_fixed_size
 from statequery.serializers.spec import (
     ArrayDataSpec,
@@ -356,7 +357,7 @@ def _namespace(mod: ModuleType, spec: SerializerSpec | None, schema: pa.Schema) 
     return _NO_COLUMN if col is None else col
 
 
-def entry_sink(layout: StateLayout, mode: str, schema: pa.Schema) -> Any | None:
+def entry_sink(layout: StateInfo, mode: str, schema: pa.Schema) -> Any | None:
     """A compiled entry handler decoding ``layout``'s entries straight into Arrow buffers, or
     None when the compiled path is off or does not cover this shape (the caller then uses the
     pure-Python handlers).
@@ -373,7 +374,7 @@ def entry_sink(layout: StateLayout, mode: str, schema: pa.Schema) -> Any | None:
     return _sink(mod, layout, mode, schema, False, suffixed)
 
 
-def heap_sink(layout: StateLayout, mode: str, schema: pa.Schema | None) -> Any | None:
+def heap_sink(layout: StateInfo, mode: str, schema: pa.Schema | None) -> Any | None:
     """A compiled walker of ``layout``'s blocks in the hashmap checkpoint format
     (:mod:`statequery.backends.heap`): ``sink.walk(buf, pos, end, n, kg) -> pos`` decodes a
     block's ``n`` entries into Arrow buffers (the same shapes as :func:`entry_sink`). With
@@ -414,7 +415,7 @@ def _ttl_inner(spec: SerializerSpec | None, ttl: bool) -> SerializerSpec | None:
 
 def _sink(
     mod: ModuleType,
-    layout: StateLayout,
+    layout: StateInfo,
     mode: str,
     schema: pa.Schema,
     skip: bool,

@@ -24,13 +24,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from statequery.arrow.batches import BatchBuilder
-from statequery.arrow.schemas import StateLayout, resolve_mode
+from statequery.arrow.schemas import resolve_mode
 from statequery.backends.keygroups import (
     ByteStream,
     iter_key_group_extents,
     read_key_group_spans,
 )
 from statequery.exceptions import CorruptStateError, UnsupportedFormatError
+from statequery.metadata.state import StateInfo
 from statequery.serializers.readers import (
     DECODE_ERRORS,
     DecodeError,
@@ -73,7 +74,7 @@ class HeapBlockDecoder:
 
     def __init__(
         self,
-        layout: StateLayout,
+        layout: StateInfo,
         builder: BatchBuilder | None = None,
         mode: str | None = None,
         key_bytes: Sequence[bytes] | None = None,

@@ -29,13 +29,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from statequery.arrow.batches import BatchBuilder
-from statequery.arrow.schemas import StateLayout, resolve_mode
+from statequery.arrow.schemas import resolve_mode
 from statequery.backends.fastpath import compiled, flink_length, length_suffixed
 from statequery.exceptions import (
     CorruptStateError,
     RunIndexMismatchWarning,
     UnsupportedFormatError,
 )
+from statequery.metadata.state import StateInfo
 from statequery.serializers.readers import (
     DECODE_ERRORS,
     DecodeError,
@@ -141,7 +142,7 @@ class CompositeEntryDecoder:
 
     def __init__(
         self,
-        layout: StateLayout,
+        layout: StateInfo,
         mode: str | None,
         builder: BatchBuilder,
         key_bytes: Sequence[bytes] | bytes | None = None,

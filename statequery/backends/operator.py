@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from statequery.arrow.batches import BatchBuilder
-from statequery.arrow.schemas import StateLayout
 from statequery.backends.keygroups import ByteStream
 from statequery.exceptions import CorruptStateError, UnsupportedFormatError
+from statequery.metadata.state import StateInfo
 from statequery.serializers.readers import (
     DECODE_ERRORS,
     DecodeError,
@@ -63,7 +63,7 @@ def _load(
 
 def read_operator_list_state(
     stream: ByteStream,
-    layout: StateLayout,
+    layout: StateInfo,
     offsets: Sequence[int],
     all_offsets: Sequence[int],
     compressed: bool,
@@ -119,7 +119,7 @@ def read_operator_list_state(
 
 def read_broadcast_state(
     stream: ByteStream,
-    layout: StateLayout,
+    layout: StateInfo,
     offset: int,
     all_offsets: Sequence[int],
     compressed: bool,

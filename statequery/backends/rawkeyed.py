@@ -13,7 +13,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from statequery.arrow.batches import BatchBuilder
-from statequery.arrow.schemas import StateLayout
 from statequery.decoder import Decoder
 from statequery.exceptions import CorruptStateError, StatequeryError
 from statequery.metadata.rawkeyed import (
@@ -22,6 +21,7 @@ from statequery.metadata.rawkeyed import (
     PROCESSING_PREFIX,
     TIMER_PROXY_VERSION,
 )
+from statequery.metadata.state import StateInfo
 from statequery.serializers.readers import DECODE_ERRORS, reader_for
 from statequery.serializers.snapshots import read_versioned_snapshot
 from statequery.serializers.spec import SerializerSpec
@@ -44,7 +44,7 @@ class RawTimersBackend:
         stream: Any,
         start_key_group: int,
         offsets: tuple[int, ...],
-        order: Sequence[StateLayout],
+        order: Sequence[StateInfo],
     ) -> None:
         self.name = name
         self.stream = stream
@@ -71,7 +71,7 @@ class RawTimersBackend:
 
     def scan_states(
         self,
-        requests: Sequence[tuple[StateLayout, BatchBuilder]],
+        requests: Sequence[tuple[StateInfo, BatchBuilder]],
         mode: str | None,
         key_groups: Iterable[int] | None = None,
         key_bytes: Sequence[bytes] | None = None,

@@ -40,7 +40,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, TypeVar
 
 from statequery.backends import checksums
@@ -1047,13 +1047,12 @@ class RocksDBKeyedBackend:
     @property
     def layouts(self) -> dict[str, Any]:
         if self._layouts is None:
-            from statequery.metadata.kinds import layout_or_unknown
-
             layouts: dict[str, Any] = {}
             for meta in self.proxy.states:
-                layouts[meta.name], error = layout_or_unknown(meta, self.key_serializer)
-                if error is not None:
-                    self.errors[meta.name] = error
+                key = None if not meta.keyed else self.key_serializer
+                layouts[meta.name] = state = replace(meta, key_spec=key)
+                if state.unsupported is not None:
+                    self.errors[meta.name] = state.unsupported
             self._layouts = layouts
         return self._layouts
 

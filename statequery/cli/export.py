@@ -116,7 +116,7 @@ def export_operator(
     try:
         for s in infos:
             writers[s.name] = _Writer(
-                directory, s.table_name or s.name, fmt, state_schema(s.layout, mode)
+                directory, s.table_name or s.name, fmt, state_schema(s, mode)
             )
         for name, batch in pairs:
             writers[name].write(batch)

@@ -29,7 +29,8 @@ from statequery.metadata.handles import (
     KeyGroupsHandle,
 )
 from statequery.metadata.javaser import TtlConfig, read_ttl_config
-from statequery.metadata.proxy import StateMetaInfo, _read_state_meta, _Unknown
+from statequery.metadata.proxy import _read_state_meta, _Unknown
+from statequery.metadata.state import StateInfo
 from statequery.serializers.readers import reader_for
 from statequery.serializers.spec import SerializerSpec, TimerSpec
 
@@ -60,7 +61,7 @@ class ChangeLog:
     registration order, last registration wins), and the data changes in log order as
     ``(key group, operation, state name, payload)`` (payload: the bytes after the state id)."""
 
-    states: dict[str, StateMetaInfo] = field(default_factory=dict)
+    states: dict[str, StateInfo] = field(default_factory=dict)
     changes: list[tuple[int, int, str, bytes]] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
     source: str = ""
@@ -179,7 +180,7 @@ def read_change_log(resolver: Any, handle: ChangelogHandle) -> ChangeLog:
     return log
 
 
-def _metadata_record(d: Decoder) -> tuple[StateMetaInfo, int, TtlConfig | None]:
+def _metadata_record(d: Decoder) -> tuple[StateInfo, int, TtlConfig | None]:
     """A METADATA record after its operation byte: int version, the ``StateMetaInfoSnapshot``,
     for key-value states the TTL flag (+ Java-serialized ``StateTtlConfig``) and the default
     value flag (+ value), then the short state id and the byte backend state type. Returns the
@@ -194,8 +195,8 @@ def _metadata_record(d: Decoder) -> tuple[StateMetaInfo, int, TtlConfig | None]:
     except _Unknown as e:  # the record has no length: nothing after an unknown payload is found
         raise UnsupportedFormatError(
             f"{d.source}: change-log metadata record of state {e.partial.name!r}: {e}") from e
-    if meta.error:
-        raise UnsupportedFormatError(f"{d.source}: state {meta.name!r}: {meta.error}")
+    if meta.reason:
+        raise UnsupportedFormatError(f"{d.source}: state {meta.name!r}: {meta.reason}")
     ttl = None
     if meta.backend_type in ("KEY_VALUE", "KEY_VALUE_V2"):
         if d.read_bool():
@@ -248,7 +249,7 @@ class ChangelogSummary:
     (base states first), the changes logged per state, the key serializer when it can tell,
     or the error that stops reading it."""
 
-    states: tuple[StateMetaInfo, ...] = ()
+    states: tuple[StateInfo, ...] = ()
     counts: dict[str, int] = field(default_factory=dict)
     key: SerializerSpec | None = None
     error: str | None = None

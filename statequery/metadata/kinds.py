@@ -9,16 +9,17 @@ A state header (``StateMetaInfoSnapshot``) says what a state is with three of Fl
 * for operator state the option ``OPERATOR_STATE_DISTRIBUTION_MODE``
   (``OperatorStateHandle.Mode``): ``SPLIT_DISTRIBUTE``, ``UNION``, ``BROADCAST``.
 
-:func:`layout_from_meta` maps them, with the serializers, to a :class:`StateLayout`: the kind
-(one of :data:`KINDS`) and the per-row serializers the decoders need. Every layer gets a state's
-kind from here (the StateMeta model, the Arrow schemas, the backends).
+:func:`kind_of` maps them to the kind (one of :data:`KINDS`), :func:`row_specs` the kind and the
+serializers to the per-row serializers the decoders need; both are read through
+:class:`~statequery.metadata.state.StateInfo`, the one class describing a state. Every layer gets
+a state's kind from here (the StateMeta model, the Arrow schemas, the backends).
 
 Decisions (documented once, here): ``FOLDING`` (removed from Flink, its value is the
 accumulator) reads as ``aggregating``; a ``PRIORITY_QUEUE`` whose elements are timers is
 ``event_timer`` or ``processing_timer`` by its ``_timer_state/event_`` /
 ``_timer_state/processing_`` name (other names: ``processing`` in the name, else event), any
 other queue is ``priority_queue`` (listed, not readable as rows); a ``TtlSerializer`` around the
-value (list element, map value) sets ``ttl`` and the layout holds the inner serializer.
+value (list element, map value) sets ``ttl`` and the row specs hold the inner serializer.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from statequery.exceptions import UnsupportedFormatError
 from statequery.serializers.spec import (
     ListSpec,
     MapSpec,
@@ -47,9 +47,9 @@ __all__ = [
     "DISTRIBUTION_MODES",
     "TIMER_KINDS",
     "Kind",
-    "StateLayout",
     "backend_type_name",
-    "layout_from_meta",
+    "kind_of",
+    "row_specs",
 ]
 
 
@@ -111,36 +111,6 @@ TIMER_KINDS = tuple(k.name for k in KINDS.values() if k.timer)
 OPERATOR_KINDS = tuple(k.name for k in KINDS.values() if not k.keyed and k.readable)
 
 
-@dataclass(frozen=True)
-class StateLayout:
-    """What a state's rows hold (the decoders' view of a state of the model).
-
-    ``value`` is the per-row value serializer: the value for value/reducing/aggregating, the list
-    **element** for list and operator list state, the map **value** for map and broadcast state,
-    the ``TimerSpec`` for timers. ``ttl`` is True when that serializer was a ``TtlSpec`` (the
-    layout then holds the inner serializer and rows carry ``last_access``). ``state_value`` keeps
-    the state's full ``VALUE_SERIALIZER`` (what the hashmap checkpoint format writes).
-    """
-
-    name: str
-    kind: str
-    key: SerializerSpec | None = None
-    namespace: SerializerSpec | None = None
-    user_key: SerializerSpec | None = None
-    value: SerializerSpec | None = None
-    ttl: bool = False
-    state_value: SerializerSpec | None = None
-
-    @property
-    def keyed(self) -> bool:
-        """Keyed state with rows (not a non-timer queue or an unsupported keyed type)."""
-        return self.kind in KEYED_KINDS
-
-    @property
-    def is_timer(self) -> bool:
-        return self.kind in TIMER_KINDS
-
-
 def _option(options: Any, name: str) -> str | None:
     if isinstance(options, Mapping):
         v = options.get(name)
@@ -182,84 +152,80 @@ def _timer_kind(name: str) -> str:
     return "processing_timer" if "processing" in name else "event_timer"
 
 
-def layout_from_meta(meta: Any, key_serializer: SerializerSpec | None = None) -> StateLayout:
-    """The :class:`StateLayout` of a state described by ``name``, ``backend_type``, ``options``
-    and ``serializers`` (a header's ``StateMetaInfo`` or the model's ``StateInfo``).
-
-    ``key_serializer`` is the keyed header's key serializer (keyed states only). Raises
-    :class:`UnsupportedFormatError` for a keyed state type this reader does not know.
-    """
-    name = meta.name
-    backend = backend_type_name(getattr(meta, "backend_type", None))
-    options = getattr(meta, "options", {})
-    sers = getattr(meta, "serializers", {})
-    value = _serializer(sers, "VALUE_SERIALIZER")
-    error = getattr(meta, "error", None)
-    if value is None and error:
-        value = OpaqueSpec(family="unknown", reason=str(error))
+def kind_of(
+    name: str, backend_type: Any, options: Any, serializers: Any
+) -> tuple[str, str | None]:
+    """A state's kind (one of :data:`KINDS`) from its header: its name, ``BackendStateType``,
+    options and serializers, and why it is ``unknown`` (a keyed state type this reader does not
+    know), else None."""
+    backend = backend_type_name(backend_type)
     if backend == "RAW":
-        return StateLayout(name, "raw")
+        return "raw", None
     if backend == "PRIORITY_QUEUE":
-        if not isinstance(value, TimerSpec):
-            # a non-timer queue: not readable as rows, but its elements can be skipped
-            return StateLayout(name, "priority_queue", value=value, state_value=value)
-        return StateLayout(
-            name,
-            _timer_kind(name),
-            key=value.key,
-            namespace=value.namespace,
-            value=value,
-            state_value=value,
-        )
+        value = _serializer(serializers, "VALUE_SERIALIZER")
+        # a non-timer queue: not readable as rows, but its elements can be skipped
+        return (_timer_kind(name) if isinstance(value, TimerSpec) else "priority_queue"), None
     if backend in ("OPERATOR", "BROADCAST"):
         mode = (_option(options, "OPERATOR_STATE_DISTRIBUTION_MODE") or "").upper()
-        kind = "broadcast" if backend == "BROADCAST" else DISTRIBUTION_MODES.get(
-            mode, "operator_list"
-        )
-        if kind == "broadcast":
-            return StateLayout(
-                name,
-                "broadcast",
-                user_key=_serializer(sers, "KEY_SERIALIZER"),
-                value=value,
-                state_value=value,
-            )
-        return StateLayout(name, kind, value=value, state_value=value)
+        if backend == "BROADCAST":
+            return "broadcast", None
+        return DISTRIBUTION_MODES.get(mode, "operator_list"), None
     # keyed KEY_VALUE / KEY_VALUE_V2
     stype = (_option(options, "KEYED_STATE_TYPE") or "VALUE").upper()
     if stype not in KEYED_STATE_TYPES:
-        raise UnsupportedFormatError(f"state {name!r}: unsupported keyed state type {stype}")
-    kind = KEYED_STATE_TYPES[stype]
-    ns = _serializer(sers, "NAMESPACE_SERIALIZER") or NamespaceSpec(name="void")
+        return "unknown", f"state {name!r}: unsupported keyed state type {stype}"
+    return KEYED_STATE_TYPES[stype], None
+
+
+def row_specs(
+    kind: str,
+    serializers: Mapping[str, SerializerSpec],
+    key_spec: SerializerSpec | None,
+    error: str | None,
+) -> tuple[
+    SerializerSpec | None,
+    SerializerSpec | None,
+    SerializerSpec | None,
+    SerializerSpec | None,
+    bool,
+    SerializerSpec | None,
+]:
+    """What a state's rows hold, for the decoders: ``(key, namespace, user_key, value, ttl,
+    state_value)`` of a state of ``kind`` with these header ``serializers`` (Flink's keys),
+    ``key_spec`` the keyed header's key serializer and ``error`` why the state is not decodable
+    (when the header gave no value serializer, the value is then opaque with this reason).
+
+    ``value`` is the per-row value serializer: the value for value/reducing/aggregating, the list
+    **element** for list and operator list state, the map **value** for map and broadcast state,
+    the ``TimerSpec`` for timers. ``ttl`` is True when that serializer was a ``TtlSpec`` (``value``
+    is then the inner serializer and rows carry ``last_access``). ``state_value`` is the state's
+    full ``VALUE_SERIALIZER`` (what the hashmap checkpoint format writes).
+    """
+    value = _serializer(serializers, "VALUE_SERIALIZER")
+    if value is None and error:
+        value = OpaqueSpec(family="unknown", reason=str(error))
+    if kind in ("raw", "unknown"):
+        return None, None, None, None, False, None
+    if kind == "priority_queue" or kind in OPERATOR_KINDS and kind != "broadcast":
+        return None, None, None, value, False, value
+    if kind == "broadcast":
+        return None, None, _serializer(serializers, "KEY_SERIALIZER"), value, False, value
+    if kind in TIMER_KINDS:
+        if isinstance(value, TimerSpec):
+            return value.key, value.namespace, None, value, False, value
+        return None, None, None, value, False, value
+    ns = _serializer(serializers, "NAMESPACE_SERIALIZER") or NamespaceSpec(name="void")
     if kind == "list":
         element = value.element if isinstance(value, ListSpec) else value
         element, ttl = _unwrap_ttl(element)
-        return StateLayout(
-            name, "list", key=key_serializer, namespace=ns, value=element, ttl=ttl,
-            state_value=value,
-        )
+        return key_spec, ns, None, element, ttl, value
     if kind == "map":
-        user_key = _serializer(sers, "USER_KEY_SERIALIZER")
+        user_key = _serializer(serializers, "USER_KEY_SERIALIZER")
         if isinstance(value, MapSpec) and user_key is None:
             user_key, map_value = value.key, value.value
         else:
             map_value = value
         map_value, ttl = _unwrap_ttl(map_value)
-        return StateLayout(
-            name, "map", key=key_serializer, namespace=ns, user_key=user_key, value=map_value,
-            ttl=ttl, state_value=value,
-        )
+        return key_spec, ns, user_key, map_value, ttl, value
     inner, ttl = _unwrap_ttl(value)
-    return StateLayout(
-        name, kind, key=key_serializer, namespace=ns, value=inner, ttl=ttl, state_value=value
-    )
-
-
-def layout_or_unknown(
-    meta: Any, key_serializer: SerializerSpec | None = None
-) -> tuple[StateLayout, str | None]:
-    """:func:`layout_from_meta`, or an ``unknown`` layout and the reason."""
-    try:
-        return layout_from_meta(meta, key_serializer), None
-    except UnsupportedFormatError as e:
-        return StateLayout(meta.name, "unknown"), str(e)
+    return key_spec, ns, None, inner, ttl, value

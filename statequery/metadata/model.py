@@ -48,7 +48,7 @@ from statequery.metadata.handles import (
     layout_by_first_bytes,
     layout_probe,
 )
-from statequery.metadata.kinds import OPERATOR_KINDS, layout_or_unknown
+from statequery.metadata.kinds import OPERATOR_KINDS
 from statequery.metadata.plan import (
     CompiledPlan,
     PlanNode,
@@ -63,7 +63,6 @@ from statequery.metadata.proxy import (
     MAX_HEADER,
     KeyedBackendProxy,
     OperatorBackendProxy,
-    StateMetaInfo,
     read_header,
     read_header_bytes,
     read_keyed_proxy,
@@ -357,7 +356,7 @@ class SavepointModel:
         if states is None:
             found = [
                 s for s in op.states
-                if s.layout.keyed or (not keyed_only and s.layout.kind in OPERATOR_KINDS)
+                if s.keyed_rows or (not keyed_only and s.kind in OPERATOR_KINDS)
             ]
             if not found:
                 what = "keyed state (a key or key groups were given)" if keyed_only else "state"
@@ -510,13 +509,12 @@ def _partition_bytes(handle: OperatorStreamHandle, name: str) -> int:
 
 def _state_info(
     op: OperatorState,
-    info: StateMetaInfo,
+    info: StateInfo,
     key_spec: SerializerSpec | None,
     backend: str | None,
     fmt: str | None,
 ) -> StateInfo:
-    layout, unsupported = layout_or_unknown(info, key_spec)
-    kind = layout.kind  # the one kind table (statequery.metadata.kinds)
+    kind = info.kind  # the one kind table (statequery.metadata.kinds), as the header parse set it
     sers = info.serializers
     value = sers.get("VALUE_SERIALIZER")
     namespace = sers.get("NAMESPACE_SERIALIZER")
@@ -538,24 +536,22 @@ def _state_info(
         key = None
     elif kind in ("operator_list", "operator_union"):
         key = None
-    ttl = layout.ttl
-    reason = info.error or unsupported or _first_opaque((key, namespace, value, user_key))
-    return StateInfo(
+    reason = info.reason or info.unsupported or _first_opaque((key, namespace, value, user_key))
+    return dataclasses.replace(
+        info,
+        # the header's ids are per subtask header (HeaderInfo.state_ids), not the state's
+        state_id=0,
         operator_id=op.operator_id,
         operator_uid=op.uid,
         operator_name=op.name,
         parallelism=op.parallelism,
         max_parallelism=op.max_parallelism,
-        name=info.name,
-        kind=kind,
-        backend_type=info.backend_type,
         key_spec=key,
         namespace_spec=namespace,
         value_spec=value,
         user_key_spec=user_key,
         serializers=dict(sers),
         options=dict(info.options),
-        ttl=ttl,
         decodable=reason is None,
         reason=reason,
         backend=backend if kind not in ("operator_list", "operator_union", "broadcast") else None,
@@ -647,7 +643,7 @@ def _raw_states(
     raw_operator = sum(s.raw_operator_bytes for s in subtasks)
     timers = [h for h in headers if h.timers and h.states]
     if timers:
-        seen: dict[str, StateMetaInfo] = {}
+        seen: dict[str, StateInfo] = {}
         for h in timers:
             for meta in h.states:
                 seen.setdefault(meta.name, meta)
@@ -658,7 +654,7 @@ def _raw_states(
             states.append(
                 dataclasses.replace(
                     info,
-                    key_spec=info.layout.key,
+                    key_spec=info.key,
                     size_bytes=raw_keyed,
                     decodable=reason is None,
                     reason=reason,
@@ -885,7 +881,7 @@ def derive_operator(
     """The model of operator ``i`` from ``_metadata`` and its headers (table names unassigned)."""
     op = md.operators[i]
     key_spec: SerializerSpec | None = None
-    merged: dict[str, tuple[StateMetaInfo, str | None]] = {}
+    merged: dict[str, tuple[StateInfo, str | None]] = {}
     op_backend = None
     subtasks = []
     header_errors: list[str] = []

@@ -48,7 +48,6 @@ __all__ = [
     "apply_plan",
     "name_operator",
     "choosers",
-    "rename_layout",
     "PlanNode",
     "match_operators",
     "operator_kind",
@@ -676,19 +675,6 @@ def _rename_value(spec: SerializerSpec | None, kc: Chooser, uc: Chooser,
     if isinstance(spec, TimerSpec):
         return replace(spec, key=_rename(spec.key, kc))
     return _rename_rows(spec, vc)
-
-
-def rename_layout(plan: CompiledPlan, node: PlanNode, layout: Any) -> Any:
-    """A :class:`~statequery.arrow.schemas.StateLayout` with the query's column names."""
-    kc, uc, vc = choosers(plan, node, layout.name)
-    value = _rename_value(layout.value, kc, uc, vc)
-    state_value = _rename_value(layout.state_value, kc, uc, vc)
-    if layout.name in ("accState", "window-aggs"):
-        values = current_values(node, plan)
-        value, state_value = _derive(value, values), _derive(state_value, values)
-    return replace(layout, key=_rename_rows(layout.key, kc),
-                   user_key=_rename_rows(layout.user_key, uc),
-                   value=value, state_value=state_value)
 
 
 def name_operator(plan: CompiledPlan, node: PlanNode, op: Any) -> Any:

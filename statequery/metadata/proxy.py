@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TypeVar
 
 from statequery.decoder import Decoder
 from statequery.exceptions import CorruptStateError, UnknownSerializerError, UnsupportedFormatError
 from statequery.metadata.handles import HandleResolver, StreamHandle
+from statequery.metadata.state import StateInfo
 from statequery.serializers.snapshots import read_top_level_snapshot
 from statequery.serializers.spec import (
     ROW_KIND_STATES,
@@ -47,7 +48,6 @@ __all__ = [
     "BACKEND_STATE_TYPES",
     "KeyedBackendProxy",
     "OperatorBackendProxy",
-    "StateMetaInfo",
     "read_header",
     "read_header_bytes",
     "read_keyed_proxy",
@@ -70,32 +70,6 @@ RESYNC_WINDOW = 4 << 20  # bytes searched for the end of an unknown snapshot pay
 
 
 @dataclass(frozen=True)
-class StateMetaInfo:
-    """One state of a header (``StateMetaInfoSnapshot``), in state-id order.
-
-    ``serializers`` maps Flink's keys (``NAMESPACE_SERIALIZER``, ``VALUE_SERIALIZER``,
-    ``KEY_SERIALIZER``, ``USER_KEY_SERIALIZER``) to specs. ``error`` says why the state is not
-    decodable (an unknown serializer snapshot), else None.
-    """
-
-    name: str
-    backend_type: str
-    options: dict[str, str] = field(default_factory=dict)
-    serializers: dict[str, SerializerSpec] = field(default_factory=dict)
-    state_id: int = 0
-    error: str | None = None
-
-    @property
-    def state_type(self) -> str | None:
-        """``KEYED_STATE_TYPE`` (VALUE, LIST, MAP, REDUCING, AGGREGATING…) for keyed states."""
-        return self.options.get("KEYED_STATE_TYPE")
-
-    @property
-    def distribution_mode(self) -> str | None:
-        return self.options.get("OPERATOR_STATE_DISTRIBUTION_MODE")
-
-
-@dataclass(frozen=True)
 class KeyedBackendProxy:
     """A keyed-state header. ``header_end`` is the offset where key-group data may begin (None
     when an unknown serializer made the end unknowable)."""
@@ -103,14 +77,14 @@ class KeyedBackendProxy:
     version: int
     compressed: bool
     key_serializer: SerializerSpec
-    states: tuple[StateMetaInfo, ...]
+    states: tuple[StateInfo, ...]
     header_end: int | None
     error: str | None = None  # the part of the header that could not be read, if any
     #: of a type-12 key-groups stream whose every key group has an offset: "heap" or
     #: "canonical" as its bytes say (statequery.backends.heap_layout_of); else None
     layout: str | None = None
 
-    def state(self, name: str) -> StateMetaInfo | None:
+    def state(self, name: str) -> StateInfo | None:
         for s in self.states:
             if s.name == name:
                 return s
@@ -123,13 +97,13 @@ class OperatorBackendProxy:
 
     version: int
     compressed: bool
-    operator_states: tuple[StateMetaInfo, ...]
-    broadcast_states: tuple[StateMetaInfo, ...]
+    operator_states: tuple[StateInfo, ...]
+    broadcast_states: tuple[StateInfo, ...]
     header_end: int | None
     error: str | None = None
 
     @property
-    def states(self) -> tuple[StateMetaInfo, ...]:
+    def states(self) -> tuple[StateInfo, ...]:
         return self.operator_states + self.broadcast_states
 
 
@@ -140,7 +114,7 @@ class _Unknown(Exception):
     """An unknown snapshot inside a state's serializers (carries what was read so far)."""
 
     def __init__(
-        self, error: UnknownSerializerError, partial: StateMetaInfo, remaining: int, resume: int
+        self, error: UnknownSerializerError, partial: StateInfo, remaining: int, resume: int
     ) -> None:
         super().__init__(str(error))
         self.error = error
@@ -149,7 +123,7 @@ class _Unknown(Exception):
         self.resume = resume  # position after the failing entry's key and proxy version
 
 
-def _read_state_meta(d: Decoder, state_id: int) -> StateMetaInfo:
+def _read_state_meta(d: Decoder, state_id: int) -> StateInfo:
     pos = d.pos
     name = d.read_utf()
     tpos = d.pos
@@ -179,7 +153,7 @@ def _read_state_meta(d: Decoder, state_id: int) -> StateMetaInfo:
             serializers[key] = OpaqueSpec(
                 snapshot_class=e.class_name, family="unknown", reason=str(e)
             )
-            partial = StateMetaInfo(
+            partial = StateInfo.from_header(
                 name, backend_type, options, serializers, state_id, f"{key}: {e}"
             )
             raise _Unknown(e, partial, n_ser - i - 1, entry + 4) from e
@@ -187,7 +161,7 @@ def _read_state_meta(d: Decoder, state_id: int) -> StateMetaInfo:
     if (name in ROW_KIND_STATES and backend_type.startswith("KEY_VALUE")
             and "VALUE_SERIALIZER" in serializers):
         serializers["VALUE_SERIALIZER"] = with_row_kinds(serializers["VALUE_SERIALIZER"])
-    return StateMetaInfo(name, backend_type, options, serializers, state_id)
+    return StateInfo.from_header(name, backend_type, options, serializers, state_id)
 
 
 T = TypeVar("T")
@@ -249,13 +223,13 @@ def _state_starts(
 
 def _read_states(
     d: Decoder, n: int, first_id: int, what: str
-) -> tuple[list[StateMetaInfo], str | None, bool]:
+) -> tuple[list[StateInfo], str | None, bool]:
     """Read ``n`` states, resynchronising after unknown serializer snapshots.
 
     Returns the states, an error naming what could not be read (None if all states were read),
     and whether the decoder now stands exactly at the end of the states.
     """
-    states: list[StateMetaInfo] = []
+    states: list[StateInfo] = []
     for i in range(n):
         try:
             states.append(_read_state_meta(d, first_id + i))
@@ -285,34 +259,34 @@ def _read_states(
 
 def _resync(
     d: Decoder, u: _Unknown, left: int, next_id: int, what: str
-) -> tuple[list[StateMetaInfo], int, bool] | None:
+) -> tuple[list[StateInfo], int, bool] | None:
     """Find where parsing can continue after an unknown snapshot; parse the rest from there."""
     partial = u.partial
     tail: list[bool] = []
 
-    def later_states(p: Decoder) -> list[StateMetaInfo]:
+    def later_states(p: Decoder) -> list[StateInfo]:
         states, error, end_known = _read_states(p, left, next_id, what)
         if error is not None:
             raise p.error(error)
         tail.append(end_known)
         return states
 
-    def rest_from_serializer(p: Decoder) -> list[StateMetaInfo]:
+    def rest_from_serializer(p: Decoder) -> list[StateInfo]:
         sers = dict(partial.serializers)
         for _ in range(u.remaining):
             key = p.read_utf()
             sers[key] = read_top_level_snapshot(p)
-        first = StateMetaInfo(
+        first = StateInfo.from_header(
             partial.name,
             partial.backend_type,
             partial.options,
             sers,
             partial.state_id,
-            partial.error,
+            partial.reason,
         )
         return [first, *later_states(p)]
 
-    def rest_from_state(p: Decoder) -> list[StateMetaInfo]:
+    def rest_from_state(p: Decoder) -> list[StateInfo]:
         return [partial, *later_states(p)]
 
     for pos, kind in _candidates(d.buf, u.resume, d.end):
@@ -371,10 +345,10 @@ def read_keyed_proxy(d: Decoder) -> KeyedBackendProxy:
     return KeyedBackendProxy(version, compressed, key_spec, tuple(states), header_end, error)
 
 
-def _resync_key(d: Decoder) -> tuple[list[StateMetaInfo], int] | None:
+def _resync_key(d: Decoder) -> tuple[list[StateInfo], int] | None:
     """After an unknown key serializer: find ``int16 numStates`` + the state list."""
 
-    def states_from(p: Decoder) -> list[StateMetaInfo]:
+    def states_from(p: Decoder) -> list[StateInfo]:
         n = p.read_short()
         if n <= 0:
             raise p.error("no states")

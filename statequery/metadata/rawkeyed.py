@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from statequery.decoder import Decoder
-from statequery.metadata.proxy import StateMetaInfo
+from statequery.metadata.state import StateInfo
 from statequery.serializers.readers import DECODE_ERRORS, reader_for
 from statequery.serializers.snapshots import read_versioned_snapshot
 from statequery.serializers.spec import OpaqueSpec, SerializerSpec, TimerSpec
@@ -64,11 +64,11 @@ PROCESSING_PREFIX = "_timer_state/processing_"
 @dataclass(frozen=True)
 class RawKeyedHeader:
     """What the first key group of a raw keyed stream says: the timer services' states (two per
-    service, as :class:`StateMetaInfo` of ``PRIORITY_QUEUE`` timer queues), or ``error`` when the
-    stream is not a timer stream this reader knows."""
+    service, as :class:`~statequery.metadata.state.StateInfo` of ``PRIORITY_QUEUE`` timer
+    queues), or ``error`` when the stream is not a timer stream this reader knows."""
 
     version: int
-    states: tuple[StateMetaInfo, ...] = ()
+    states: tuple[StateInfo, ...] = ()
     error: str | None = None
     header_end: int = 0
     timers: bool = True
@@ -76,10 +76,10 @@ class RawKeyedHeader:
 
 def _timer_states(
     name: str, key: SerializerSpec, ns: SerializerSpec, first_id: int
-) -> list[StateMetaInfo]:
+) -> list[StateInfo]:
     spec = TimerSpec(key=key, namespace=ns)
     return [
-        StateMetaInfo(
+        StateInfo.from_header(
             name=prefix + name,
             backend_type="PRIORITY_QUEUE",
             serializers={"VALUE_SERIALIZER": spec},
@@ -128,7 +128,7 @@ def read_raw_keyed_header(d: Decoder) -> RawKeyedHeader:
             f"(Flink 1.6/1.7 serializer configs) are not read; version {TIMER_PROXY_VERSION} is",
         )
     n = d.check_length(d.read_int(), "timer service count", 10)
-    states: list[StateMetaInfo] = []
+    states: list[StateInfo] = []
     for i in range(n):
         name = d.read_utf()
         key = read_versioned_snapshot(d)

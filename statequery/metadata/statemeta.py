@@ -12,8 +12,9 @@ The model:
   states;
 * :class:`SubtaskInfo` — one subtask's handles (key-group range, keyed/operator handles) and what
   its headers said (compression, header end, state ids);
-* :class:`StateInfo` — one state: kind, key/namespace/value specs, TTL, decodability, size, the
-  SQL-safe ``table_name``.
+* :class:`~statequery.metadata.state.StateInfo` — one state: kind, key/namespace/value specs,
+  TTL, decodability, size, the SQL-safe ``table_name`` (the one class describing a state, also
+  what the header parsers and the decoders use).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from functools import cached_property
 from typing import Any
 
 import msgpack
@@ -37,27 +37,10 @@ from statequery.metadata.handles import (
     handle_from_dict,
     handle_to_dict,
 )
-from statequery.metadata.kinds import OPERATOR_KINDS, StateLayout, layout_or_unknown
 from statequery.metadata.runindex import RunIndex
+from statequery.metadata.state import StateInfo, type_string
 from statequery.serializers.spec import (
-    AvroSpec,
-    EnumSpec,
-    GenericArraySpec,
-    ListSpec,
-    MapSpec,
-    NamespaceSpec,
-    NullableSpec,
-    OpaqueSpec,
-    OptionalSpec,
-    PojoSpec,
-    PrimitiveArraySpec,
-    PrimitiveSpec,
-    RowDataSpec,
-    RowSpec,
     SerializerSpec,
-    StructSpec,
-    TtlSpec,
-    TupleSpec,
     from_dict,
     to_dict,
 )
@@ -135,80 +118,6 @@ class SubtaskInfo:
     raw_keyed_header: HeaderInfo | None = None
     raw_keyed_bytes: int = 0
     raw_operator_bytes: int = 0
-
-
-@dataclass(frozen=True)
-class StateInfo:
-    """One state of one operator.
-
-    ``kind``: value, list, map, reducing, aggregating, event_timer, processing_timer,
-    operator_list, operator_union, broadcast (also ``priority_queue`` for non-timer queues,
-    ``folding``/``unknown`` for legacy keyed states).
-    ``key_spec`` is the operator's key serializer (keyed states), ``namespace_spec`` the namespace,
-    ``value_spec`` the value — for list states the *element*, for map states the map value —
-    and ``user_key_spec`` the map key (map state) or broadcast key. Specs keep TTL wrappers
-    (``TtlSpec``); ``ttl`` says so. ``serializers`` holds the header's serializers unchanged
-    (Flink's keys), for readers that need the full state serializer.
-    """
-
-    operator_id: str
-    operator_uid: str
-    operator_name: str
-    parallelism: int
-    max_parallelism: int
-    name: str
-    kind: str
-    backend_type: str
-    key_spec: SerializerSpec | None = None
-    namespace_spec: SerializerSpec | None = None
-    value_spec: SerializerSpec | None = None
-    user_key_spec: SerializerSpec | None = None
-    serializers: dict[str, SerializerSpec] = field(default_factory=dict)
-    options: dict[str, str] = field(default_factory=dict)
-    ttl: bool = False
-    decodable: bool = True
-    reason: str | None = None
-    size_bytes: int = 0
-    backend: str | None = None
-    format: str | None = None
-    table_name: str = ""
-    #: where the state's bytes are: ``managed`` (keyed or operator state), ``raw_keyed`` (heap
-    #: timers a RocksDB checkpoint wrote into raw keyed state), ``raw_operator``
-    stream: str = "managed"
-    #: keyed state of the changelog state backend: the number of logged changes applied on top
-    #: of the materialized base (0: none); None for every other backend
-    changes: int | None = None
-
-    @property
-    def keyed(self) -> bool:
-        return self.kind not in OPERATOR_KINDS
-
-    @property
-    def error(self) -> str | None:
-        """Why the header gave no value serializer (then the layout's value is opaque)."""
-        return None if "VALUE_SERIALIZER" in self.serializers else self.reason
-
-    @cached_property
-    def layout(self) -> StateLayout:
-        """The decoders' view of this state, from the one kind table
-        (:mod:`statequery.metadata.kinds`); ``unknown`` when the keyed type is unsupported."""
-        return layout_or_unknown(self, self.key_spec if self.keyed else None)[0]
-
-    @property
-    def key_type(self) -> str | None:
-        return type_string(self.key_spec)
-
-    @property
-    def namespace_type(self) -> str | None:
-        return type_string(self.namespace_spec)
-
-    @property
-    def value_type(self) -> str | None:
-        return type_string(self.value_spec)
-
-    @property
-    def user_key_type(self) -> str | None:
-        return type_string(self.user_key_spec)
 
 
 def operator_label(op: Any) -> str:
@@ -374,104 +283,6 @@ def fingerprint(metadata_bytes: bytes) -> tuple[int, str]:
     return len(metadata_bytes), hashlib.sha256(metadata_bytes).hexdigest()
 
 
-# -- type strings ------------------------------------------------------------------------------
-
-_PRIMITIVE_SQL = {
-    "boolean": "BOOLEAN",
-    "byte": "TINYINT",
-    "short": "SMALLINT",
-    "int": "INT",
-    "long": "BIGINT",
-    "float": "FLOAT",
-    "double": "DOUBLE",
-    "char": "CHAR",
-    "string": "STRING",
-    "void": "VOID",
-    "bigint": "BIGINTEGER",
-    "bigdec": "BIGDECIMAL",
-    "date": "DATE (java.util.Date)",
-    "sql_date": "DATE",
-    "sql_time": "TIME",
-    "sql_timestamp": "TIMESTAMP",
-    "instant": "TIMESTAMP_LTZ",
-    "local_date": "DATE",
-    "local_time": "TIME",
-    "local_date_time": "TIMESTAMP",
-    "string_data": "STRING",
-    "null_value": "NULL",
-    "boolean_value": "BOOLEAN",
-}
-_NAMESPACE_SQL = {
-    "void": "VOID",
-    "time_window": "TimeWindow",
-    "global_window": "GlobalWindow",
-    "count_window": "CountWindow",
-}
-
-
-def type_string(spec: SerializerSpec | None) -> str | None:
-    """A SQL-like type name for ``inspect`` and ``state_meta`` (TTL wrappers unwrapped)."""
-    if spec is None:
-        return None
-    if isinstance(spec, TtlSpec):
-        return type_string(spec.inner)
-    if isinstance(spec, PrimitiveSpec):
-        if spec.name == "decimal_data":
-            return f"DECIMAL({spec.precision}, {spec.scale})"
-        if spec.name == "timestamp_data":
-            return f"TIMESTAMP({spec.precision})"
-        return _PRIMITIVE_SQL.get(spec.name, spec.name.upper())
-    if isinstance(spec, PrimitiveArraySpec):
-        if spec.element == "byte":
-            return "BYTES"
-        inner = _PRIMITIVE_SQL.get(spec.element, spec.element.upper())
-        return f"ARRAY<{inner} NOT NULL>"
-    if isinstance(spec, NamespaceSpec):
-        return _NAMESPACE_SQL.get(spec.name, spec.name)
-    if isinstance(spec, TupleSpec):
-        inner = ", ".join(type_string(f) or "?" for f in spec.fields)
-        return f"TUPLE{len(spec.fields)}<{inner}>"
-    if isinstance(spec, RowSpec):
-        pairs = zip(spec.field_names, spec.fields, strict=True)
-        inner = ", ".join(f"{n} {type_string(f)}" for n, f in pairs)
-        return f"ROW<{inner}>"
-    if isinstance(spec, PojoSpec):
-        inner = ", ".join(f"{f.name} {type_string(f.spec) or 'REMOVED'}" for f in spec.fields)
-        return f"POJO<{spec.class_name}>{{{inner}}}"
-    if isinstance(spec, EnumSpec):
-        return f"ENUM<{spec.class_name}>"
-    if isinstance(spec, ListSpec):
-        return f"ARRAY<{type_string(spec.element)}>"
-    if isinstance(spec, MapSpec):
-        if spec.is_set or spec.value is None:
-            return f"MULTISET<{type_string(spec.key)}>"
-        return f"MAP<{type_string(spec.key)}, {type_string(spec.value)}>"
-    if isinstance(spec, GenericArraySpec):
-        return f"ARRAY<{type_string(spec.element)}>"
-    if isinstance(spec, NullableSpec):
-        return type_string(spec.inner)
-    if isinstance(spec, RowDataSpec):
-        text = str(spec.type)
-        if spec.derived and text.endswith(">"):
-            text = text[:-1] + "".join(f", {d[0]} {d[4]}" for d in spec.derived) + ">"
-        if spec.row_kind and text.startswith("ROW<"):
-            return "ROW<row_kind STRING, " + text[4:]
-        return text
-    if isinstance(spec, StructSpec):
-        pairs = zip(spec.names, spec.fields, strict=True)
-        return "ROW<" + ", ".join(f"{n} {type_string(f)}" for n, f in pairs) + ">"
-    if isinstance(spec, OptionalSpec):
-        return type_string(spec.inner)
-    if isinstance(spec, OpaqueSpec):
-        what = spec.type_class or spec.snapshot_class or "?"
-        return f"{spec.family.upper()}<{what}>"
-    if isinstance(spec, AvroSpec):
-        from statequery.serializers.avro import parse_schema
-
-        return f"AVRO<{parse_schema(spec.schema).name or spec.type_class or '?'}>"
-    return spec.display
-
-
 _SQL_UNSAFE = re.compile(r"[^0-9a-zA-Z_]+")
 
 
@@ -598,7 +409,6 @@ def _state_from(d: Mapping[str, Any], op: Mapping[str, Any]) -> StateInfo:
         user_key_spec=_unspec(d["user_key"]),
         serializers={k: from_dict(v) for k, v in d["serializers"].items()},
         options=dict(d["options"]),
-        ttl=d["ttl"],
         decodable=d["decodable"],
         reason=d["reason"],
         size_bytes=d["size_bytes"],

@@ -8,9 +8,10 @@ import sys
 from decimal import Decimal
 
 import pyarrow as pa
+from support.flinkenc import row_state
 
 from statequery.arrow.batches import BatchBuilder
-from statequery.arrow.schemas import StateLayout, state_schema
+from statequery.arrow.schemas import state_schema
 from statequery.arrow.types import arrow_type, sql_arrow_type
 from statequery.serializers.spec import (
     EitherSpec,
@@ -78,7 +79,7 @@ def test_reader_values_convert_to_their_arrow_types() -> None:
         class_name="P",
         fields=(PojoField("n", "P", S), PojoField("tier", "P", EnumSpec(constants=("A",)))),
     )
-    layout = StateLayout(
+    layout = row_state(
         "x",
         "value",
         key=S,
@@ -97,7 +98,7 @@ def test_reader_values_convert_to_their_arrow_types() -> None:
     batch = b.flush()
     assert batch is not None and batch.num_rows == 1
     dec = PrimitiveSpec(name="decimal_data", precision=4, scale=2)
-    layout = StateLayout(
+    layout = row_state(
         "d",
         "list",
         key=S,
@@ -118,7 +119,7 @@ def test_reader_values_convert_to_their_arrow_types() -> None:
 
 def test_layouts_pickle_and_decode_in_a_fresh_process() -> None:
     """Spark ships layouts (frozen specs) to executors, which build their readers there."""
-    layout = StateLayout(
+    layout = row_state(
         "v", "value", key=S, namespace=NamespaceSpec(name="void"), value=L, state_value=L
     )
     blob = pickle.dumps(layout)

@@ -47,7 +47,7 @@ from statequery.arrow.batches import BatchBuilder
 from statequery.arrow.schemas import state_schema
 from statequery.backends import fastpath
 from statequery.exceptions import CorruptStateError
-from statequery.metadata.kinds import StateLayout
+from statequery.metadata.state import StateInfo
 from statequery.serializers.spec import (
     ROW_KINDS,
     ArrayDataSpec,
@@ -375,7 +375,7 @@ def namespace(draw: Any) -> Shape:
 class Case:
     """One generated state: its layout, how its bytes are written, its logical entries."""
 
-    layout: StateLayout
+    layout: StateInfo
     mode: str
     enc: flinkenc.StateBytes
     entries: list[flinkenc.Entry]
@@ -393,8 +393,9 @@ def case(draw: Any, name: str = "s") -> Case:
     kgs = st.sampled_from([0, 1, 5, 127] if prefix_len == 1 else [0, 200, 32767])
     user_key = value = None
     if kind == "timer":
-        layout = StateLayout(name=f"_timer_state/event_{name}", kind="event_timer", key=key.spec,
-                             namespace=ns.spec, value=TimerSpec(key=key.spec, namespace=ns.spec))
+        layout = flinkenc.row_state(
+            name=f"_timer_state/event_{name}", kind="event_timer", key=key.spec,
+            namespace=ns.spec, value=TimerSpec(key=key.spec, namespace=ns.spec))
         values: st.SearchStrategy[Any] = _ints(64)
         modes = ["rows"]
     else:
@@ -421,7 +422,7 @@ def case(draw: Any, name: str = "s") -> Case:
             if modes == ["nested"]:
                 keys = keys.filter(lambda k: k is not None)
             values = st.lists(st.tuples(keys, st.one_of(st.none(), values)), max_size=4)
-        layout = StateLayout(name=name, kind=kind, key=key.spec, namespace=ns.spec,
+        layout = flinkenc.row_state(name=name, kind=kind, key=key.spec, namespace=ns.spec,
                              user_key=None if user_key is None else user_key.spec,
                              value=value.spec, ttl=ttl, state_value=full)
     enc = flinkenc.StateBytes(
@@ -893,7 +894,7 @@ def test_a_key_cut_short_is_not_matched_by_its_value_bytes() -> None:
     _check_built()
     long_ = PrimitiveSpec(name="long")
     void = NamespaceSpec(name="void")
-    layout = StateLayout(name="s", kind="value", key=long_, namespace=void, value=long_,
+    layout = flinkenc.row_state(name="s", kind="value", key=long_, namespace=void, value=long_,
                          state_value=long_)
     c = Case(layout, "rows", flinkenc.StateBytes("value", long_, void, long_),
              [flinkenc.Entry(0, 7, None, None, 1), flinkenc.Entry(0, 8, None, None, 2)])
@@ -962,7 +963,7 @@ def _canonical_streams(name: str) -> Any:
                     key_group_prefix_bytes(op.max_parallelism))
 
 
-def _enc_of(layout: StateLayout, prefix_len: int) -> flinkenc.StateBytes | None:
+def _enc_of(layout: StateInfo, prefix_len: int) -> flinkenc.StateBytes | None:
     """The encoder of a fixture state, when it is of a shape the harness generates."""
     schema = state_schema(layout, "rows")
     # Avro values take the pure reader on both paths (docs/avro.md): re-encoded all the same
@@ -1070,7 +1071,7 @@ class _Reencode:
 class _HeapReencode:
     """A heap block walker (``walk(buf, pos, end, kg)``) that checks every entry's bytes."""
 
-    def __init__(self, layout: StateLayout, enc: flinkenc.StateBytes | None) -> None:
+    def __init__(self, layout: StateInfo, enc: flinkenc.StateBytes | None) -> None:
         from statequery.backends.heap import HeapBlockDecoder
         from statequery.serializers.readers import reader_for
 
@@ -1176,7 +1177,7 @@ def test_issue_19_values_on_every_container(kind: str) -> None:
     value = b if base == "map" else s
     full: SerializerSpec = {"list": ListSpec(element=s), "value": s,
                             "map": MapSpec(key=s, value=b)}[base]
-    layout = StateLayout(name="window-contents", kind=base, key=t2, namespace=tw,
+    layout = flinkenc.row_state(name="window-contents", kind=base, key=t2, namespace=tw,
                          user_key=s if base == "map" else None, value=value, state_value=full)
     c = Case(layout, mode, flinkenc.StateBytes(base, t2, tw, value, layout.user_key), entries)
     _compiled(c)

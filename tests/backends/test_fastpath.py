@@ -33,7 +33,7 @@ def _tables(name: str, pure: bool, monkeypatch: pytest.MonkeyPatch) -> dict[Any,
     out: dict[Any, Any] = {}
     for op in sp.metadata.operators:
         for ref in list_states(sp, op):
-            for mode in _modes(ref.layout.kind):
+            for mode in _modes(ref.kind):
                 k = (op.operator_id, ref.name, mode)
                 try:
                     out[k] = read_table(sp, op, ref.name, mode=mode)
@@ -82,7 +82,7 @@ def test_compiled_path_covers_the_common_shapes() -> None:
         sp = statequery.open(str(fixture_dir(name)), io=FileIO(), use_snapshot=False)
         for op in sp.metadata.operators:
             for ref in list_states(sp, op):
-                layout = ref.layout
+                layout = ref
                 if not layout.keyed:
                     continue
                 for mode in _modes(layout.kind):
@@ -153,7 +153,7 @@ def _sink_for(name: str, state: str, mode: str = "rows") -> Any:
     for op in sp.metadata.operators:
         for ref in list_states(sp, op):
             if ref.name == state:
-                layout = ref.layout
+                layout = ref
                 return fastpath.entry_sink(layout, mode, state_schema(layout, mode))
     raise AssertionError(f"{name} has no state {state}")
 
@@ -233,7 +233,7 @@ def test_reads_take_the_compiled_sinks(name: str, monkeypatch: pytest.MonkeyPatc
     rows = 0
     for op in sp.metadata.operators:
         for ref in list_states(sp, op):
-            if ref.layout.keyed:
+            if ref.keyed_rows:
                 rows += read_table(sp, op, ref.name).num_rows
     assert rows > 0
     want = {

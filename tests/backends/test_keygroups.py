@@ -10,9 +10,10 @@ from typing import Any
 import cramjam
 import pyarrow as pa
 import pytest
+from support.flinkenc import row_state
 
 from statequery.arrow.batches import BatchBuilder
-from statequery.arrow.schemas import StateLayout, state_schema
+from statequery.arrow.schemas import state_schema
 from statequery.backends.heap import HeapBlockDecoder, HeapKeyGroupStream
 from statequery.backends.keygroups import (
     CompositeEntryDecoder,
@@ -21,6 +22,7 @@ from statequery.backends.keygroups import (
     serialized_key,
 )
 from statequery.exceptions import CorruptStateError, UnsupportedFormatError
+from statequery.metadata.state import StateInfo
 from statequery.serializers.readers import DecodeError
 from statequery.serializers.spec import (
     ListSpec,
@@ -75,7 +77,7 @@ def key_group(runs: list[tuple[int, list[tuple[bytes, bytes]]]]) -> bytes:
 
 
 def decode(
-    layout: StateLayout,
+    layout: StateInfo,
     entries: list[tuple[bytes, bytes]],
     kg: int = 5,
     mode: str | None = None,
@@ -93,14 +95,14 @@ def ts(ms: int) -> Any:
 
 
 def test_ttl_value_list_and_map() -> None:
-    value = StateLayout(
+    value = row_state(
         "v", "value", key=S, namespace=VOID, value=L, ttl=True, state_value=TtlSpec(inner=L)
     )
     rows = decode(value, [(b"\x05" + sv("k") + b"\x00", be("qq", 1000, 42))])
     assert rows == [
         {"key_group": 5, "key": "k", "namespace": None, "value": 42, "last_access": ts(1000)}
     ]
-    lst = StateLayout("l", "list", key=S, namespace=VOID, value=S, ttl=True)
+    lst = row_state("l", "list", key=S, namespace=VOID, value=S, ttl=True)
     raw = be("q", 7) + sv("a") + b"," + be("q", 8) + sv("b")
     assert decode(lst, [(b"\x05" + sv("k") + b"\x00", raw)]) == [
         {
@@ -116,7 +118,7 @@ def test_ttl_value_list_and_map() -> None:
         (0, "a", ts(7)),
         (1, "b", ts(8)),
     ]
-    mp = StateLayout("m", "map", key=S, namespace=VOID, user_key=S, value=L, ttl=True)
+    mp = row_state("m", "map", key=S, namespace=VOID, user_key=S, value=L, ttl=True)
     rows = decode(
         mp,
         [
@@ -131,12 +133,12 @@ def test_ttl_value_list_and_map() -> None:
 
 
 def test_window_namespace_timers_and_two_byte_prefix() -> None:
-    agg = StateLayout("w", "aggregating", key=S, namespace=WINDOW, value=L, state_value=L)
+    agg = row_state("w", "aggregating", key=S, namespace=WINDOW, value=L, state_value=L)
     key = be("H", 300) + sv("k") + be("qq", 0, 3600000)
     rows = decode(agg, [(key, be("q", 5))], kg=300, prefix_len=2)
     assert rows[0]["namespace"] == {"start": ts(0), "end": ts(3600000)}
     assert rows[0]["key_group"] == 300
-    timer = StateLayout(
+    timer = row_state(
         "_timer_state/event_t",
         "event_timer",
         key=S,
@@ -156,7 +158,7 @@ def test_window_namespace_timers_and_two_byte_prefix() -> None:
 
 def test_ambiguous_key_and_namespace_lengths() -> None:
     """Variable key and variable namespace: each is followed by its length (LE base-256)."""
-    layout = StateLayout("v", "value", key=S, namespace=S, value=L, state_value=L)
+    layout = row_state("v", "value", key=S, namespace=S, value=L, state_value=L)
     key = b"\x05" + sv("key") + bytes([4]) + sv("namespace") + bytes([10])
     assert decode(layout, [(key, be("q", 1))])[0]["namespace"] == "namespace"
     bad = b"\x05" + sv("key") + bytes([5]) + sv("namespace") + bytes([10])
@@ -166,7 +168,7 @@ def test_ambiguous_key_and_namespace_lengths() -> None:
 
 def test_opaque_values_come_back_raw_with_reason() -> None:
     kryo = OpaqueSpec(family="kryo", type_class="com.acme.Thing", reason="Kryo")
-    layout = StateLayout("v", "value", key=S, namespace=VOID, value=kryo, state_value=kryo)
+    layout = row_state("v", "value", key=S, namespace=VOID, value=kryo, state_value=kryo)
     schema = state_schema(layout)
     assert schema.field("value").type == pa.binary() and "value_reason" in schema.names
     rows = decode(layout, [(b"\x05" + sv("k") + b"\x00", b"\x01\x02\x03")])
@@ -177,27 +179,27 @@ def test_opaque_values_come_back_raw_with_reason() -> None:
     table = pa.Table.from_pylist(rows, schema=schema)
     (entry,) = state_entries(table, "value", "v", "", "0" * 32)
     assert entry["value"] == {"$raw": "AQID", "$class": "com.acme.Thing"}
-    lst = StateLayout("l", "list", key=S, namespace=VOID, value=kryo)
+    lst = row_state("l", "list", key=S, namespace=VOID, value=kryo)
     rows = decode(lst, [(b"\x05" + sv("k") + b"\x00", b"\x01,\x02")])
     assert rows[0]["value"] == b"\x01,\x02" and rows[0]["value_reason"]
-    mp = StateLayout("m", "map", key=S, namespace=VOID, user_key=S, value=kryo)
+    mp = row_state("m", "map", key=S, namespace=VOID, user_key=S, value=kryo)
     rows = decode(mp, [(b"\x05" + sv("k") + b"\x00" + sv("u"), b"\x00\xff")])
     assert rows[0]["value"] == b"\xff"
 
 
 def test_strict_slots() -> None:
-    layout = StateLayout("v", "value", key=S, namespace=VOID, value=L, state_value=L)
+    layout = row_state("v", "value", key=S, namespace=VOID, value=L, state_value=L)
     with pytest.raises(DecodeError, match="8 expected"):
         decode(layout, [(b"\x05" + sv("k") + b"\x00", be("q", 1) + b"x")])
     with pytest.raises(DecodeError, match="VoidNamespace"):
         decode(layout, [(b"\x05" + sv("k") + b"\x01", be("q", 1))])
-    lst = StateLayout("l", "list", key=S, namespace=VOID, value=S)
+    lst = row_state("l", "list", key=S, namespace=VOID, value=S)
     with pytest.raises(DecodeError, match="delimiter"):
         decode(lst, [(b"\x05" + sv("k") + b"\x00", sv("a") + b";" + sv("b"))])
 
 
 def test_key_group_stream_seeks_and_reports_file_offsets() -> None:
-    layout = StateLayout("v", "value", key=S, namespace=VOID, value=L, state_value=L)
+    layout = row_state("v", "value", key=S, namespace=VOID, value=L, state_value=L)
     header = b"H" * 10
     kg1 = key_group([(0, [(b"\x01" + sv("a") + b"\x00", be("q", 1))])])
     kg3 = key_group([(0, [(b"\x03" + sv("b") + b"\x00", be("q", 2))])])
@@ -225,11 +227,11 @@ def _framed(data: bytes) -> bytes:
 
 
 def test_heap_key_groups_plain_and_compressed() -> None:
-    value = StateLayout("count", "value", key=S, namespace=VOID, value=L, state_value=L)
-    lst = StateLayout(
+    value = row_state("count", "value", key=S, namespace=VOID, value=L, state_value=L)
+    lst = row_state(
         "list", "list", key=S, namespace=VOID, value=S, state_value=ListSpec(element=S)
     )
-    mp = StateLayout(
+    mp = row_state(
         "map",
         "map",
         key=S,
@@ -238,7 +240,7 @@ def test_heap_key_groups_plain_and_compressed() -> None:
         value=L,
         state_value=MapSpec(key=S, value=L),
     )
-    timers = StateLayout(
+    timers = row_state(
         "_timer_state/event_t",
         "event_timer",
         key=S,
@@ -293,7 +295,7 @@ def test_heap_key_groups_plain_and_compressed() -> None:
 
 def test_heap_cannot_delimit_opaque_values() -> None:
     kryo = OpaqueSpec(family="kryo")
-    layout = StateLayout("v", "value", key=S, namespace=VOID, value=kryo, state_value=kryo)
+    layout = row_state("v", "value", key=S, namespace=VOID, value=kryo, state_value=kryo)
     block = be("H", 0) + be("i", 1) + b"\x00" + sv("k") + b"\x01"
     with pytest.raises(UnsupportedFormatError, match="cannot be delimited"):
         list(
@@ -321,11 +323,11 @@ def test_serialized_keys_match_the_readers() -> None:
 
 def test_heap_ttl_states() -> None:
     ttl_long = TtlSpec(inner=L)
-    value = StateLayout("v", "value", key=S, namespace=VOID, value=L, ttl=True,
+    value = row_state("v", "value", key=S, namespace=VOID, value=L, ttl=True,
                         state_value=ttl_long)
-    lst = StateLayout("l", "list", key=S, namespace=VOID, value=L, ttl=True,
+    lst = row_state("l", "list", key=S, namespace=VOID, value=L, ttl=True,
                       state_value=ListSpec(element=ttl_long))
-    mp = StateLayout("m", "map", key=S, namespace=VOID, user_key=S, value=L, ttl=True,
+    mp = row_state("m", "map", key=S, namespace=VOID, user_key=S, value=L, ttl=True,
                      state_value=MapSpec(key=S, value=ttl_long))
     blocks = (
         be("H", 0) + be("i", 1) + b"\x00" + sv("k") + be("qq", 11, 1)

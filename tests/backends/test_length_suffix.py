@@ -216,7 +216,7 @@ def test_compiled_sink_covers_suffixed_keys() -> None:
     sp = _open("labels-rocksdb-canonical")
     ref = next(r for r in list_states(sp, sp.operator("labels")) if r.name == STATE)
     for mode in ("rows", "flat"):
-        assert fastpath.entry_sink(ref.layout, mode, state_schema(ref.layout, mode)) is not None
+        assert fastpath.entry_sink(ref, mode, state_schema(ref, mode)) is not None
 
 
 @pytest.mark.parametrize(
@@ -287,13 +287,14 @@ def test_crafted_suffixes_value_map_and_long_namespace(decode_path: str) -> None
     """String key and String namespace: value and map state (rows and nested), the empty key
     (suffix 1), a 300-char namespace (two-byte StringValue length, two-byte suffix 302 =
     0x2e 0x01), the same rows on both decode paths."""
-    from statequery.arrow.schemas import StateLayout
+    from support.flinkenc import row_state
+
     from statequery.serializers.spec import PrimitiveSpec
 
     s, long_ = PrimitiveSpec(name="string"), PrimitiveSpec(name="long")
     big = "n" * 300
     assert _composite("", big)[1:4] == b"\x01\x01\xad" and _suffix(302) == b"\x2e\x01"
-    value = StateLayout("v", "value", key=s, namespace=s, value=long_, state_value=long_)
+    value = row_state("v", "value", key=s, namespace=s, value=long_, state_value=long_)
     rows = _decode(
         value,
         [
@@ -304,7 +305,7 @@ def test_crafted_suffixes_value_map_and_long_namespace(decode_path: str) -> None
     assert [(r["key"], r["namespace"], r["value"]) for r in rows] == [("", "a", 7), ("k", big, 8)]
     from statequery.serializers.spec import MapSpec
 
-    m = StateLayout(
+    m = row_state(
         "m",
         "map",
         key=s,

@@ -195,8 +195,8 @@ def test_cold_lookup_fetches_only_the_tables_that_can_hold_the_key(
         for st in op.states:
             start = kg.to_bytes(1, "big")
             stop = (kg + 1).to_bytes(1, "big")
-            if not st.layout.is_timer:
-                start += serialized_key(key, st.layout.key)
+            if not st.is_timer:
+                start += serialized_key(key, st.key)
                 stop = rocks._prefix_successor(start) or stop
             needed |= _needed(db, st.name, start, stop)
     by_name = {f.local_path: f.location for f in handle.files}

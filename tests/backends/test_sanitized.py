@@ -168,8 +168,8 @@ from statequery.backends.keygroups import CompositeEntryDecoder
 from statequery.arrow.batches import BatchBuilder
 from statequery.arrow.schemas import state_schema
 sp = statequery.open(sys.argv[1], use_snapshot=False)
-layout = next(s.layout for op in sp.keyed_operators() for s in op.states
-              if s.layout.kind == "value")
+layout = next(s for op in sp.keyed_operators() for s in op.states
+              if s.kind == "value")
 decoder = CompositeEntryDecoder(layout, None, BatchBuilder(state_schema(layout), layout), [b"k"])
 assert isinstance(decoder.on_entry, fastpath.compiled().KeyFilter), decoder.on_entry
 print(sum(t.num_rows for t in sp.lookup(sys.argv[2]).values()))

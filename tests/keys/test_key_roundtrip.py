@@ -71,7 +71,7 @@ def _cli_text(key: Any) -> str:
 
 def _keyed_operators(sp: Any) -> Iterator[tuple[Any, list[Any]]]:
     for op in sp.keyed_operators():
-        states = [s for s in op.states if s.layout.keyed]
+        states = [s for s in op.states if s.keyed_rows]
         if states:
             yield op, states
 

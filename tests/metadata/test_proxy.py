@@ -111,15 +111,15 @@ def test_unknown_simple_snapshot_in_the_middle_is_resynchronised() -> None:
     proxy = read_keyed_proxy(Decoder(bad, source="f"))
     assert proxy.error is None and proxy.header_end == end
     assert [s.name for s in proxy.states] == [s.name for s in proxy0.states]
-    broken = [s for s in proxy.states if s.error]
-    assert [s.name for s in broken] == ["count"] and "QongSerializerSnapshot" in broken[0].error
+    broken = [s for s in proxy.states if s.reason]
+    assert [s.name for s in broken] == ["count"] and "QongSerializerSnapshot" in broken[0].reason
     assert isinstance(
         broken[0].serializers["VALUE_SERIALIZER"]
         if "VALUE_SERIALIZER" in broken[0].serializers
         else None,
         (OpaqueSpec, type(None)),
     )
-    others = [s for s in proxy.states if not s.error]
+    others = [s for s in proxy.states if not s.reason]
     assert others == [s for s in proxy0.states if s.name != broken[0].name]
 
 

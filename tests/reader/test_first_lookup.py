@@ -55,8 +55,8 @@ def test_lookup_key_filter_is_compiled() -> None:
     mod = fastpath.compiled()
     assert mod is not None
     sp = statequery.open(str(fixture_dir(NAMES[0])), use_snapshot=False)
-    layout = next(s.layout for op in sp.keyed_operators() for s in op.states
-                  if s.layout.kind == "value")
+    layout = next(s for op in sp.keyed_operators() for s in op.states
+                  if s.kind == "value")
     builder = BatchBuilder(state_schema(layout), layout)
     decoder = CompositeEntryDecoder(layout, None, builder, key_bytes=[b"\x00\x01a"])
     assert isinstance(decoder.on_entry, mod.KeyFilter)

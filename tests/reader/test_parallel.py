@@ -52,7 +52,7 @@ def test_parallel_reads_equal_one_process(
             assert two[state].equals(table), f"{op.display_name}/{state}"
             compared += table.num_rows
         for s in op.states:
-            if s.layout.keyed:
+            if s.keyed_rows:
                 assert sp.read(s, workers=2).equals(sp.read(s, workers=1))
     assert compared > 0
     assert parallel._pool is not None  # the pool did run them
@@ -62,7 +62,7 @@ def test_parallel_pieces_are_key_group_ranges_in_order(every_read_parallel: None
     sp = _open("datastream-hashmap-canonical")
     op = sp.keyed_operators()[0]
     tasks = scan.plan_states(sp.model, sp.context,
-                                        [s for s in op.states if s.layout.keyed])
+                                        [s for s in op.states if s.keyed_rows])
     pieces = scan.plan_pieces(tasks, 2)
     assert pieces is not None and len(pieces) > len(tasks)
     groups = [kg for p in pieces if p.key_groups for kg in p.key_groups]
@@ -133,7 +133,7 @@ def test_small_reads_and_lookups_stay_in_process() -> None:
     op = sp.keyed_operators()[0]
     sp.read_states(op, workers=2)  # a few KB: below MIN_PARALLEL_BYTES
     tasks = scan.plan_states(sp.model, sp.context,
-                                        [s for s in op.states if s.layout.keyed],
+                                        [s for s in op.states if s.keyed_rows],
                                         keys=["no-such-key"])
     assert scan.plan_pieces(tasks, 2) is None
     assert parallel._pool is None

@@ -25,7 +25,7 @@ def _readable(sp: statequery.Savepoint) -> list[tuple[str, list[str]]]:
         names = [
             s.name
             for s in op.states
-            if (s.layout.keyed or s.layout.kind in OPERATOR_KINDS)
+            if (s.keyed_rows or s.kind in OPERATOR_KINDS)
             and s.decodable and not s.reason
         ]
         if names:

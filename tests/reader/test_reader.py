@@ -83,11 +83,11 @@ def _entries_of(sp: Any, key_group: bool, only_operator_state: bool = False) -> 
         if only_operator_state and any(st.managed_keyed for st in op.subtasks):
             continue
         for ref in list_states(sp, op):
-            if only_operator_state and ref.layout.keyed:
+            if only_operator_state and ref.keyed_rows:
                 continue
             lines.extend(
                 canonical(e)
-                for e in _state_entries(sp, op, ref.name, ref.layout.kind, key_group)
+                for e in _state_entries(sp, op, ref.name, ref.kind, key_group)
             )
     return sorted(lines)
 
@@ -144,7 +144,7 @@ def test_native_rocksdb_operator_state_and_typed_keyed_error(name: str) -> None:
             continue
         # a RocksDB backend is registered: then it must match the dump too
         for ref in states:
-            got = entry_lines(_state_entries(sp, op, ref.name, ref.layout.kind))
+            got = entry_lines(_state_entries(sp, op, ref.name, ref.kind))
             want = sorted(
                 canonical(e)
                 for e in dump_entries(name)
@@ -175,7 +175,7 @@ def _python_key(sp: Any, json_key: Any) -> Any:
         return json_key
     for op in sp.keyed_operators():
         for s in op.states:
-            if not s.layout.keyed:
+            if not s.keyed_rows:
                 continue
             column = sp.read(s).column("key")
             for j, k in zip(jsonify_column(column), column.to_pylist(), strict=True):
@@ -379,7 +379,7 @@ def test_savepoint_api_delegates() -> None:
     info = sp.state("user-state", "count")
     table = sp.read(info)
     assert table.num_rows == 20 and table.schema == state_schema(
-        next(r.layout for r in list_states(sp, "user-state") if r.name == "count")
+        next(r for r in list_states(sp, "user-state") if r.name == "count")
     )
 
 
@@ -406,7 +406,7 @@ def test_schema_from_state_meta_equals_schema_of_the_rows(name: str) -> None:
             continue
         schema = state_schema(info)
         if sp.context.classpath:  # Kryo values typed by the job's classes (types-kryo-*)
-            schema = read_schema(info.layout, None, False, sp.context.classpath)
+            schema = read_schema(info, None, False, sp.context.classpath)
         assert schema == schema_of(sp, info.operator_id, info.name)
         table = read_table(sp, info.operator_id, info.name)
         assert table.schema == schema

@@ -177,7 +177,7 @@ def test_mutated_kryo_2_24_values_decode_or_stay_raw_never_crash() -> None:
     rng = random.Random(24)
     with statequery.open(str(fixture_dir(name)), use_snapshot=False) as sp:
         for state in ("order", "shapes", "shape-log"):
-            spec = sp.state(OP_KT, state).layout.value
+            spec = sp.state(OP_KT, state).value
             values = sp.read(OP_KT, state).column("value").to_pylist()
             codec = kryo_codec(spec, (KRYO_2_24, *jar))
             assert codec is not None and codec.kryo_version == 2

@@ -109,7 +109,7 @@ def test_every_truncation_and_any_trailing_byte_is_refused() -> None:
     """A decode that does not use exactly the value's bytes is a failure, never a value."""
     name = KRYO[0]
     with _open(name) as sp:
-        spec = sp.state(OP, "order").layout.value
+        spec = sp.state(OP, "order").value
         values = sp.read(OP, "order").column("value").to_pylist()
     codec = kryo_codec(spec, (str(_jar(name)),))
     assert codec is not None
@@ -173,7 +173,7 @@ def test_mutated_values_decode_or_stay_raw_never_crash() -> None:
     rng = random.Random(32)
     with _open(name) as sp:
         for state in ("order", "shapes", "shape-log"):
-            spec = sp.state(OP, state).layout.value
+            spec = sp.state(OP, state).value
             values = sp.read(OP, state).column("value").to_pylist()
             codec = kryo_codec(spec, (str(_jar(name)),))
             assert codec is not None
@@ -227,7 +227,7 @@ def test_a_spec_without_its_registrations_is_not_decoded() -> None:
     from statequery.arrow.kryo import value_decoding
 
     with _open(KRYO[0]) as sp:
-        spec = sp.state(OP, "order").layout.value
+        spec = sp.state(OP, "order").value
     assert spec.kryo_registrations[0] == ("statequery.kryotypes.Order", False)
     decoding, hint = value_decoding(replace(spec, kryo_registrations=()), (str(_jar(KRYO[0])),))
     assert decoding == "raw" and "statequery snapshot" in hint

@@ -164,7 +164,7 @@ def test_bad_bytes_stay_raw_never_a_wrong_value() -> None:
     failure with the reason, never a value."""
     name = PROTO[0]
     with _open(name) as sp:
-        spec = sp.state(OP, "reading").layout.value
+        spec = sp.state(OP, "reading").value
         values = sp.read(OP, "reading").column("value").to_pylist()
     codec = kryo_codec(spec, with_protobuf((), _descriptors(name)))
     assert codec is not None
@@ -282,7 +282,7 @@ def test_mutated_messages_decode_or_stay_raw_never_crash() -> None:
     rng = random.Random(32)
     with _open(name) as sp:
         for state in ("reading", "readings"):
-            spec = sp.state(OP, state).layout.value
+            spec = sp.state(OP, state).value
             values = sp.read(OP, state).column("value").to_pylist()
             codec = kryo_codec(spec, with_protobuf((), _descriptors(name)))
             assert codec is not None

@@ -20,7 +20,7 @@ def test_every_keyed_state_casts_to_what_spark_takes(name: str) -> None:
     sp = statequery.open(str(fixture_dir(name)))
     times = 0
     for s in sp.states:
-        if not s.layout.keyed:
+        if not s.keyed_rows:
             continue
         table = sp.read(s)
         schema = spark_arrow_schema(table.schema)

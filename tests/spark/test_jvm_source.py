@@ -149,7 +149,7 @@ def test_sql_operator_tables(spark, name: str) -> None:  # type: ignore[no-untyp
     """Every keyed state of these savepoints, one operator table each: composite keys, DATE,
     TIME, DECIMAL, BYTES, timestamps, nested rows, lists and maps, row kinds."""
     sp = statequery.open(str(fixture_dir(name)))
-    operators = sorted({s.operator_id for s in sp.states if s.layout.keyed})
+    operators = sorted({s.operator_id for s in sp.states if s.keyed_rows})
     total = sum(_same(spark, str(fixture_dir(name)), operator=op) for op in operators)
     assert total > 0
 

@@ -42,7 +42,7 @@ for op in sp.metadata.operators:
                                               f"{type(e).__name__}: {e}"[:500]}))
             continue
         lines.extend(canonical(e) for e in state_entries(
-            table, ref.layout.kind, ref.name, op.uid or "", op.operator_id, True))
+            table, ref.kind, ref.name, op.uid or "", op.operator_id, True))
 sys.stdout.write("".join(line + "\n" for line in sorted(lines)))
 """
 

@@ -236,7 +236,7 @@ def savepoint_entries(sp: Any, key_group: bool = True) -> list[str]:
             lines.extend(
                 canonical(e)
                 for e in state_entries(
-                    table, ref.layout.kind, ref.name, op.uid or "", op.operator_id, key_group
+                    table, ref.kind, ref.name, op.uid or "", op.operator_id, key_group
                 )
             )
     return sorted(lines)

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from statequery.metadata.state import StateInfo
 from statequery.serializers.avro import AvroType
 from statequery.serializers.readers import primitive_name, sql_fixed_size
 from statequery.serializers.spec import (
@@ -487,3 +488,49 @@ class MemoryStream:
 
     def read_range(self, start: int, length: int) -> bytes:
         return self.data[start : start + length]
+
+
+def row_state(
+    name: str,
+    kind: str,
+    *,
+    key: SerializerSpec | None = None,
+    namespace: SerializerSpec | None = None,
+    user_key: SerializerSpec | None = None,
+    value: SerializerSpec | None = None,
+    ttl: bool = False,
+    state_value: SerializerSpec | None = None,
+) -> StateInfo:
+    """A :class:`~statequery.metadata.state.StateInfo` of ``kind`` whose per-row specs are these
+    (``value`` TTL-unwrapped, as the decoders see it): the header serializers Flink would write
+    for them (``state_value``, when given, is the full ``VALUE_SERIALIZER``)."""
+    wrapped = TtlSpec(inner=value) if ttl and value is not None else value
+    sers: dict[str, SerializerSpec] = {}
+    key_spec = key
+    if kind in ("list", "map", "value", "reducing", "aggregating"):
+        if namespace is not None:
+            sers["NAMESPACE_SERIALIZER"] = namespace
+        full = state_value
+        if full is None and wrapped is not None:
+            if kind == "list":
+                full = ListSpec(element=wrapped)
+            elif kind == "map":
+                assert user_key is not None
+                full = MapSpec(key=user_key, value=wrapped)
+            else:
+                full = wrapped
+        if kind == "map" and user_key is not None and not isinstance(full, MapSpec):
+            sers["USER_KEY_SERIALIZER"] = user_key
+    elif kind == "broadcast":
+        full = state_value or value
+        if user_key is not None:
+            sers["KEY_SERIALIZER"] = user_key
+    else:  # timers, queues, operator state: the value is the whole serializer
+        full = state_value or value
+        key_spec = key if kind in ("event_timer", "processing_timer", "priority_queue") else None
+    if full is not None:
+        sers["VALUE_SERIALIZER"] = full
+    s = StateInfo(name, kind, serializers=sers, key_spec=key_spec)
+    got = (s.key, s.namespace, s.user_key, s.value, s.ttl)
+    assert got == (key, namespace or s.namespace, user_key, value, ttl), (got, kind)
+    return s

@@ -61,7 +61,7 @@ def reencoded(sp: Any, operator: Any, state: str, table: pa.Table) -> tuple[pa.T
     field = table.schema.field("value")
     if (field.metadata or {}).get(b"statequery.decoding") != b"protobuf":
         return table, False
-    spec = sp.state(operator, state).layout.value
+    spec = sp.state(operator, state).value
     codec = kryo_codec(spec, sp.context.classpath)
     assert codec is not None
     pb = codec.protobuf_codec(spec.type_class)
