@@ -20,7 +20,7 @@ Spark source all go through here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -49,7 +49,7 @@ from statequery.metadata.runindex import IndexedRuns, RunIndex, Runs, runs_of
 from statequery.serializers.spec import SerializerSpec
 
 if TYPE_CHECKING:
-    from statequery.backends.base import KeyedBackend
+    from statequery.backends.base import StateScanner
     from statequery.backends.pool import OpenDatabases
     from statequery.backends.registry import BackendKind
     from statequery.metadata.model import SavepointModel
@@ -299,7 +299,7 @@ def _byte_ranges(
 
 def _handle_runs(
     ctx: ReadContext, op: OperatorInfo, st: SubtaskInfo, backend: BackendKind
-) -> dict[int, Runs]:
+) -> Mapping[int, Sequence[int]]:
     """The context's run index of one subtask's canonical keyed handle (empty: none)."""
     index = ctx.run_index
     if index is None or backend != "canonical":
@@ -308,7 +308,7 @@ def _handle_runs(
 
 
 def _task_runs(
-    indexed: Any,
+    indexed: Mapping[int, Sequence[int]],
     st: SubtaskInfo,
     groups: tuple[int, ...] | None,
     names: Sequence[str],
@@ -634,7 +634,7 @@ def _decode_kryo(
         yield name, decode_kryo_columns(batch, layout, task.classpath, target, heap)
 
 
-def keyed_backend(task: ScanTask, ctx: ReadContext) -> KeyedBackend:
+def keyed_backend(task: ScanTask, ctx: ReadContext) -> StateScanner:
     """The backend the planner chose for a keyed task's handle (:attr:`ScanTask.backend`),
     opened from the model's header facts: no byte read, nothing probed."""
     from statequery.backends.base import KeyedContext

@@ -25,7 +25,7 @@ from statequery.serializers.spec import SerializerSpec
 if TYPE_CHECKING:
     from statequery.backends.pool import OpenDatabases
 
-__all__ = ["HandleStream", "KeyedBackend", "KeyedContext", "read_proxy"]
+__all__ = ["HandleStream", "KeyedBackend", "KeyedContext", "StateScanner", "read_proxy"]
 
 
 class HandleStream:
@@ -36,12 +36,13 @@ class HandleStream:
     def __init__(self, resolver: HandleResolver, handle: StreamHandle) -> None:
         from statequery.backends.keygroups import read_gap
 
+        location = _location(resolver, handle)
         self._resolver = resolver
         self._handle = handle
         self._size: int | None = None
         self.name = resolver.source_name(handle)
         #: bytes between two wanted runs read through instead of a second request
-        self.read_gap = read_gap(_location(resolver, handle))
+        self.read_gap = read_gap(location)
 
     def size(self) -> int:
         if self._size is None:
@@ -72,6 +73,26 @@ class KeyedContext:
     #: the layouts of the handle's header states in state-id order, from the model (None: the
     #: backend reads them from the header)
     order: tuple[StateLayout, ...] | None = None
+
+
+class StateScanner(Protocol):
+    """What executing a keyed task needs of its backend: the key groups it holds and one pass
+    over them for several states (a :class:`KeyedBackend`, or the raw timers' reader)."""
+
+    name: str
+
+    @property
+    def key_groups(self) -> Sequence[int]: ...
+
+    def scan_states(
+        self,
+        requests: Sequence[tuple[StateLayout, BatchBuilder]],
+        mode: str | None,
+        key_groups: Iterable[int] | None = None,
+        key_bytes: Sequence[bytes] | None = None,
+    ) -> Iterator[int]:
+        """Several states in one pass over the key groups (each key group read once)."""
+        ...
 
 
 class KeyedBackend(Protocol):

@@ -22,7 +22,7 @@ from dataclasses import replace
 from typing import Literal
 
 from statequery.arrow.schemas import StateLayout
-from statequery.backends.base import HandleStream, KeyedBackend, KeyedContext
+from statequery.backends.base import HandleStream, KeyedBackend, KeyedContext, StateScanner
 from statequery.exceptions import CorruptStateError, UnsupportedFormatError
 from statequery.metadata.handles import (
     KeyedHandle,
@@ -218,7 +218,7 @@ def open_keyed_backend(
     compressed: bool,
     key_serializer: SerializerSpec | None,
     order: Sequence[StateLayout],
-) -> KeyedBackend:
+) -> StateScanner:
     """The backend of ``kind`` (the planner's :func:`keyed_backend_kind`) over one subtask's
     keyed handle, from what the model knows of its header (compression, the states in id order):
     no byte is read."""
