@@ -20,7 +20,7 @@ Spark source all go through here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -49,7 +49,9 @@ from statequery.metadata.state import StateInfo
 from statequery.serializers.spec import SerializerSpec
 
 if TYPE_CHECKING:
+    from statequery.backends.base import StateScanner
     from statequery.backends.pool import OpenDatabases
+    from statequery.backends.registry import BackendKind
     from statequery.metadata.model import SavepointModel
     from statequery.metadata.statemeta import OperatorInfo, SubtaskInfo
 
@@ -169,8 +171,9 @@ class ScanTask:
     runs: IndexedRuns | None = None
     #: the handle is the subtask's raw keyed stream (heap timers of a RocksDB checkpoint)
     raw: bool = False
-    #: ``HeaderInfo.layout``: "heap" or "canonical" when the handle alone cannot tell
-    stream_layout: str | None = None
+    #: the backend that reads the handle, decided at planning from the model
+    #: (:func:`~statequery.backends.registry.keyed_backend_kind`); executing only opens it
+    backend: BackendKind = "operator"
     #: also the ``*_py`` columns: PyFlink's pickles in byte columns as JSON text
     #: (:func:`statequery.pickled.add_python_columns`)
     pickled: bool = False
@@ -294,20 +297,18 @@ def _byte_ranges(
     return tuple(spans)
 
 
-def _handle_runs(ctx: ReadContext, op: OperatorInfo, st: SubtaskInfo) -> Any:
+def _handle_runs(
+    ctx: ReadContext, op: OperatorInfo, st: SubtaskInfo, backend: BackendKind
+) -> Mapping[int, Sequence[int]]:
     """The context's run index of one subtask's canonical keyed handle (empty: none)."""
-    from statequery.metadata.handles import is_heap_stream
-
     index = ctx.run_index
-    handle = st.keyed_handle
-    layout = None if st.keyed_header is None else st.keyed_header.layout
-    if index is None or not isinstance(handle, KeyGroupsHandle) or is_heap_stream(handle, layout):
+    if index is None or backend != "canonical":
         return {}
     return index.runs(op.operator_id, st.index)
 
 
 def _task_runs(
-    indexed: Any,
+    indexed: Mapping[int, Sequence[int]],
     st: SubtaskInfo,
     groups: tuple[int, ...] | None,
     names: Sequence[str],
@@ -381,7 +382,11 @@ def plan_states(
     """The tasks that read several keyed ``states`` of one operator in one pass: one task per
     subtask handle (and ``split`` range) whose header holds any of them, ``wanted`` naming the
     states it holds. :func:`execute` walks each key group once for all of them and yields
-    ``(state name, batch)`` pairs. ``keys``, ``key_groups`` and ``mode`` as in :func:`plan`."""
+    ``(state name, batch)`` pairs. ``keys``, ``key_groups`` and ``mode`` as in :func:`plan`.
+    Each task names the backend that reads its handle (decided here, once, from the model)."""
+    from statequery.backends.base import KeyedContext
+    from statequery.backends.registry import keyed_backend_kind
+
     if not states:
         return []
     operator_ids = {s.operator_id for s in states}
@@ -417,22 +422,30 @@ def plan_states(
         held = tuple(n for n in names if header is not None and n in header.state_ids)
         if header is None or not held or keyed_handle is None:
             continue
+        order = _header_order(op, header.state_ids)
+        backend = keyed_backend_kind(
+            keyed_handle,
+            header.layout,
+            KeyedContext(ctx.resolver, op.max_parallelism, op.display_name),
+            header.compressed,
+            len(order),
+        )
         base = ScanTask(
             operator=op.display_name,
             operator_id=op.operator_id,
             subtask=st.index,
             metadata_dir=ctx.resolver.metadata_dir,
             handle=keyed_handle,
-            states=_header_order(op, header.state_ids),
+            states=order,
             wanted=held,
             max_parallelism=op.max_parallelism,
             compressed=header.compressed,
             key_serializer=op.key_spec,
             keys=normalized,
             mode=mode,
-            stream_layout=header.layout,
+            backend=backend,
         )
-        indexed = _handle_runs(ctx, op, st)
+        indexed = _handle_runs(ctx, op, st, backend)
         gap = _read_gap(ctx, st) if indexed else 0
         for chunk in _chunks(st, task_groups, split):
             runs = _task_runs(indexed, st, chunk, held, header.state_ids)
@@ -480,6 +493,7 @@ def _plan_raw_keyed(
         keys=keys,
         mode=mode,
         raw=True,
+        backend="raw_timers",
     )
     for chunk in _chunks(st, groups, split):
         yield _with_groups(base, chunk)
@@ -593,8 +607,8 @@ def execute(
         ctx = ReadContext(resolver) if resolver is not None else ReadContext.of(
             ctx or FileIO(), task.metadata_dir
         )
-    pairs = (_execute_keyed(task, ctx, batch_size) if task.keyed
-             else _execute_operator(task, ctx.resolver, batch_size))
+    pairs = (_execute_operator(task, ctx.resolver, batch_size) if task.backend == "operator"
+             else _execute_keyed(task, ctx, batch_size))
     if task.classpath:
         pairs = _decode_kryo(task, pairs)
     if not task.pickled:
@@ -612,47 +626,35 @@ def _decode_kryo(
     """The Kryo columns of the task's batches decoded with its classpath (both decode paths
     give them as bytes; :mod:`statequery.arrow.kryo`)."""
     from statequery.arrow.kryo import decode_kryo_columns
-    from statequery.metadata.handles import is_heap_stream
 
-    heap = isinstance(task.handle, KeyGroupsHandle) and is_heap_stream(task.handle,
-                                                                       task.stream_layout)
+    heap = task.backend == "hashmap"
     for name, batch in pairs:
         layout = task.layout(name)
         target = read_schema(layout, task.mode, False, task.classpath)
         yield name, decode_kryo_columns(batch, layout, task.classpath, target, heap)
 
 
-def keyed_backend(task: ScanTask, ctx: ReadContext) -> Any:
-    """The backend that walks a keyed task's handle (from the model: no header byte read)."""
-    from statequery.backends import HandleStream, KeyedContext, keyed_backend_from_model
+def keyed_backend(task: ScanTask, ctx: ReadContext) -> StateScanner:
+    """The backend the planner chose for a keyed task's handle (:attr:`ScanTask.backend`),
+    opened from the model's header facts: no byte read, nothing probed."""
+    from statequery.backends.base import KeyedContext
+    from statequery.backends.registry import open_keyed_backend
 
-    resolver = ctx.resolver
-    if task.raw:
-        from statequery.backends.rawkeyed import RawTimersBackend
-
-        raw = task.handle
-        assert isinstance(raw, KeyGroupsHandle)
-        stream = HandleStream(resolver, raw.delegate)
-        return RawTimersBackend(
-            stream.name, stream, raw.start_key_group, tuple(raw.offsets),
-            task.states,
-        )
-    return keyed_backend_from_model(
+    return open_keyed_backend(
+        task.backend,
         task.handle,
-        KeyedContext(resolver, task.max_parallelism, task.operator, ctx.open_databases),
+        KeyedContext(ctx.resolver, task.max_parallelism, task.operator, ctx.open_databases),
         task.compressed,
         task.key_serializer,
         task.states,
-        layout=task.stream_layout,
     )
 
 
 def _execute_keyed(
     task: ScanTask, ctx: ReadContext, batch_size: int
 ) -> Iterator[tuple[str, pa.RecordBatch]]:
-    from statequery.backends import CanonicalKeyedBackend
+    from statequery.backends.keyedstream import CanonicalKeyedBackend
 
-    backend = keyed_backend(task, ctx)
     builders = {}
     requests = []
     for name in task.wanted:
@@ -668,6 +670,7 @@ def _execute_keyed(
         else None
     by_value = None if keys is None or exact else [k.value for k in keys]
     wanted = None if task.key_groups is None else set(task.key_groups)
+    backend = keyed_backend(task, ctx)
     scanned: Iterator[int]
     if isinstance(backend, CanonicalKeyedBackend):
         # the run index: use the task's runs, and record what whole walks find (in the
@@ -722,7 +725,7 @@ def _flush(
 def _execute_operator(
     task: ScanTask, resolver: HandleResolver, batch_size: int
 ) -> Iterator[tuple[str, pa.RecordBatch]]:
-    from statequery.backends import HandleStream
+    from statequery.backends.base import HandleStream
     from statequery.backends.operator import read_broadcast_state, read_operator_list_state
 
     handle = task.handle
@@ -754,23 +757,21 @@ def index_runs(model: SavepointModel, ctx: ReadContext) -> RunIndex:
     """Complete ``ctx.run_index``: walk (without decoding) every key group of every canonical
     keyed stream of ``model`` that is not indexed yet; returns the index. Reads every such byte
     once (snappy key groups are decompressed)."""
-    from statequery.backends import (
-        CanonicalKeyedBackend,
-        KeyedContext,
-        is_heap_stream,
-        keyed_backend_from_model,
-    )
+    from statequery.backends.base import KeyedContext
+    from statequery.backends.keyedstream import CanonicalKeyedBackend
+    from statequery.backends.registry import keyed_backend_kind, open_keyed_backend
+    from statequery.metadata.handles import is_heap_layout
 
     index = ctx.run_index
     assert index is not None
     for op in model.meta.operators:
         for st in op.subtasks:
             h, header = st.keyed_handle, st.keyed_header
-            if (
-                not isinstance(h, KeyGroupsHandle)
-                or header is None
-                or is_heap_stream(h, header.layout)
-            ):
+            if not isinstance(h, KeyGroupsHandle) or header is None:
+                continue
+            if header.layout is None and is_heap_layout(h):
+                continue  # hashmap, or not known without reading bytes: not indexed
+            if keyed_backend_kind(h, header.layout) != "canonical":
                 continue
             have = index.runs(op.operator_id, st.index)
             todo = [
@@ -780,13 +781,13 @@ def index_runs(model: SavepointModel, ctx: ReadContext) -> RunIndex:
             ]
             if not todo:
                 continue
-            backend = keyed_backend_from_model(
+            backend = open_keyed_backend(
+                "canonical",
                 h,
                 KeyedContext(ctx.resolver, op.max_parallelism, op.display_name),
                 header.compressed,
                 op.key_spec,
                 _header_order(op, header.state_ids),
-                layout=header.layout,
             )
             assert isinstance(backend, CanonicalKeyedBackend)
 

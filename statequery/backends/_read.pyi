@@ -1,8 +1,7 @@
 """Types of the compiled decode module (``_read.pyx``; the pure-Python twin is
 :mod:`statequery.backends.keygroups`, the switch :mod:`statequery.backends.fastpath`)."""
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 
 import pyarrow as pa
 
@@ -69,12 +68,13 @@ class EntrySink:
     def __init__(
         self,
         kind: int,
-        key: Any,
-        value: Any,
-        user_key: Any = None,
-        ns: Any = None,
+        key: Col | None,
+        value: Col | None,
+        user_key: Col | None = None,
+        ns: Col | None = None,
         ttl: bool = False,
         skip: bool = False,
+        suffixed: bool = False,
     ) -> None: ...
     def finish(self) -> None: ...
     def __len__(self) -> int: ...
@@ -98,7 +98,7 @@ def feed_key_group(
     prefix_len: int,
     pending: tuple[bytes, bytes] | None,
     stop: bytes,
-    wanted: Any,
+    wanted: Container[int] | None,
 ) -> tuple[int, int, tuple[bytes, bytes] | None]: ...
 
 class KeyFilter:

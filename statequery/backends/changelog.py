@@ -329,8 +329,9 @@ def _heap_base(
     resolver: Any, base: KeyGroupsHandle, key: SerializerSpec | None, states: dict[str, _State]
 ) -> tuple[SerializerSpec, list[StateInfo]]:
     """Read a hashmap base (type-12 key groups) into ``states`` (created from its header)."""
-    from statequery.backends import HandleStream, _read_proxy, is_heap_layout
+    from statequery.backends.base import HandleStream, read_proxy
     from statequery.backends.heap import HeapKeyGroupStream
+    from statequery.metadata.handles import is_heap_layout
 
     if not is_heap_layout(base):
         raise UnsupportedFormatError(
@@ -338,7 +339,7 @@ def _heap_base(
             "not supported")
     stream = HandleStream(resolver, base.delegate)
     positive = [o for o in base.offsets if o > 0]
-    proxy = _read_proxy(stream, min(positive) if positive else 0)
+    proxy = read_proxy(stream, min(positive) if positive else 0)
     key = key or proxy.key_serializer
     by_id = []
     for meta in proxy.states:

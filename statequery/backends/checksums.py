@@ -23,7 +23,7 @@ extra: a missing one is a :class:`~statequery.exceptions.MissingExtraError`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from types import ModuleType
 
 from statequery.exceptions import MissingExtraError
 
@@ -53,7 +53,7 @@ _LAST_BYTE_PRIME = 0x6B9083D9
 _FEATURE = "verifying RocksDB checksums (RocksDB native state)"
 
 _crc: Callable[[bytes], int] | None = None
-_xxhash: Any = None
+_xxhash: ModuleType | None = None
 
 
 def _load_crc() -> Callable[[bytes], int]:
@@ -82,7 +82,7 @@ def _load_crc() -> Callable[[bytes], int]:
     return _crc
 
 
-def _load_xxhash() -> Any:
+def _load_xxhash() -> ModuleType:
     global _xxhash
     if _xxhash is None:
         try:

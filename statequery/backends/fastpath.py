@@ -481,7 +481,7 @@ def _sink(
     return None
 
 
-def bulk_feeder(on_entry: Any) -> Callable[..., Any] | None:
+def bulk_feeder(on_entry: object) -> Callable[..., Any] | None:
     """``feed_key_group`` of the compiled module when ``on_entry`` is one of its sinks (RocksDB
     entries then go to the sink in bulk), else None."""
     mod = compiled()

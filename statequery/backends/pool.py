@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 __all__ = ["OpenDatabases"]
@@ -19,13 +19,13 @@ class OpenDatabases:
 
     def __init__(self, limit: int = 4) -> None:
         self.limit = max(1, int(limit))
-        self._dbs: dict[Any, Any] = {}
+        self._dbs: dict[Hashable, Any] = {}
         self._lock = threading.Lock()
         self._users: dict[int, int] = {}  # id(db) -> scans using it
         self._retired: dict[int, Any] = {}  # evicted while in use: closed by the last release
         self.restores = 0
 
-    def get(self, key: Any, opener: Callable[[], Any], use: bool = False) -> Any:
+    def get(self, key: Hashable, opener: Callable[[], Any], use: bool = False) -> Any:
         with self._lock:
             db = self._dbs.pop(key, None)
             if db is not None and db.is_open:
@@ -39,7 +39,7 @@ class OpenDatabases:
             self._evict()
             return db
 
-    def peek(self, key: Any, use: bool = False) -> Any:
+    def peek(self, key: Hashable, use: bool = False) -> Any:
         """The open database kept under ``key`` (marked most recently used), or None."""
         with self._lock:
             db = self._dbs.get(key)
@@ -50,7 +50,7 @@ class OpenDatabases:
                 self._users[id(db)] = self._users.get(id(db), 0) + 1
             return db
 
-    def release(self, db: Any) -> None:
+    def release(self, db: object) -> None:
         """End one use of ``db`` (taken with ``use=True``)."""
         with self._lock:
             n = self._users.get(id(db), 0) - 1

@@ -10,7 +10,7 @@ shape of its own here, so both paths read these bytes with the same code.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from statequery.arrow.batches import BatchBuilder
 from statequery.decoder import Decoder
@@ -25,6 +25,9 @@ from statequery.metadata.state import StateInfo
 from statequery.serializers.readers import DECODE_ERRORS, reader_for
 from statequery.serializers.snapshots import read_versioned_snapshot
 from statequery.serializers.spec import SerializerSpec
+
+if TYPE_CHECKING:
+    from statequery.backends.keygroups import ByteStream
 
 __all__ = ["RawTimersBackend"]
 
@@ -41,7 +44,7 @@ class RawTimersBackend:
     def __init__(
         self,
         name: str,
-        stream: Any,
+        stream: ByteStream,
         start_key_group: int,
         offsets: tuple[int, ...],
         order: Sequence[StateInfo],

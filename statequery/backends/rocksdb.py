@@ -1035,9 +1035,9 @@ class RocksDBKeyedBackend:
     @property
     def proxy(self) -> Any:
         if self._proxy is None:
-            from statequery.backends import HandleStream, _read_proxy
+            from statequery.backends.base import HandleStream, read_proxy
 
-            self._proxy = _read_proxy(HandleStream(self.resolver, self.handle.meta), 0)
+            self._proxy = read_proxy(HandleStream(self.resolver, self.handle.meta), 0)
         return self._proxy
 
     @property

@@ -226,7 +226,7 @@ def is_heap_layout(handle: Any) -> bool:
 
     A full (non-incremental) RocksDB checkpoint of Flink 1.15 is a type-12 handle too, in the
     canonical layout, and when every key group holds data every offset is set as well: readers
-    decide with ``statequery.backends.heap_layout_of``, which looks at the bytes, and the model
+    decide with :func:`layout_by_first_bytes`, which looks at the bytes, and the model
     keeps its answer (``HeaderInfo.layout``)."""
     offsets = tuple(handle.offsets)
     return handle.handle_type == 12 and bool(offsets) and all(o > 0 for o in offsets)
@@ -251,7 +251,7 @@ def layout_by_first_bytes(handle: Any, read: Callable[[int, int], bytes]) -> str
     canonical one with a u16 state id and the high half of an int32 key length, or a snappy
     frame (0xFF...). The first key group other than 0 in file order decides
     (:func:`layout_probe`); None when the handle holds key group 0 alone (both layouts may
-    start with int32 0 there: ``statequery.backends.heap_layout_of`` walks it)."""
+    start with int32 0 there: ``statequery.backends.registry`` walks it)."""
     probe = layout_probe(handle)
     if probe is None:
         return None

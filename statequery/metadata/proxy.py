@@ -81,7 +81,7 @@ class KeyedBackendProxy:
     header_end: int | None
     error: str | None = None  # the part of the header that could not be read, if any
     #: of a type-12 key-groups stream whose every key group has an offset: "heap" or
-    #: "canonical" as its bytes say (statequery.backends.heap_layout_of); else None
+    #: "canonical" as its bytes say (metadata.handles.layout_by_first_bytes); else None
     layout: str | None = None
 
     def state(self, name: str) -> StateInfo | None:

@@ -937,7 +937,8 @@ def _canonical_streams(name: str) -> Any:
         CanonicalKeyedBackend,
         KeyedContext,
         is_heap_layout,
-        keyed_backend_from_model,
+        keyed_backend_kind,
+        open_keyed_backend,
     )
     from statequery.backends.heap import HeapKeyGroupStream
     from statequery.backends.keygroups import KeyGroupStream, key_group_prefix_bytes
@@ -950,9 +951,10 @@ def _canonical_streams(name: str) -> Any:
             h, header = sub.keyed_handle, sub.keyed_header
             if not isinstance(h, KeyGroupsHandle) or header is None:
                 continue
-            backend = keyed_backend_from_model(
-                h, KeyedContext(sp.resolver, op.max_parallelism, op.display_name),
-                header.compressed, op.key_spec, _header_order(op, header.state_ids))
+            context = KeyedContext(sp.resolver, op.max_parallelism, op.display_name)
+            order = _header_order(op, header.state_ids)
+            kind = keyed_backend_kind(h, header.layout, context, header.compressed, len(order))
+            backend = open_keyed_backend(kind, h, context, header.compressed, op.key_spec, order)
             if is_heap_layout(h):
                 yield backend.order, HeapKeyGroupStream(
                     backend.stream, backend._offsets_by_key_group(), backend.compressed)

@@ -18,7 +18,12 @@ import pytest
 
 import statequery
 import statequery.backends.rocksdb as rocks
-from statequery.backends import KeyedContext, keyed_backend_for, keyed_backend_from_model
+from statequery.backends import (
+    KeyedContext,
+    keyed_backend_for,
+    keyed_backend_kind,
+    open_keyed_backend,
+)
 from statequery.backends.cache import CacheKey, FileCache, default_cache_dir
 from statequery.backends.keygroups import KeyGroupStream
 from statequery.backends.rocksdb import (
@@ -114,9 +119,11 @@ def _raw_canonical(snap: _Snapshot) -> dict[tuple[str, str, bytes], bytes]:
             modelled = snap.model.operator(op.operator_id)
             header = next(s.keyed_header for s in modelled.subtasks if s.keyed_handle == h)
             assert header is not None
-            backend: Any = keyed_backend_from_model(
-                h, KeyedContext(snap.resolver, op.max_parallelism), header.compressed,
-                modelled.key_spec, _header_order(modelled, header.state_ids))
+            context = KeyedContext(snap.resolver, op.max_parallelism)
+            order = _header_order(modelled, header.state_ids)
+            kind = keyed_backend_kind(h, header.layout, context, header.compressed, len(order))
+            backend: Any = open_keyed_backend(
+                kind, h, context, header.compressed, modelled.key_spec, order)
             names = [layout.name for layout in backend.order]
 
             def handler(sid: int, op_id: str = op.operator_id, names: list[str] = names,

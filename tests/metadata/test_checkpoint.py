@@ -102,7 +102,7 @@ def test_keyed_and_operator_handles(record: dict[str, Any]) -> None:
                 assert all(o > 0 for o in h.offsets) and list(h.offsets) == sorted(h.offsets)
             elif code == 12 and record["name"].endswith("-maxpar6"):
                 # 1.15 RocksDB, every key group holding data: every offset set, as in a hashmap
-                # checkpoint (the bytes tell them apart: statequery.backends.heap_layout_of)
+                # checkpoint (the bytes tell them apart: metadata.handles.layout_by_first_bytes)
                 assert all(o > 0 for o in h.offsets)
             elif code == 12:  # 1.15 RocksDB: key-group streams, empty key groups have offset 0
                 assert not all(o > 0 for o in h.offsets)

@@ -207,7 +207,7 @@ def _allowed_bytes(sp: Any, kg: int) -> dict[str, int]:
                     extent = end - start
             # a type-12 handle with an offset for every key group is hashmap, or a Flink 1.15
             # full RocksDB checkpoint: listing reads 4 bytes of a key group to tell which
-            # (statequery.backends.heap_layout_of)
+            # (statequery.metadata.handles.layout_by_first_bytes)
             probe = 4 if is_heap_layout(h) else 0
             at = layout_probe(h) if probe else None
             if at is not None and at[0] - header <= PROBE_SLACK:
