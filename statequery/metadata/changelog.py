@@ -31,7 +31,13 @@ from statequery.metadata.handles import (
 from statequery.metadata.javaser import TtlConfig, read_ttl_config
 from statequery.metadata.proxy import StateMetaInfo, _read_state_meta, _Unknown
 from statequery.serializers.readers import reader_for
-from statequery.serializers.spec import SerializerSpec, TimerSpec
+from statequery.serializers.spec import (
+    PojoField,
+    PojoSpec,
+    PrimitiveSpec,
+    SerializerSpec,
+    TimerSpec,
+)
 
 __all__ = [
     "ChangeLog",
@@ -39,6 +45,8 @@ __all__ = [
     "read_change_log",
     "skipper",
     "summarize",
+    "unmerged_meta",
+    "unmerged_reason",
 ]
 
 
@@ -53,6 +61,19 @@ OPERATIONS = (
 #: the key group of metadata records (AbstractStateChangeLogger.COMMON_KEY_GROUP)
 META_KEY_GROUP = -1
 
+#: the state holding the values a reducing or aggregating state's ``MERGE_NS`` could not merge
+#: without the job's function: ``<state>/unmerged`` (:func:`unmerged_meta`)
+UNMERGED_SUFFIX = "/unmerged"
+#: the class name of its values (``merges_into``, ``reason``, ``value``)
+UNMERGED_CLASS = "statequery.UnmergedValue"
+#: why they are not merged
+UNMERGED_REASON = (
+    "MERGE_NS of a {kind} state in the change log: merging two or more values needs the "
+    "job's {function}, which the checkpoint does not hold"
+)
+#: the keyed state types whose MERGE_NS needs the job's function
+MERGING_WITH_FUNCTION = {"REDUCING": "ReduceFunction", "AGGREGATING": "AggregateFunction"}
+
 
 @dataclass
 class ChangeLog:
@@ -66,6 +87,8 @@ class ChangeLog:
     source: str = ""
     #: state name -> its StateTtlConfig, as the metadata record carries it
     ttl: dict[str, TtlConfig] = field(default_factory=dict)
+    #: the reducing and aggregating states with a ``MERGE_NS`` in the log, in log order
+    merging: list[str] = field(default_factory=list)
 
     @property
     def key_spec(self) -> SerializerSpec | None:
@@ -175,6 +198,9 @@ def read_change_log(resolver: Any, handle: ChangelogHandle) -> ChangeLog:
         if not lo <= kg <= hi:
             continue  # Flink applies only the changes of the handle's key groups
         log.changes.append((kg, op, state, change[3:]))
+        if (op == MERGE_NS and state not in log.merging
+                and log.states[state].state_type in MERGING_WITH_FUNCTION):
+            log.merging.append(state)
         log.counts[state] = log.counts.get(state, 0) + 1
     return log
 
@@ -265,7 +291,40 @@ def summarize(resolver: Any, handle: ChangelogHandle) -> ChangelogSummary:
         log = read_change_log(resolver, handle)
     except (StatequeryError, ValueError) as e:
         return ChangelogSummary(error=f"changelog state backend: {e}")
-    return ChangelogSummary(tuple(log.states.values()), dict(log.counts), log.key_spec)
+    unmerged = tuple(unmerged_meta(log.states[n]) for n in log.merging)
+    return ChangelogSummary(tuple(log.states.values()) + unmerged,
+                            {**log.counts, **{m.name: 0 for m in unmerged}}, log.key_spec)
+
+
+def unmerged_meta(meta: StateMetaInfo) -> StateMetaInfo:
+    """The state ``<state>/unmerged`` of a reducing or aggregating state whose change log merges
+    namespaces (session windows) before a materialization: a value state in the same key and
+    namespace (the window a value was in) whose values are ``{merges_into, reason, value}``
+    (the window it merges into, why it is not merged, the value or accumulator). Flink merges
+    them with the job's function, which a checkpoint does not hold."""
+    value = meta.serializers.get("VALUE_SERIALIZER")
+    ns = meta.serializers.get("NAMESPACE_SERIALIZER")
+    fields = (
+        PojoField("merges_into", UNMERGED_CLASS, ns),
+        PojoField("reason", UNMERGED_CLASS, PrimitiveSpec(name="string")),
+        PojoField("value", UNMERGED_CLASS, value),
+    )
+    serializers = {k: v for k, v in meta.serializers.items() if k != "VALUE_SERIALIZER"}
+    serializers["VALUE_SERIALIZER"] = PojoSpec(class_name=UNMERGED_CLASS, fields=fields)
+    return StateMetaInfo(
+        name=meta.name + UNMERGED_SUFFIX,
+        backend_type=meta.backend_type,
+        options={**meta.options, "KEYED_STATE_TYPE": "VALUE"},
+        serializers=serializers,
+        error=meta.error,
+    )
+
+
+def unmerged_reason(meta: StateMetaInfo) -> str:
+    """The ``reason`` of ``meta``'s unmerged values."""
+    kind = meta.state_type or ""
+    return UNMERGED_REASON.format(
+        kind=kind.lower(), function=MERGING_WITH_FUNCTION.get(kind, "function"))
 
 
 def _heap_layout(handle: KeyGroupsHandle) -> bool:
