@@ -122,3 +122,31 @@ def test_reducing_state_merges_that_need_the_function_are_unmerged_rows(decode_p
     assert sums == {(k, (0, 30 * MINUTE), 3 * m + 12) for m, k in enumerate(KEYS[:4])}
     timers = sp.read(uid, "_timer_state/event_window-timers")
     assert timers.num_rows > 0
+
+
+def test_each_change_log_file_is_read_once_per_version() -> None:
+    """One change-log file holds the change sets of every subtask of a task: the subtasks'
+    handles, the model's listing of the log's states and the merges share one read of it per
+    version (they read it once each before: 4.6 times the bytes over the change feed)."""
+    from statequery.io import FileIO
+
+    io = FileIO()
+    job = statequery.open_job(str(FIXTURE), io=io)
+    sp = job.version(2)  # the change log alone
+    files = set()
+    for op in sp.metadata.operators:
+        for sub in op.subtasks:
+            h = sub.managed_keyed
+            if isinstance(h, ChangelogHandle):
+                for part in h.non_materialized:
+                    files |= {str(sp.resolver.location(s)) for s, _ in part.streams}
+    assert len(files) > 1
+    sizes = {f: len(io.new_input(f)) for f in files}
+    io.stats.reset()
+    rows = 0
+    for r in sp.state_meta().to_pylist():
+        if r["kind"] not in ("operator_list", "operator_union", "broadcast"):
+            rows += sp.read(r["operator_id"], r["state_name"]).num_rows
+    assert rows > 0
+    assert {f: io.stats.bytes_read[f] for f in files} == sizes
+    job.close()

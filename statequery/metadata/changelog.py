@@ -101,12 +101,25 @@ class ChangeLog:
         return None
 
 
-def _stream_bytes(resolver: Any, handle: Any, cache: dict[int, bytes]) -> bytes:
+def _file_cache(resolver: Any) -> dict[str, bytes]:
+    """The change-log files read for one savepoint (its resolver), by location: one file holds
+    the change sets of every subtask of a task (and of several checkpoints), so each subtask's
+    handle, the model's summary and the merge would otherwise read it again."""
+    try:
+        cache: dict[str, bytes] = resolver.__dict__.setdefault("_changelog_files", {})
+    except AttributeError:  # a resolver without a __dict__: no cache across calls
+        return {}
+    return cache
+
+
+def _stream_bytes(resolver: Any, handle: Any, cache: dict[str, bytes]) -> bytes:
     """A change-log file's bytes after its compression flag, decompressed."""
-    got = cache.get(id(handle))
+    name = resolver.source_name(handle)
+    # files only, by location (inline bytes cost no read and may share a display name)
+    key = resolver.location(handle) if hasattr(resolver, "location") else None
+    got = cache.get(key) if key else None
     if got is not None:
         return got
-    name = resolver.source_name(handle)
     # the whole file: the handle's size counts the (uncompressed) bytes after the one-byte
     # compression flag, not the file's
     raw = bytes(resolver.read(handle, 0, None))
@@ -118,7 +131,8 @@ def _stream_bytes(resolver: Any, handle: Any, cache: dict[int, bytes]) -> bytes:
         data = _snappy(raw[1:], name)
     else:
         raise CorruptStateError(f"change-log compression flag {raw[0]} (want 0 or 1)", name, 0)
-    cache[id(handle)] = data
+    if key:
+        cache[key] = data
     return data
 
 
@@ -145,7 +159,7 @@ def _change_set(data: bytes, offset: int, name: str) -> Iterator[tuple[int, byte
 def raw_changes(resolver: Any, handle: ChangelogHandle) -> Iterator[tuple[int, bytes, str]]:
     """Every logged change of ``handle``'s non-materialized part, in order:
     ``(key group, change bytes, source name)``."""
-    cache: dict[int, bytes] = {}
+    cache = _file_cache(resolver)
     for part in handle.non_materialized:
         if isinstance(part, ChangelogStreamHandle):
             for stream, offset in part.streams:
