@@ -21,6 +21,7 @@ docs/format-notes.md ("Changelog state backend").
 
 from __future__ import annotations
 
+import copy
 import struct
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -41,6 +42,10 @@ from statequery.metadata.changelog import (
     REMOVE_ELEMENT,
     SET,
     SET_INTERNAL,
+    ChangeLog,
+    chain_key,
+    chain_registry,
+    log_parts,
     read_change_log,
     skipper,
     unmerged_meta,
@@ -109,6 +114,14 @@ class _State:
                     f"map state {self.name!r}: its serializer is not a MapSerializer")
             self.user_key = skipper(value.key, self.name, "map key")
             self.map_value = skipper(value.value, self.name, "map value")
+
+    def copy(self) -> _State:
+        """An independent copy (the containers copied; the bytes are immutable)."""
+        out = copy.copy(self)
+        out.entries = {k: list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict)
+                       else v for k, v in self.entries.items()}
+        out.unmerged = {k: list(v) for k, v in self.unmerged.items()}
+        return out
 
     # -- the serialized containers -----------------------------------------------------------
 
@@ -478,12 +491,55 @@ def _why(e: Exception) -> str:
     return f"truncated ({type(e).__name__}: {e})"
 
 
+@dataclass
+class _Snapshot:
+    """A subtask's merged states after its whole log, kept for its next checkpoint on the same
+    base (:func:`~statequery.metadata.changelog.chain_key`)."""
+
+    states: dict[str, _State]
+    order: list[StateMetaInfo]
+    key: SerializerSpec
+    log: ChangeLog
+
+
 def merge(context: Any, handle: ChangelogHandle, key: SerializerSpec | None) -> Merged:
-    """The materialized base of ``handle`` with its change log applied."""
+    """The materialized base of ``handle`` with its change log applied.
+
+    When the same FileIO merged an earlier checkpoint of the same subtask on the same base
+    whose change sets this log starts with (the versions of a job: they share a materialization
+    until the next one), the merge resumes from that result: neither the base nor those change
+    sets are read again, only the change sets after them are applied (as Flink would apply
+    them on top)."""
+    resolver = context.resolver
+    registry = chain_registry(resolver, "merges")
+    ckey = chain_key(resolver, handle, int(context.max_parallelism), repr(key))
+    parts = log_parts(resolver, handle)
+    got = registry.get(ckey, parts) if registry is not None else None
+    if got is not None:
+        snap: _Snapshot = got[1]
+        states = {n: st.copy() for n, st in snap.states.items()}
+        order = list(snap.order)
+        key = snap.key
+        log = read_change_log(resolver, handle, snap.log, len(got[0]))
+    else:
+        states, order, key = _bases(context, handle, key)
+        log = read_change_log(resolver, handle)
+    merged = _apply(handle, states, order, key, log)
+    if registry is not None:
+        registry.put(ckey, parts, _Snapshot(
+            dict(states), list(order), merged.key, ChangeLog(
+                states=dict(log.states), counts=dict(log.counts), source=log.source,
+                ttl=dict(log.ttl), merging=list(log.merging), ids=dict(log.ids))))
+    return merged
+
+
+def _bases(
+    context: Any, handle: ChangelogHandle, key: SerializerSpec | None
+) -> tuple[dict[str, _State], list[StateMetaInfo], SerializerSpec | None]:
+    """The materialized bases of ``handle`` read into states (in header order)."""
     from statequery.metadata.handles import IncrementalHandle
 
     resolver = context.resolver
-
     states: dict[str, _State] = {}
     order: list[StateMetaInfo] = []
     for base in handle.materialized:
@@ -497,7 +553,15 @@ def merge(context: Any, handle: ChangelogHandle, key: SerializerSpec | None) -> 
             raise UnsupportedFormatError(
                 f"changelog state backend: materialized handle {type(base).__name__} "
                 f"(type {getattr(base, 'handle_type', '?')}) is not supported")
-    log = read_change_log(resolver, handle)
+    return states, order, key
+
+
+def _apply(
+    handle: ChangelogHandle, states: dict[str, _State], order: list[StateMetaInfo],
+    key: SerializerSpec | None, log: ChangeLog,
+) -> Merged:
+    """``log``'s states and changes applied to ``states`` (mutated), laid out as the hashmap
+    key-group stream."""
     key = key or log.key_spec
     if key is None:
         raise UnsupportedFormatError(
@@ -514,6 +578,8 @@ def merge(context: Any, handle: ChangelogHandle, key: SerializerSpec | None) -> 
             raise CorruptStateError(
                 f"state {name!r}: change {OPERATIONS[op]} in key group {kg} cannot be read "
                 f"({_why(e)})", log.source, 0) from e
+    states = dict(states)  # the caller keeps the states without the unmerged ones
+    order = list(order)
     for name in log.merging:  # listed by the model whenever the log merges such a state
         unmerged = states[name].unmerged_state()
         states[unmerged.name] = unmerged
