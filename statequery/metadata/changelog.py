@@ -120,9 +120,31 @@ def _stream_bytes(resolver: Any, handle: Any, cache: dict[str, bytes]) -> bytes:
     name = resolver.source_name(handle)
     # files only, by location (inline bytes cost no read and may share a display name)
     key = resolver.location(handle) if hasattr(resolver, "location") else None
-    got = cache.get(key) if key else None
+    if not key:
+        return _read_stream(resolver, handle, name)
+    got = cache.get(key)
     if got is not None:
         return got
+    reading = (id(cache), key)
+    with _REGISTRY_LOCK:  # one read per file when subtasks' summaries run in parallel
+        lock = _FILE_LOCKS.setdefault(reading, threading.Lock())
+    try:
+        with lock:
+            got = cache.get(key)
+            if got is None:
+                got = cache[key] = _read_stream(resolver, handle, name)
+    finally:
+        with _REGISTRY_LOCK:
+            _FILE_LOCKS.pop(reading, None)
+    return got
+
+
+#: per (file cache, change-log file location), while it is being read
+_FILE_LOCKS: dict[tuple[int, str], threading.Lock] = {}
+
+
+def _read_stream(resolver: Any, handle: Any, name: str) -> bytes:
+    """A change-log file read whole, its compression flag checked and dropped."""
     # the whole file: the handle's size counts the (uncompressed) bytes after the one-byte
     # compression flag, not the file's
     raw = bytes(resolver.read(handle, 0, None))
@@ -134,8 +156,6 @@ def _stream_bytes(resolver: Any, handle: Any, cache: dict[str, bytes]) -> bytes:
         data = _snappy(raw[1:], name)
     else:
         raise CorruptStateError(f"change-log compression flag {raw[0]} (want 0 or 1)", name, 0)
-    if key:
-        cache[key] = data
     return data
 
 
