@@ -31,7 +31,19 @@ HISTORY = [
     # 3 checkpoints, then a new job (new job id) restored from the third at parallelism 3
     {"name": "history-rescaled", "backend": "rocksdb", "incremental": True, "checkpoints": 3,
      "restore_parallelism": 3},
+    # the changelog state backend (hashmap underneath): 2 checkpoints of the change log alone,
+    # then a materialization, then 4 with the log since on top (ChangelogHistoryJob.java). With
+    # a 64 s interval its 8 keyed subtasks first materialize 35-57 s after the start
+    # (murmurHash of their operator identifiers) after their tasks start, some seconds after the
+    # job (95 s: all of them), the second time from 99 s on
+    {"name": "history-changelog", "backend": "hashmap", "changelog": True, "checkpoints": 6,
+     "log_only": 2, "interval": "64s", "wait": "95s"},
 ]
+
+#: the operator whose MERGE_NS needs the job's ReduceFunction: Flink's own restore of a version
+#: whose change log merges two of its sessions fails (the function is not known at restore), so
+#: the oracle's dump has no entries of it there and reports that error (and no other)
+UNRESTORABLE_UID = "session-bridged"
 
 
 def generate(series: dict, scratch_root: Path) -> None:
@@ -40,7 +52,10 @@ def generate(series: dict, scratch_root: Path) -> None:
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
     out = scratch / "out"
-    chks = _run_job(series, out, scratch, "job")
+    if series.get("changelog"):
+        chks = _run_changelog_job(series, out, scratch)
+    else:
+        chks = _run_job(series, out, scratch, "job")
     if "restore_parallelism" in series:
         chks += _run_job(series, out, scratch, "restored", chks[-1],
                          series["restore_parallelism"])
@@ -48,8 +63,9 @@ def generate(series: dict, scratch_root: Path) -> None:
         old.unlink()
     for chk in chks:  # dumped where the job wrote them (absolute handles exist there)
         dump = gf.FIXTURES / "dump" / f"{name}-{chk.name}.jsonl"
-        if not gf.run_dump(chk, dump, scratch / f"dump-{chk.name}.log"):
-            raise RuntimeError(f"SavepointDump failed, see {scratch / f'dump-{chk.name}.log'}")
+        log = scratch / f"dump-{chk.name}.log"
+        if not gf.run_dump(chk, dump, log) and not _only_unrestorable(series, log):
+            raise RuntimeError(f"SavepointDump failed, see {log}")
     dest = gf.FIXTURES / name
     shutil.rmtree(dest, ignore_errors=True)
     shutil.copytree(out, dest)
@@ -72,6 +88,29 @@ def _run_job(series: dict, out: Path, scratch: Path, label: str,
         raise RuntimeError(f"HistoryJob failed ({proc.returncode}), see {scratch / label}.log")
     lines = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
     print(f"  {series['name']}: {label} {lines.get('JOB_ID')} took {time.time() - t0:.1f}s")
+    return [Path(lines[f"CHECKPOINT_{n}"]) for n in range(1, series["checkpoints"] + 1)]
+
+
+def _only_unrestorable(series: dict, log: Path) -> bool:
+    """A changelog dump whose only errors are those of :data:`UNRESTORABLE_UID`."""
+    if not series.get("changelog"):
+        return False
+    errors = [line for line in log.read_text().splitlines() if "SavepointDump ERROR" in line]
+    op = gf.operator_id_for_uid(UNRESTORABLE_UID)
+    return bool(errors) and all(op in line for line in errors)
+
+
+def _run_changelog_job(series: dict, out: Path, scratch: Path) -> list[Path]:
+    cmd = ["java", "-cp", gf.build(), "statequery.fixtures.ChangelogHistoryJob",
+           series["backend"], str(out), str(series["checkpoints"]), str(series["log_only"]),
+           series["interval"], series["wait"]]
+    t0 = time.time()
+    with open(scratch / "job.log", "w") as log:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"ChangelogHistoryJob failed ({proc.returncode}), see {scratch}/job.log")
+    lines = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+    print(f"  {series['name']}: {lines.get('JOB_ID')} took {time.time() - t0:.1f}s")
     return [Path(lines[f"CHECKPOINT_{n}"]) for n in range(1, series["checkpoints"] + 1)]
 
 

@@ -21,6 +21,7 @@ docs/format-notes.md ("Changelog state backend").
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import struct
 import threading
@@ -42,12 +43,18 @@ from statequery.metadata.changelog import (
     REMOVE_ELEMENT,
     SET,
     SET_INTERNAL,
+    ChangeLog,
+    chain_key,
+    chain_registry,
+    log_parts,
     read_change_log,
     skipper,
+    unmerged_meta,
+    unmerged_reason,
 )
 from statequery.metadata.handles import ChangelogHandle, KeyGroupsHandle
 from statequery.metadata.state import StateInfo
-from statequery.serializers.spec import ListSpec, MapSpec, SerializerSpec, TtlSpec
+from statequery.serializers.spec import ListSpec, MapSpec, PrimitiveSpec, SerializerSpec, TtlSpec
 
 __all__ = ["ChangelogKeyedBackend", "merge"]
 
@@ -80,6 +87,10 @@ class _State:
         self.name = meta.name
         self.kind = _kind(meta)
         self.entries: dict[Any, Any] = {}
+        #: reducing/aggregating state: ``(key group, target namespace, key) -> [(namespace,
+        #: value)]``, the values a ``MERGE_NS`` merges into the target that only the job's
+        #: function could merge (two or more of them)
+        self.unmerged: dict[Any, list[tuple[bytes, bytes]]] = {}
         value = meta.serializers.get("VALUE_SERIALIZER")
         self.value_spec = value
         if self.kind == _QUEUE:
@@ -104,6 +115,14 @@ class _State:
                     f"map state {self.name!r}: its serializer is not a MapSerializer")
             self.user_key = skipper(value.key, self.name, "map key")
             self.map_value = skipper(value.value, self.name, "map value")
+
+    def copy(self) -> _State:
+        """An independent copy (the containers copied; the bytes are immutable)."""
+        out = copy.copy(self)
+        out.entries = {k: list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict)
+                       else v for k, v in self.entries.items()}
+        out.unmerged = {k: list(v) for k, v in self.unmerged.items()}
+        return out
 
     # -- the serialized containers -----------------------------------------------------------
 
@@ -227,9 +246,11 @@ class _State:
         k = (kg, buf[kend:nend], buf[:kend])
         if op == CLEAR:
             self.entries.pop(k, None)
+            self.unmerged.pop(k, None)
         elif op in (SET, SET_INTERNAL):
             v, _ = self._value(buf, nend)
             self._put(k, v)
+            self.unmerged.pop(k, None)  # the job's merged value, logged again whole
         elif op == ADD and self.kind == _LIST:
             v, _ = self._list(buf, nend)
             self._put(k, [*self.entries.get(k, []), *v])
@@ -261,12 +282,62 @@ class _State:
                 pos = send
             tk = (kg, target, k[2])
             self._put(tk, [*self.entries.get(tk, []), *merged])
+        elif op == MERGE_NS and self.kind == _VALUE:
+            self._merge_values(kg, k[2], buf, nend, end)
         else:
             raise UnsupportedFormatError(
                 f"{self.kind} state {self.name!r}: change {OPERATIONS[op]} is not supported"
                 + (" (merging namespaces of a reducing or aggregating state needs the job's "
                    "function)" if op == MERGE_NS else "")
             )
+
+    def _merge_values(self, kg: int, key: bytes, buf: bytes, pos: int, end: int) -> None:
+        """``MERGE_NS`` of a reducing or aggregating state (target namespace, ``int n``, ``n``
+        source namespaces), as ``AbstractHeapMergingState.mergeNamespaces`` does it: each
+        source's value is removed and reduced into the target's. With at most one value among
+        the target and the sources no function is called: the target holds that value. Two or
+        more need the job's function: they are kept, each with the namespace it was in, as
+        unmerged values of the target (until a later ``SET`` or ``CLEAR`` of the target logs
+        the job's result; a later merge of the target carries them on to its target)."""
+        tend = self.ns(buf, pos, end)
+        target = buf[pos:tend]
+        n = _I32(buf, tend)[0]
+        pos = tend + 4
+        values: list[tuple[bytes, bytes]] = []
+        for _ in range(n):
+            send = self.ns(buf, pos, end)
+            sk = (kg, buf[pos:send], key)
+            pos = send
+            v = self.entries.pop(sk, None)
+            if v is not None:
+                values.append((sk[1], v))
+            values += self.unmerged.pop(sk, [])
+        tk = (kg, target, key)
+        if not values:
+            return
+        pending = self.unmerged.get(tk)
+        tv = self.entries.get(tk)
+        if pending is None and tv is None and len(values) == 1:
+            self.entries[tk] = values[0][1]
+            return
+        pending = self.unmerged.setdefault(tk, [])
+        if tv is not None:
+            del self.entries[tk]
+            pending.append((target, tv))
+        pending += values
+
+    def unmerged_state(self) -> _State:
+        """``<state>/unmerged``: one entry per value not merged, at the namespace it was in,
+        its value ``{merges_into, reason, value}`` (PojoSerializer bytes: no subclass flag,
+        then each field's null flag and bytes)."""
+        st = _State(unmerged_meta(self.meta), None if self.kind == _QUEUE else _NO_KEY)
+        st.key = self.key
+        reason = _java_string(unmerged_reason(self.meta))
+        for (kg, target, key), values in self.unmerged.items():
+            for ns, v in values:
+                st.entries[(kg, ns, key)] = b"".join(
+                    (b"\x02\x00", target, b"\x00", reason, b"\x00", v))
+        return st
 
     # -- the hashmap layout of the merged state -----------------------------------------------
 
@@ -296,6 +367,27 @@ class _State:
                     out += fv
             else:
                 out += v
+
+
+#: a key serializer placeholder for :meth:`_State.unmerged_state` (its key skipper is copied)
+_NO_KEY = PrimitiveSpec(name="long")
+
+
+def _java_string(text: str) -> bytes:
+    """``StringValue.writeString`` of a string of BMP characters: length + 1, then each char,
+    as 7-bit groups with a continuation bit."""
+    out = bytearray()
+
+    def varint(n: int) -> None:
+        while n >= 0x80:
+            out.append((n & 0x7F) | 0x80)
+            n >>= 7
+        out.append(n)
+
+    varint(len(text) + 1)
+    for c in text:
+        varint(ord(c))
+    return bytes(out)
 
 
 class _MemoryStream:
@@ -401,12 +493,55 @@ def _why(e: Exception) -> str:
     return f"truncated ({type(e).__name__}: {e})"
 
 
+@dataclass
+class _Snapshot:
+    """A subtask's merged states after its whole log, kept for its next checkpoint on the same
+    base (:func:`~statequery.metadata.changelog.chain_key`)."""
+
+    states: dict[str, _State]
+    order: list[StateInfo]
+    key: SerializerSpec
+    log: ChangeLog
+
+
 def merge(context: Any, handle: ChangelogHandle, key: SerializerSpec | None) -> Merged:
-    """The materialized base of ``handle`` with its change log applied."""
+    """The materialized base of ``handle`` with its change log applied.
+
+    When the same FileIO merged an earlier checkpoint of the same subtask on the same base
+    whose change sets this log starts with (the versions of a job: they share a materialization
+    until the next one), the merge resumes from that result: neither the base nor those change
+    sets are read again, only the change sets after them are applied (as Flink would apply
+    them on top)."""
+    resolver = context.resolver
+    registry = chain_registry(resolver, "merges")
+    ckey = chain_key(resolver, handle, int(context.max_parallelism), repr(key))
+    parts = log_parts(resolver, handle)
+    got = registry.get(ckey, parts) if registry is not None else None
+    if got is not None:
+        snap: _Snapshot = got[1]
+        states = {n: st.copy() for n, st in snap.states.items()}
+        order = list(snap.order)
+        key = snap.key
+        log = read_change_log(resolver, handle, snap.log, len(got[0]))
+    else:
+        states, order, key = _bases(context, handle, key)
+        log = read_change_log(resolver, handle)
+    merged = _apply(handle, states, order, key, log)
+    if registry is not None:
+        registry.put(ckey, parts, _Snapshot(
+            dict(states), list(order), merged.key, ChangeLog(
+                states=dict(log.states), counts=dict(log.counts), source=log.source,
+                ttl=dict(log.ttl), merging=list(log.merging), ids=dict(log.ids))))
+    return merged
+
+
+def _bases(
+    context: Any, handle: ChangelogHandle, key: SerializerSpec | None
+) -> tuple[dict[str, _State], list[StateInfo], SerializerSpec | None]:
+    """The materialized bases of ``handle`` read into states (in header order)."""
     from statequery.metadata.handles import IncrementalHandle
 
     resolver = context.resolver
-
     states: dict[str, _State] = {}
     order: list[StateInfo] = []
     for base in handle.materialized:
@@ -420,7 +555,15 @@ def merge(context: Any, handle: ChangelogHandle, key: SerializerSpec | None) -> 
             raise UnsupportedFormatError(
                 f"changelog state backend: materialized handle {type(base).__name__} "
                 f"(type {getattr(base, 'handle_type', '?')}) is not supported")
-    log = read_change_log(resolver, handle)
+    return states, order, key
+
+
+def _apply(
+    handle: ChangelogHandle, states: dict[str, _State], order: list[StateInfo],
+    key: SerializerSpec | None, log: ChangeLog,
+) -> Merged:
+    """``log``'s states and changes applied to ``states`` (mutated), laid out as the hashmap
+    key-group stream."""
     key = key or log.key_spec
     if key is None:
         raise UnsupportedFormatError(
@@ -437,6 +580,12 @@ def merge(context: Any, handle: ChangelogHandle, key: SerializerSpec | None) -> 
             raise CorruptStateError(
                 f"state {name!r}: change {OPERATIONS[op]} in key group {kg} cannot be read "
                 f"({_why(e)})", log.source, 0) from e
+    states = dict(states)  # the caller keeps the states without the unmerged ones
+    order = list(order)
+    for name in log.merging:  # listed by the model whenever the log merges such a state
+        unmerged = states[name].unmerged_state()
+        states[unmerged.name] = unmerged
+        order.append(unmerged.meta)
     out = bytearray()
     offsets = []
     grouped = [(sid, states[m.name], states[m.name].by_key_group()) for sid, m in

@@ -15,6 +15,7 @@ The byte formats are described in docs/format-notes.md ("Changelog state backend
 from __future__ import annotations
 
 import struct
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +33,13 @@ from statequery.metadata.javaser import TtlConfig, read_ttl_config
 from statequery.metadata.proxy import _read_state_meta, _Unknown
 from statequery.metadata.state import StateInfo
 from statequery.serializers.readers import reader_for
-from statequery.serializers.spec import SerializerSpec, TimerSpec
+from statequery.serializers.spec import (
+    PojoField,
+    PojoSpec,
+    PrimitiveSpec,
+    SerializerSpec,
+    TimerSpec,
+)
 
 __all__ = [
     "ChangeLog",
@@ -40,6 +47,8 @@ __all__ = [
     "read_change_log",
     "skipper",
     "summarize",
+    "unmerged_meta",
+    "unmerged_reason",
 ]
 
 
@@ -54,6 +63,19 @@ OPERATIONS = (
 #: the key group of metadata records (AbstractStateChangeLogger.COMMON_KEY_GROUP)
 META_KEY_GROUP = -1
 
+#: the state holding the values a reducing or aggregating state's ``MERGE_NS`` could not merge
+#: without the job's function: ``<state>/unmerged`` (:func:`unmerged_meta`)
+UNMERGED_SUFFIX = "/unmerged"
+#: the class name of its values (``merges_into``, ``reason``, ``value``)
+UNMERGED_CLASS = "statequery.UnmergedValue"
+#: why they are not merged
+UNMERGED_REASON = (
+    "MERGE_NS of a {kind} state in the change log: merging two or more values needs the "
+    "job's {function}, which the checkpoint does not hold"
+)
+#: the keyed state types whose MERGE_NS needs the job's function
+MERGING_WITH_FUNCTION = {"REDUCING": "ReduceFunction", "AGGREGATING": "AggregateFunction"}
+
 
 @dataclass
 class ChangeLog:
@@ -67,6 +89,10 @@ class ChangeLog:
     source: str = ""
     #: state name -> its StateTtlConfig, as the metadata record carries it
     ttl: dict[str, TtlConfig] = field(default_factory=dict)
+    #: the reducing and aggregating states with a ``MERGE_NS`` in the log, in log order
+    merging: list[str] = field(default_factory=list)
+    #: the state ids of the metadata records
+    ids: dict[int, str] = field(default_factory=dict)
 
     @property
     def key_spec(self) -> SerializerSpec | None:
@@ -79,12 +105,47 @@ class ChangeLog:
         return None
 
 
-def _stream_bytes(resolver: Any, handle: Any, cache: dict[int, bytes]) -> bytes:
+def _file_cache(resolver: Any) -> dict[str, bytes]:
+    """The change-log files read for one savepoint (its resolver), by location: one file holds
+    the change sets of every subtask of a task (and of several checkpoints), so each subtask's
+    handle, the model's summary and the merge would otherwise read it again."""
+    try:
+        cache: dict[str, bytes] = resolver.__dict__.setdefault("_changelog_files", {})
+    except AttributeError:  # a resolver without a __dict__: no cache across calls
+        return {}
+    return cache
+
+
+def _stream_bytes(resolver: Any, handle: Any, cache: dict[str, bytes]) -> bytes:
     """A change-log file's bytes after its compression flag, decompressed."""
-    got = cache.get(id(handle))
+    name = resolver.source_name(handle)
+    # files only, by location (inline bytes cost no read and may share a display name)
+    key = resolver.location(handle) if hasattr(resolver, "location") else None
+    if not key:
+        return _read_stream(resolver, handle, name)
+    got = cache.get(key)
     if got is not None:
         return got
-    name = resolver.source_name(handle)
+    reading = (id(cache), key)
+    with _REGISTRY_LOCK:  # one read per file when subtasks' summaries run in parallel
+        lock = _FILE_LOCKS.setdefault(reading, threading.Lock())
+    try:
+        with lock:
+            got = cache.get(key)
+            if got is None:
+                got = cache[key] = _read_stream(resolver, handle, name)
+    finally:
+        with _REGISTRY_LOCK:
+            _FILE_LOCKS.pop(reading, None)
+    return got
+
+
+#: per (file cache, change-log file location), while it is being read
+_FILE_LOCKS: dict[tuple[int, str], threading.Lock] = {}
+
+
+def _read_stream(resolver: Any, handle: Any, name: str) -> bytes:
+    """A change-log file read whole, its compression flag checked and dropped."""
     # the whole file: the handle's size counts the (uncompressed) bytes after the one-byte
     # compression flag, not the file's
     raw = bytes(resolver.read(handle, 0, None))
@@ -96,7 +157,6 @@ def _stream_bytes(resolver: Any, handle: Any, cache: dict[int, bytes]) -> bytes:
         data = _snappy(raw[1:], name)
     else:
         raise CorruptStateError(f"change-log compression flag {raw[0]} (want 0 or 1)", name, 0)
-    cache[id(handle)] = data
     return data
 
 
@@ -120,13 +180,19 @@ def _change_set(data: bytes, offset: int, name: str) -> Iterator[tuple[int, byte
             yield kg, d.read_bytes(size)
 
 
-def raw_changes(resolver: Any, handle: ChangelogHandle) -> Iterator[tuple[int, bytes, str]]:
+def raw_changes(
+    resolver: Any, handle: ChangelogHandle, skip: int = 0
+) -> Iterator[tuple[int, bytes, str]]:
     """Every logged change of ``handle``'s non-materialized part, in order:
-    ``(key group, change bytes, source name)``."""
-    cache: dict[int, bytes] = {}
+    ``(key group, change bytes, source name)``; ``skip``: after its first ``skip`` change sets
+    (:func:`log_parts`), which are not read."""
+    cache = _file_cache(resolver)
     for part in handle.non_materialized:
         if isinstance(part, ChangelogStreamHandle):
             for stream, offset in part.streams:
+                if skip > 0:
+                    skip -= 1
+                    continue
                 name = resolver.source_name(stream)
                 data = _stream_bytes(resolver, stream, cache)
                 if not 0 <= offset <= len(data):
@@ -136,6 +202,9 @@ def raw_changes(resolver: Any, handle: ChangelogHandle) -> Iterator[tuple[int, b
                 for kg, change in _change_set(data, offset, name):
                     yield kg, change, name
         elif isinstance(part, InMemoryChangelogHandle):
+            if skip > 0:
+                skip -= 1
+                continue
             for kg, change in part.changes:
                 yield kg, change, "_metadata (inline change log)"
         else:
@@ -145,12 +214,107 @@ def raw_changes(resolver: Any, handle: ChangelogHandle) -> Iterator[tuple[int, b
             )
 
 
-def read_change_log(resolver: Any, handle: ChangelogHandle) -> ChangeLog:
-    """Parse ``handle``'s change log (metadata records and data changes, in order)."""
+def log_parts(resolver: Any, handle: ChangelogHandle) -> tuple[tuple[str, int], ...]:
+    """The change sets of ``handle``'s log, in order, as ``(file location, offset)`` (an inline
+    log: a name no other handle has). A later checkpoint of the same subtask on the same
+    materialized base lists the earlier one's change sets first, then its own."""
+    out: list[tuple[str, int]] = []
+    for part in handle.non_materialized:
+        if isinstance(part, ChangelogStreamHandle):
+            for stream, offset in part.streams:
+                loc = resolver.location(stream) if hasattr(resolver, "location") else None
+                out.append((loc or f"inline:{id(stream)}", offset))
+        else:
+            out.append((f"inline:{id(part)}", 0))
+    return tuple(out)
+
+
+def base_parts(resolver: Any, handle: ChangelogHandle) -> tuple[str, ...]:
+    """The files of ``handle``'s materialized base (empty before the first materialization)."""
+    out: list[str] = []
+    for base in handle.materialized:
+        for stream in base.stream_handles():
+            loc = resolver.location(stream) if hasattr(resolver, "location") else None
+            out.append(loc or f"inline:{id(stream)}")
+    return tuple(out)
+
+
+def chain_key(resolver: Any, handle: ChangelogHandle, *extra: Any) -> tuple[Any, ...] | None:
+    """What the checkpoints of one subtask on one materialized base share: the base's files,
+    else (the log alone) the first change set, which no other subtask's log has; None when
+    neither names it (no base and an empty log)."""
+    base = base_parts(resolver, handle)
+    if base:
+        return ("base", base, handle.start_key_group, handle.num_key_groups, *extra)
+    parts = log_parts(resolver, handle)
+    if parts and not parts[0][0].startswith("inline:"):
+        return ("log", parts[0], handle.start_key_group, handle.num_key_groups, *extra)
+    return None
+
+
+class ChainRegistry:
+    """The last result per :func:`chain_key`, for one FileIO (the versions a job opens share
+    it): a later checkpoint of the same chain resumes from it and reads only its own change
+    sets. Bounded (the oldest chains are dropped)."""
+
+    LIMIT = 256
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: dict[Any, tuple[tuple[tuple[str, int], ...], Any]] = {}
+
+    def get(self, key: Any, parts: tuple[tuple[str, int], ...]) -> Any:
+        """The stored value whose change sets are a prefix of ``parts`` (None if none)."""
+        if key is None:
+            return None
+        with self._lock:
+            got = self._items.get(key)
+        if got is None or parts[: len(got[0])] != got[0]:
+            return None
+        return got
+
+    def put(self, key: Any, parts: tuple[tuple[str, int], ...], value: Any) -> None:
+        if key is None:
+            return
+        with self._lock:
+            self._items.pop(key, None)
+            self._items[key] = (parts, value)
+            while len(self._items) > self.LIMIT:
+                del self._items[next(iter(self._items))]
+
+
+def chain_registry(resolver: Any, name: str) -> ChainRegistry | None:
+    """The :class:`ChainRegistry` ``name`` of the resolver's FileIO (None without one)."""
+    io = getattr(resolver, "io", None)
+    try:
+        store = io.__dict__
+    except AttributeError:
+        return None
+    with _REGISTRY_LOCK:
+        got = store.get(f"_changelog_{name}")
+        if got is None:
+            got = store[f"_changelog_{name}"] = ChainRegistry()
+    return got
+
+
+_REGISTRY_LOCK = threading.Lock()
+
+
+def read_change_log(
+    resolver: Any, handle: ChangelogHandle, resume: ChangeLog | None = None, skip: int = 0
+) -> ChangeLog:
+    """Parse ``handle``'s change log (metadata records and data changes, in order). With
+    ``resume`` (the log of the same subtask's first ``skip`` change sets): only the change sets
+    after them are read; the result has their states, ids and counts, and only the new
+    changes."""
     log = ChangeLog()
-    ids: dict[int, str] = {}
+    if resume is not None:
+        log = ChangeLog(states=dict(resume.states), counts=dict(resume.counts),
+                        source=resume.source, ttl=dict(resume.ttl),
+                        merging=list(resume.merging), ids=dict(resume.ids))
+    ids = log.ids
     lo, hi = handle.start_key_group, handle.start_key_group + handle.num_key_groups - 1
-    for kg, change, name in raw_changes(resolver, handle):
+    for kg, change, name in raw_changes(resolver, handle, skip if resume is not None else 0):
         log.source = log.source or name
         if not change:
             raise CorruptStateError(f"empty state change in key group {kg}", name, 0)
@@ -176,6 +340,9 @@ def read_change_log(resolver: Any, handle: ChangelogHandle) -> ChangeLog:
         if not lo <= kg <= hi:
             continue  # Flink applies only the changes of the handle's key groups
         log.changes.append((kg, op, state, change[3:]))
+        if (op == MERGE_NS and state not in log.merging
+                and log.states[state].state_type in MERGING_WITH_FUNCTION):
+            log.merging.append(state)
         log.counts[state] = log.counts.get(state, 0) + 1
     return log
 
@@ -263,10 +430,64 @@ def summarize(resolver: Any, handle: ChangelogHandle) -> ChangelogSummary:
                 f"changelog state backend: materialized handle {type(base).__name__} (type "
                 f"{getattr(base, 'handle_type', '?')}) is not read under a change log"))
     try:
-        log = read_change_log(resolver, handle)
+        log = chained_change_log(resolver, handle, "summaries")
     except (StatequeryError, ValueError) as e:
         return ChangelogSummary(error=f"changelog state backend: {e}")
-    return ChangelogSummary(tuple(log.states.values()), dict(log.counts), log.key_spec)
+    unmerged = tuple(unmerged_meta(log.states[n]) for n in log.merging)
+    return ChangelogSummary(tuple(log.states.values()) + unmerged,
+                            {**log.counts, **{m.name: 0 for m in unmerged}}, log.key_spec)
+
+
+def chained_change_log(resolver: Any, handle: ChangelogHandle, name: str) -> ChangeLog:
+    """:func:`read_change_log`, resumed from the last log of the same chain (:func:`chain_key`)
+    read through the same FileIO when it is a prefix of this one: only the new change sets are
+    read. The result's ``changes`` are then only the new ones (the states and counts are the
+    whole log's); callers that need every change use :func:`read_change_log`."""
+    registry = chain_registry(resolver, name)
+    key = chain_key(resolver, handle)
+    parts = log_parts(resolver, handle)
+    got = registry.get(key, parts) if registry is not None else None
+    if got is None:
+        log = read_change_log(resolver, handle)
+    else:
+        log = read_change_log(resolver, handle, got[1], len(got[0]))
+    if registry is not None:
+        registry.put(key, parts, ChangeLog(
+            states=dict(log.states), counts=dict(log.counts), source=log.source,
+            ttl=dict(log.ttl), merging=list(log.merging), ids=dict(log.ids)))
+    return log
+
+
+def unmerged_meta(meta: StateInfo) -> StateInfo:
+    """The state ``<state>/unmerged`` of a reducing or aggregating state whose change log merges
+    namespaces (session windows) before a materialization: a value state in the same key and
+    namespace (the window a value was in) whose values are ``{merges_into, reason, value}``
+    (the window it merges into, why it is not merged, the value or accumulator). Flink merges
+    them with the job's function, which a checkpoint does not hold."""
+    value = meta.serializers.get("VALUE_SERIALIZER")
+    ns = meta.serializers.get("NAMESPACE_SERIALIZER")
+    fields = (
+        PojoField("merges_into", UNMERGED_CLASS, ns),
+        PojoField("reason", UNMERGED_CLASS, PrimitiveSpec(name="string")),
+        PojoField("value", UNMERGED_CLASS, value),
+    )
+    serializers = {k: v for k, v in meta.serializers.items() if k != "VALUE_SERIALIZER"}
+    serializers["VALUE_SERIALIZER"] = PojoSpec(class_name=UNMERGED_CLASS, fields=fields)
+    return StateInfo.from_header(
+        name=meta.name + UNMERGED_SUFFIX,
+        backend_type=meta.backend_type,
+        options={**meta.options, "KEYED_STATE_TYPE": "VALUE"},
+        serializers=serializers,
+        error=meta.reason,
+        key_spec=meta.key_spec,
+    )
+
+
+def unmerged_reason(meta: StateInfo) -> str:
+    """The ``reason`` of ``meta``'s unmerged values."""
+    kind = meta.state_type or ""
+    return UNMERGED_REASON.format(
+        kind=kind.lower(), function=MERGING_WITH_FUNCTION.get(kind, "function"))
 
 
 def _heap_layout(handle: KeyGroupsHandle) -> bool:

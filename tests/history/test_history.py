@@ -23,13 +23,25 @@ from statequery.history import CHANGES_SCHEMA, HISTORY_SCHEMA, VERSIONS_SCHEMA, 
 SEQUENCE = FIXTURES / "sequence-rocksdb-incremental"
 #: the history fixtures: a job's checkpoint directory retaining 6 checkpoints; history-rescaled:
 #: 3 checkpoints of a job at parallelism 2, then 3 of a new job (new job id) restored from the
-#: third at parallelism 3
-HISTORY = ("history-hashmap", "history-rocksdb-incremental", "history-rescaled")
+#: third at parallelism 3; history-changelog: the changelog state backend, 2 checkpoints of the
+#: change log alone, then 4 on a materialized base (tests/test_history_changelog.py)
+HISTORY = ("history-hashmap", "history-rocksdb-incremental", "history-rescaled",
+           "history-changelog")
+#: operators Flink's own restore cannot read in some versions of a fixture (the oracle's dump
+#: has none of their entries there): left out of the comparison with the dumps
+#: (history-changelog: a merge of sessions that needs the job's function; checked in
+#: tests/test_history_changelog.py instead)
+UNRESTORABLE = {"history-changelog": "1d9647f9d0408e6717eaaa20a862ed3f"}  # session-bridged
 
 
 def _value(entry: dict[str, Any]) -> str | None:
     if entry["kind"] in ("event_timer", "processing_timer"):
         return None
+    if entry["state"] == "merging-window-set":
+        # the session windows' TimeWindow pairs: the feed's JSON gives timestamps outside the
+        # event-time columns in epoch nanoseconds (statequery.arrow.jsonify), the dump in ms
+        return canonical([{side: {k: v * 1_000_000 for k, v in w.items()}
+                           for side, w in pair.items()} for pair in entry["value"]])
     return canonical(entry["value"])
 
 
@@ -120,7 +132,8 @@ def test_history_fixtures_retain_six_checkpoints(fixture: str) -> None:
     rows = _open(fixture).versions_table().to_pylist()
     assert [r["checkpoint_id"] for r in rows] == [1, 2, 3, 4, 5, 6]
     assert all(r["complete"] and r["kind"] == "checkpoint" for r in rows)
-    assert {r["incremental"] for r in rows} == {"hashmap" not in fixture}
+    assert {r["incremental"] for r in rows} == {fixture in ("history-rocksdb-incremental",
+                                                 "history-rescaled")}
     job_ids = [r["job_id"] for r in rows]
     assert len(set(job_ids)) == (2 if fixture == "history-rescaled" else 1)
 
@@ -195,6 +208,10 @@ def test_change_feed_equals_the_difference_of_the_oracle_dumps(
     ids = sorted(dumps)
     table = job.changes()
     assert table.schema == CHANGES_SCHEMA
+    if fixture in UNRESTORABLE:
+        left_out = UNRESTORABLE[fixture]
+        table = table.filter(pa.compute.not_equal(table["operator_id"], left_out))
+        dumps = {i: [e for e in d if e["operator_id"] != left_out] for i, d in dumps.items()}
     assert min(table["checkpoint_id"].to_pylist()) == ids[1]
     for prev, cur in zip(ids, ids[1:], strict=False):
         rows = table.filter(pa.compute.equal(table["checkpoint_id"], cur))
