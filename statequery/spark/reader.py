@@ -135,7 +135,8 @@ class ChangesReader(DataSourceReader):
             import statequery
             from statequery.keys import parse_key_text
 
-            with statequery.open_job(self._location, classpath=opts.classpath) as job:
+            with statequery.open_job(self._location, classpath=opts.classpath,
+                                  protobuf_descriptors=opts.protobuf_descriptors) as job:
                 sp = job.version()
                 ops = [sp.operator(opts.operator)] if opts.operator else list(sp.operators)
                 spec = next((o.key_spec for o in ops if o.key_spec is not None), None)
@@ -153,7 +154,8 @@ class ChangesReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         import statequery
 
-        with statequery.open_job(self._location, classpath=self.opts.classpath) as job:
+        with statequery.open_job(self._location, classpath=self.opts.classpath,
+                                  protobuf_descriptors=self.opts.protobuf_descriptors) as job:
             done = job.complete_versions()
         ids = sorted({
             v.checkpoint_id for v in done[1:] if v.checkpoint_id is not None
@@ -169,7 +171,8 @@ class ChangesReader(DataSourceReader):
         import statequery
 
         cid = partition.checkpoint_id
-        with statequery.open_job(self._location, classpath=self.opts.classpath) as job:
+        with statequery.open_job(self._location, classpath=self.opts.classpath,
+                                  protobuf_descriptors=self.opts.protobuf_descriptors) as job:
             completed = next((v.completed_at for v in job.complete_versions()
                               if v.checkpoint_id == cid), None)
             for batch in job.change_batches(self.opts.operator, self.opts.state, start=cid,

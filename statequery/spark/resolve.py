@@ -41,18 +41,22 @@ def _open(opts: ReadOptions, fresh: bool = False) -> tuple[Savepoint, str | None
 
     operator, state = opts.operator, opts.state
     cache_key = (opts.path, opts.catalog, opts.database, opts.fingerprint, opts.classpath,
-                 opts.version)
+                 opts.protobuf_descriptors, opts.version)
     if fresh or cache_key not in _OPEN:
         _OPEN.pop(cache_key, None)
         if opts.version is not None:  # one version of a job (statequery.history)
-            job = statequery.open_job(_base(opts), classpath=opts.classpath)
-            sp = statequery.open(job.location_of(opts.version), classpath=opts.classpath)
+            job = statequery.open_job(_base(opts), classpath=opts.classpath,
+                protobuf_descriptors=opts.protobuf_descriptors)
+            sp = statequery.open(job.location_of(opts.version), classpath=opts.classpath,
+                protobuf_descriptors=opts.protobuf_descriptors)
         elif opts.path is not None:
-            sp = statequery.open(opts.path, classpath=opts.classpath)
-        elif opts.classpath:
+            sp = statequery.open(opts.path, classpath=opts.classpath,
+                protobuf_descriptors=opts.protobuf_descriptors)
+        elif opts.classpath or opts.protobuf_descriptors:
             assert opts.catalog is not None and opts.database is not None
             sp = statequery.open(Catalog(opts.catalog).location(opts.database),
-                                 classpath=opts.classpath)
+                                 classpath=opts.classpath,
+                protobuf_descriptors=opts.protobuf_descriptors)
         else:
             assert opts.catalog is not None and opts.database is not None
             sp = Catalog(opts.catalog).savepoint(opts.database)
@@ -118,7 +122,8 @@ def _resolve(opts: ReadOptions) -> ReadOptions:
     sp, _, _ = _open(opts, fresh=True)
     resolved = replace(opts, path=sp.location, catalog=None, database=None,
                        fingerprint=sp.fingerprint, version=None)
-    _OPEN[(resolved.path, None, None, resolved.fingerprint, resolved.classpath, None)] = sp
+    _OPEN[(resolved.path, None, None, resolved.fingerprint, resolved.classpath,
+           resolved.protobuf_descriptors, None)] = sp
     return resolved
 
 
@@ -128,7 +133,8 @@ def _resolve_changes(opts: ReadOptions) -> ReadOptions:
     import statequery
 
     location = _base(opts)
-    with statequery.open_job(location, classpath=opts.classpath) as job:
+    with statequery.open_job(location, classpath=opts.classpath,
+                protobuf_descriptors=opts.protobuf_descriptors) as job:
         operator, state = opts.operator, opts.state
         if opts.table is not None:
             row = _resolve_table(job.version(), opts.table)
