@@ -5,7 +5,7 @@ worker checks."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from statequery.exceptions import SavepointChangedError
 from statequery.spark.options import ReadOptions
@@ -28,6 +28,12 @@ def _base(opts: ReadOptions) -> str:
     return Catalog(opts.catalog).folder(opts.database)
 
 
+def _user_types(opts: ReadOptions) -> dict[str, Any]:
+    """The options ``classpath`` and ``protobuf_descriptors`` as ``statequery.open``'s (and
+    ``open_job``'s) keyword arguments."""
+    return {"classpath": opts.classpath, "protobuf_descriptors": opts.protobuf_descriptors}
+
+
 def _open(opts: ReadOptions, fresh: bool = False) -> tuple[Savepoint, str | None, str | None]:
     """The savepoint and the (operator, state) the options name.
 
@@ -45,18 +51,14 @@ def _open(opts: ReadOptions, fresh: bool = False) -> tuple[Savepoint, str | None
     if fresh or cache_key not in _OPEN:
         _OPEN.pop(cache_key, None)
         if opts.version is not None:  # one version of a job (statequery.history)
-            job = statequery.open_job(_base(opts), classpath=opts.classpath,
-                protobuf_descriptors=opts.protobuf_descriptors)
-            sp = statequery.open(job.location_of(opts.version), classpath=opts.classpath,
-                protobuf_descriptors=opts.protobuf_descriptors)
+            job = statequery.open_job(_base(opts), **_user_types(opts))
+            sp = statequery.open(job.location_of(opts.version), **_user_types(opts))
         elif opts.path is not None:
-            sp = statequery.open(opts.path, classpath=opts.classpath,
-                protobuf_descriptors=opts.protobuf_descriptors)
+            sp = statequery.open(opts.path, **_user_types(opts))
         elif opts.classpath or opts.protobuf_descriptors:
             assert opts.catalog is not None and opts.database is not None
             sp = statequery.open(Catalog(opts.catalog).location(opts.database),
-                                 classpath=opts.classpath,
-                protobuf_descriptors=opts.protobuf_descriptors)
+                                 **_user_types(opts))
         else:
             assert opts.catalog is not None and opts.database is not None
             sp = Catalog(opts.catalog).savepoint(opts.database)
@@ -133,8 +135,7 @@ def _resolve_changes(opts: ReadOptions) -> ReadOptions:
     import statequery
 
     location = _base(opts)
-    with statequery.open_job(location, classpath=opts.classpath,
-                protobuf_descriptors=opts.protobuf_descriptors) as job:
+    with statequery.open_job(location, **_user_types(opts)) as job:
         operator, state = opts.operator, opts.state
         if opts.table is not None:
             row = _resolve_table(job.version(), opts.table)
