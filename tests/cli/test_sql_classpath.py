@@ -55,3 +55,18 @@ def test_sql_classpath_missing_jar_is_one_line(
     assert main(["sql", QUERY, "--catalog", cat, "--classpath", missing]) != 0
     err = capsys.readouterr().err
     assert "does not exist" in err and "Traceback" not in err and len(err.splitlines()) == 1
+
+
+def test_sql_api_classpath_with_a_catalog_object(tmp_path: Path) -> None:
+    """``statequery.sql(..., classpath=)`` over a Catalog already opened without it: the query
+    reads with the jar, the Catalog given stays as it was."""
+    import statequery
+    from statequery.catalog import Catalog
+
+    cat = Catalog(str(_catalog(tmp_path)))
+    query = "SELECT value_reason FROM kryo_types.kryo_types__order"
+    assert all(r["value_reason"] for r in statequery.sql(query, cat).to_pylist())
+    jar = FIXTURES / NAME / "job.jar"
+    rows = statequery.sql(query, cat, classpath=[str(jar)]).to_pylist()
+    assert len(rows) == 8 and all(r["value_reason"] is None for r in rows)
+    assert cat.classpath is None
