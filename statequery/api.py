@@ -60,14 +60,18 @@ def open_job(
     storage_options: dict[str, Any] | None = None,
     max_workers: int | None = None,
     classpath: Sequence[str] | str | None = None,
+    protobuf_descriptors: str | os.PathLike[str] | None = None,
+    protobuf_messages: Mapping[str, str] | Sequence[str] | str | None = None,
 ) -> Job:
     """Open a job's retained checkpoints or savepoints as versions of one database: its
     checkpoint directory (``<job-id>/chk-N`` plus ``shared/``), a folder of its savepoints, or
-    any fsspec URI of those; ``more`` directories merge into one history. ``classpath``: the
-    job's jars, for its Kryo values (as in :func:`open`). See :mod:`statequery.history`."""
+    any fsspec URI of those; ``more`` directories merge into one history. ``classpath``,
+    ``protobuf_descriptors``, ``protobuf_messages``: the job's jars and Protobuf options, for
+    its Kryo values (as in :func:`open`). See :mod:`statequery.history`."""
     from statequery.history import open_job as _open_job
 
     return _open_job(
         location, *more, io=io, storage_options=storage_options, max_workers=max_workers,
-        classpath=classpath,
+        classpath=classpath, protobuf_descriptors=protobuf_descriptors,
+        protobuf_messages=protobuf_messages,
     )

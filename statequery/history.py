@@ -22,9 +22,10 @@ names).
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -43,6 +44,7 @@ from statequery.io import FileIO, join_location, normalize_location
 
 if TYPE_CHECKING:
     from statequery.savepoint import Savepoint
+    from statequery.serializers.usertypes import UserTypes
 
 __all__ = [
     "CHANGES_SCHEMA",
@@ -276,7 +278,7 @@ class Job:
     """
 
     def __init__(self, io: FileIO, locations: list[str], max_workers: int | None = None,
-                 classpath: Sequence[str] | str | None = None) -> None:
+                 classpath: Sequence[str] | str | UserTypes | None = None) -> None:
         self.io = io
         self.locations = locations
         self.max_workers = max_workers
@@ -541,7 +543,7 @@ def changes_of(location: str, newest: Savepoint, table: str) -> pa.Table:
     if operator_id is None:
         info = newest.table(table)
         operator_id, state = info.operator_id, info.name
-    classpath = list(newest.context.classpath) or None
+    classpath = newest.context.classpath or None
     with open_job(location, io=newest.io, classpath=classpath) as job:
         return job.changes(operator_id, state)
 
@@ -552,14 +554,19 @@ def open_job(
     io: FileIO | None = None,
     storage_options: dict[str, Any] | None = None,
     max_workers: int | None = None,
-    classpath: Sequence[str] | str | None = None,
+    classpath: Sequence[str] | str | UserTypes | None = None,
+    protobuf_descriptors: str | os.PathLike[str] | None = None,
+    protobuf_messages: Mapping[str, str] | Sequence[str] | str | None = None,
 ) -> Job:
     """Open a job's versions: its checkpoint directory (``<job-id>/`` with ``chk-N`` and
     ``shared/``, or the folder holding it), a folder of its savepoints, or any fsspec URI of
     those; ``more`` directories (a job restarted from a savepoint under a new job id) merge into
-    one history. ``classpath``: the job's jars, to decode its Kryo values (as in
-    :func:`statequery.open`)."""
+    one history. ``classpath``, ``protobuf_descriptors``, ``protobuf_messages``: the job's
+    jars and Protobuf options, to decode its Kryo values (as in :func:`statequery.open`)."""
+    from statequery.arrow.kryo import user_types
+
+    types = user_types(classpath, protobuf_descriptors, protobuf_messages)
     io = io or FileIO(storage_options)
     locations = [normalize_location(loc.rstrip("/") if len(loc) > 1 else loc)
                  for loc in (location, *more)]
-    return Job(io, locations, max_workers, classpath)
+    return Job(io, locations, max_workers, types or None)

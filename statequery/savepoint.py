@@ -47,6 +47,7 @@ from statequery.metadata.statemeta import (
     loads,
     write_snapshot,
 )
+from statequery.serializers.usertypes import UserTypes
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -76,7 +77,7 @@ class Savepoint:
         max_workers: int = DEFAULT_WORKERS,
         plan: CompiledPlan | None = None,
         job: JobInfo | None = None,
-        classpath: tuple[str, ...] = (),
+        classpath: UserTypes | None = None,
     ) -> None:
         self.io = io
         self.metadata_location = metadata_location
@@ -99,7 +100,7 @@ class Savepoint:
 
         #: how reads reach the bytes (statequery.scan.ReadContext)
         self.context = scan.ReadContext(self.resolver, self.run_index, OpenDatabases(),
-                                        classpath)
+                                        classpath or UserTypes())
 
     @classmethod
     def open(
@@ -113,7 +114,7 @@ class Savepoint:
         max_workers: int = DEFAULT_WORKERS,
         plan: str | None = None,
         rederive: bool = False,
-        classpath: Sequence[str] | str | None = None,
+        classpath: Sequence[str] | str | UserTypes | None = None,
         protobuf_descriptors: str | os.PathLike[str] | None = None,
         protobuf_messages: Mapping[str, str] | Sequence[str] | str | None = None,
     ) -> Savepoint:
@@ -121,7 +122,8 @@ class Savepoint:
 
         ``classpath``: the job's jars (or class directories; a string: comma or path-separator
         separated): values Flink serialized with Kryo are decoded with their classes
-        (docs/decoding.md, "Kryo values"); without it they are raw bytes with a reason.
+        (docs/decoding.md, "Kryo values"); without it they are raw bytes with a reason (a
+        :class:`~statequery.serializers.usertypes.UserTypes`: its jars and Protobuf options).
         ``protobuf_descriptors``: a ``FileDescriptorSet`` (``protoc --include_imports
         --descriptor_set_out``): Protobuf messages kept through Kryo in chill-protobuf's form
         are decoded as structs (docs/decoding.md, "Protobuf messages"); ``protobuf_messages``
@@ -139,10 +141,9 @@ class Savepoint:
         took the savepoint: its column names replace ``f0, f1, ...`` (docs/decoding.md); a
         snapshot written with a plan brings its own.
         """
-        from statequery.arrow.kryo import checked_classpath, kryo_classpath, with_protobuf
+        from statequery.arrow.kryo import user_types
 
-        entries = with_protobuf(checked_classpath(classpath), protobuf_descriptors,
-                                protobuf_messages)
+        types = user_types(classpath, protobuf_descriptors, protobuf_messages)
         io = io or FileIO(storage_options)
         metadata_location = find_metadata(io, location)
         data = io.new_input(metadata_location).read()
@@ -192,8 +193,8 @@ class Savepoint:
         job = kept.job if kept is not None else None
         # _metadata before version 5: Flink 1.x, whose KryoSerializer is Kryo 2.24
         flink_1x = len(data) >= 8 and int.from_bytes(data[4:8], "big", signed=True) < 5
-        entries = kryo_classpath(entries, flink_1x)
-        return cls(io, metadata_location, data, meta, max_workers, compiled, job, entries)
+        types = replace(types, kryo_2_24=flink_1x)
+        return cls(io, metadata_location, data, meta, max_workers, compiled, job, types)
 
     def __repr__(self) -> str:
         return f"Savepoint({self.location!r})"

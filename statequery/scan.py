@@ -47,6 +47,7 @@ from statequery.metadata.handles import (
 from statequery.metadata.runindex import IndexedRuns, RunIndex, Runs, runs_of
 from statequery.metadata.state import StateInfo
 from statequery.serializers.spec import SerializerSpec
+from statequery.serializers.usertypes import UserTypes
 
 if TYPE_CHECKING:
     from statequery.backends.base import StateScanner
@@ -81,7 +82,7 @@ def read_schema(
     layout: StateInfo,
     mode: str | None = None,
     pickled: bool = False,
-    classpath: tuple[str, ...] = (),
+    classpath: UserTypes | None = None,
 ) -> pa.Schema:
     """The schema of a read of a state: :func:`~statequery.arrow.schemas.state_schema`, its
     Kryo columns as structs when the job's ``classpath`` types them
@@ -114,7 +115,7 @@ class ReadContext:
     open_databases: OpenDatabases | None = None
     #: the job's jars (or class directories) Kryo values are decoded with
     #: (:mod:`statequery.arrow.kryo`); empty: Kryo values stay bytes
-    classpath: tuple[str, ...] = ()
+    classpath: UserTypes = UserTypes()
 
     @property
     def io(self) -> FileIO:
@@ -178,7 +179,7 @@ class ScanTask:
     #: (:func:`statequery.pickled.add_python_columns`)
     pickled: bool = False
     #: the job's jars: Kryo columns decoded with their classes (:mod:`statequery.arrow.kryo`)
-    classpath: tuple[str, ...] = ()
+    classpath: UserTypes = UserTypes()
 
     @property
     def keyed(self) -> bool:

@@ -22,6 +22,7 @@ code. See ``docs/sql.md`` and ``docs/security.md`` ("Query limits").
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import json
 import os
 import re
@@ -30,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -964,6 +966,9 @@ def sql(
     max_rows: int | None = None,
     max_bytes: int | str | None = None,
     pickled: bool = False,
+    classpath: Sequence[str] | str | None = None,
+    protobuf_descriptors: str | os.PathLike[str] | None = None,
+    protobuf_messages: Mapping[str, str] | Sequence[str] | str | None = None,
 ) -> pa.Table:
     """Run a ``SELECT`` over the tables ``<database>.<table>`` of ``catalog`` (a
     :class:`~statequery.catalog.Catalog`, a folder, or the shipped default) as a pyarrow Table.
@@ -972,6 +977,10 @@ def sql(
     ``*_py_reason``) after their bytes columns, the Python values a PyFlink job pickled there
     as JSON text (:meth:`Savepoint.read`'s ``pickled``; ``state_meta``'s ``pickled_columns``
     lists them); operator tables and ``state_meta`` are unchanged.
+
+    ``classpath``, ``protobuf_descriptors``, ``protobuf_messages``: those of
+    :func:`statequery.open` (the job's jars, a Protobuf descriptor set), for every table the
+    query reads: its Kryo values are decoded with them (docs/decoding.md, "Kryo values").
 
     The limits (:class:`QueryLimits`: memory cap, threads, wall-clock timeout, result rows and
     bytes) default to ``$STATEQUERY_SQL_*``, else to sizes from the machine.
@@ -992,9 +1001,14 @@ def sql(
     _require_duckdb()  # before reading: a missing extra is reported first
     worker = _take_worker()  # it starts while the tables are read
     try:
-        cat = catalog if isinstance(catalog, Catalog) else (
-            Catalog() if catalog is None else Catalog(catalog)
-        )
+        user_types: dict[str, Any] = {
+            "classpath": classpath, "protobuf_descriptors": protobuf_descriptors,
+            "protobuf_messages": protobuf_messages}
+        if isinstance(catalog, Catalog):
+            cat = catalog if all(v is None for v in user_types.values()) else (
+                dataclasses.replace(catalog, _open={}, **user_types))
+        else:
+            cat = Catalog(catalog or "", **user_types)
         sources = _sources(tree, cat, pickled)
         for src in sources:
             try:

@@ -9,10 +9,10 @@ decoded row has the struct and null ``_reason``/``_raw``; a row the classes cann
 its bytes in ``_raw`` with the reason, and a null struct. Without a classpath, or when the
 classes cannot type the values at all, the column stays bytes and the reason says why.
 
-The read options' ``classpath`` tuple (the one every task carries) also holds the Protobuf
-options (:func:`with_protobuf`): an entry ``protobuf-descriptors=FILE`` (a ``FileDescriptorSet``)
-and entries ``protobuf-message=CLASS=proto.full.Name``; a Kryo class they map is a Protobuf
-message in chill-protobuf's form (:mod:`statequery.serializers.protobuf`).
+What the read options carry (every task too) is one :class:`UserTypes`: the job's jars, whether
+Kryo 2.24 wrote the values (Flink 1.x), and the Protobuf options (a ``FileDescriptorSet`` and the
+``CLASS=proto.full.Name`` pairs); a Kryo class they map is a Protobuf message in chill-protobuf's
+form (:mod:`statequery.serializers.protobuf`). Every classpath entry is a path, whatever it reads.
 """
 
 from __future__ import annotations
@@ -34,112 +34,88 @@ from statequery.serializers.spec import (
     OpaqueSpec,
     SerializerSpec,
 )
+from statequery.serializers.usertypes import UserTypes
 
 __all__ = [
     "KRYO_COLUMNS",
-    "KRYO_2_24",
+    "UserTypes",
     "checked_classpath",
     "classpath_of",
     "decode_kryo_columns",
     "is_kryo",
-    "kryo_classpath",
     "kryo_codec",
     "kryo_schema",
+    "user_types",
     "value_decoding",
-    "with_protobuf",
 ]
-
-#: the classpath entry naming the descriptor set, and those naming a class's message
-PROTOBUF_DESCRIPTORS = "protobuf-descriptors="
-PROTOBUF_MESSAGE = "protobuf-message="
 
 #: the columns a Kryo value can fill by itself
 KRYO_COLUMNS = ("key", "user_key", "value")
 
-#: the first entry of a savepoint's classpath tuple when Flink 1.x wrote it: its Kryo values are
-#: Kryo 2.24's (:func:`kryo_classpath` adds it; not a path: no file is named so)
-KRYO_2_24 = "\0kryo-2.24"
-
 _lock = threading.Lock()
 _classpaths: dict[tuple[str, ...], ClassPath] = {}
-_codecs: dict[tuple[tuple[str, ...], OpaqueSpec], KryoCodec] = {}
-_descriptors: dict[tuple[str, ...], ProtobufDescriptors] = {}
+_codecs: dict[tuple[UserTypes, OpaqueSpec], KryoCodec] = {}
+_descriptors: dict[tuple[str, tuple[tuple[str, str], ...]], ProtobufDescriptors] = {}
 
 
-def _is_protobuf_entry(entry: str) -> bool:
-    return entry.startswith((PROTOBUF_DESCRIPTORS, PROTOBUF_MESSAGE))
-
-
-def _split(classpath: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The jars and the Protobuf entries of a classpath tuple."""
-    jars = tuple(e for e in classpath if not _is_protobuf_entry(e))
-    return jars, tuple(e for e in classpath if _is_protobuf_entry(e))
-
-
-def _protobuf(entries: tuple[str, ...]) -> ProtobufDescriptors | None:
-    files = [e[len(PROTOBUF_DESCRIPTORS):] for e in entries if e.startswith(PROTOBUF_DESCRIPTORS)]
-    if not files:
+def _protobuf(types: UserTypes) -> ProtobufDescriptors | None:
+    if types.protobuf_descriptors is None:
         return None
+    key = (types.protobuf_descriptors, types.protobuf_messages)
     with _lock:
-        found = _descriptors.get(entries)
+        found = _descriptors.get(key)
     if found is None:
-        messages = parse_messages(
-            [e[len(PROTOBUF_MESSAGE):] for e in entries if e.startswith(PROTOBUF_MESSAGE)])
-        found = ProtobufDescriptors(files[-1], messages)
+        found = ProtobufDescriptors(types.protobuf_descriptors, dict(types.protobuf_messages))
         with _lock:
-            found = _descriptors.setdefault(entries, found)
+            found = _descriptors.setdefault(key, found)
     return found
 
 
-def with_protobuf(
-    classpath: tuple[str, ...], descriptors: str | os.PathLike[str] | None,
-    messages: Mapping[str, str] | Sequence[str] | str | None = None,
-) -> tuple[str, ...]:
-    """``classpath`` with the Protobuf options (``protobuf_descriptors=``: a
-    ``FileDescriptorSet``; ``protobuf_messages=``: ``{CLASS: proto.full.Name}`` or
-    ``CLASS=Name`` pairs), checked: an :class:`~statequery.exceptions.InvalidOptionError` names
-    a missing or malformed file or pair."""
-    if descriptors is None:
-        if messages:
-            raise InvalidOptionError("protobuf_messages needs protobuf_descriptors")
-        return classpath
-    pairs = parse_messages(messages)
-    entries = (f"{PROTOBUF_DESCRIPTORS}{os.path.abspath(os.fspath(descriptors))}",
-               *(f"{PROTOBUF_MESSAGE}{c}={n}" for c, n in sorted(pairs.items())))
-    _protobuf(entries)
-    return (*classpath, *entries)
-
-
-def classpath_of(entries: Sequence[str] | str | None) -> tuple[str, ...]:
-    """The classpath option as a tuple of entries (a string: ``os.pathsep``/comma separated)."""
+def classpath_of(entries: Sequence[str | os.PathLike[str]] | str | None) -> tuple[str, ...]:
+    """The classpath option as a tuple of absolute paths (a string: ``os.pathsep``/comma
+    separated)."""
     if entries is None:
         return ()
     if isinstance(entries, str):
-        parts = [p.strip() for chunk in entries.split(",") for p in (
-            [chunk] if _is_protobuf_entry(chunk.strip()) else chunk.split(os.pathsep))]
-        return tuple(p if _is_protobuf_entry(p) else os.path.abspath(p) for p in parts if p)
-    return tuple(os.fspath(p) if _is_protobuf_entry(os.fspath(p)) else
-                 os.path.abspath(os.fspath(p)) for p in entries)
+        parts = [p.strip() for chunk in entries.split(",") for p in chunk.split(os.pathsep)]
+        return tuple(os.path.abspath(p) for p in parts if p)
+    return tuple(os.path.abspath(os.fspath(p)) for p in entries)
 
 
-def checked_classpath(entries: Sequence[str] | str | None) -> tuple[str, ...]:
+def checked_classpath(entries: Sequence[str | os.PathLike[str]] | str | None) -> tuple[str, ...]:
     """:func:`classpath_of`, every entry opened (an
     :class:`~statequery.exceptions.InvalidOptionError` names one that is missing or no jar)."""
     out = classpath_of(entries)
-    jars, protobuf = _split(out)
-    if jars:
-        _classpath(jars)
-    if protobuf:
-        _protobuf(protobuf)
+    if out:
+        _classpath(out)
     return out
 
 
-def kryo_classpath(entries: tuple[str, ...], flink_1x: bool) -> tuple[str, ...]:
-    """The classpath tuple a savepoint carries: ``entries``, marked :data:`KRYO_2_24` first when
-    Flink 1.x wrote the savepoint (its codecs then read Kryo 2.24)."""
-    if flink_1x and entries and entries[0] != KRYO_2_24:
-        return (KRYO_2_24, *entries)
-    return entries
+def user_types(
+    classpath: UserTypes | Sequence[str | os.PathLike[str]] | str | None,
+    descriptors: str | os.PathLike[str] | None = None,
+    messages: Mapping[str, str] | Sequence[str] | str | None = None,
+) -> UserTypes:
+    """The :class:`UserTypes` of the public options (``classpath=``; ``protobuf_descriptors=``:
+    a ``FileDescriptorSet``; ``protobuf_messages=``: ``{CLASS: proto.full.Name}`` or
+    ``CLASS=Name`` pairs), checked: an :class:`~statequery.exceptions.InvalidOptionError` names
+    a missing jar, a missing or malformed file or pair. A :class:`UserTypes` ``classpath``
+    keeps its jars and Protobuf options (those given here replace its own); ``kryo_2_24`` is
+    the savepoint's to set."""
+    if isinstance(classpath, UserTypes):
+        base = UserTypes(classpath.jars, False, classpath.protobuf_descriptors,
+                         classpath.protobuf_messages)
+    else:
+        base = UserTypes(checked_classpath(classpath))
+    if descriptors is None:
+        if messages:
+            raise InvalidOptionError("protobuf_messages needs protobuf_descriptors")
+        return base
+    pairs = parse_messages(messages)
+    out = UserTypes(base.jars, False, os.path.abspath(os.fspath(descriptors)),
+                    tuple(sorted(pairs.items())))
+    _protobuf(out)
+    return out
 
 
 def _classpath(entries: tuple[str, ...]) -> ClassPath:
@@ -155,7 +131,7 @@ def is_kryo(spec: SerializerSpec | None) -> bool:
     return isinstance(spec, OpaqueSpec) and spec.family == "kryo" and bool(spec.type_class)
 
 
-def kryo_codec(spec: SerializerSpec | None, classpath: tuple[str, ...]) -> KryoCodec | None:
+def kryo_codec(spec: SerializerSpec | None, classpath: UserTypes) -> KryoCodec | None:
     """The codec of a Kryo serializer spec with ``classpath`` (None: not Kryo, or no classpath)."""
     if not classpath or not is_kryo(spec):
         return None
@@ -164,16 +140,11 @@ def kryo_codec(spec: SerializerSpec | None, classpath: tuple[str, ...]) -> KryoC
     with _lock:
         codec = _codecs.get(key)
     if codec is None:
-        v2 = classpath[0] == KRYO_2_24
-        entries = classpath[1:] if v2 else classpath
-        if not entries:
-            return None
-        jars, protobuf = _split(entries)
         codec = KryoCodec(
-            _classpath(jars), spec.type_class,
+            _classpath(classpath.jars), spec.type_class,
             tuple(KryoRegistration(n, bool(c)) for n, c in spec.kryo_registrations),
-            spec.kryo_default_serializers, kryo_version=2 if v2 else 5,
-            protobuf=_protobuf(protobuf),
+            spec.kryo_default_serializers, kryo_version=2 if classpath.kryo_2_24 else 5,
+            protobuf=_protobuf(classpath),
         )
         with _lock:
             codec = _codecs.setdefault(key, codec)
@@ -181,7 +152,7 @@ def kryo_codec(spec: SerializerSpec | None, classpath: tuple[str, ...]) -> KryoC
 
 
 def _typed(
-    spec: SerializerSpec | None, classpath: tuple[str, ...]
+    spec: SerializerSpec | None, classpath: UserTypes
 ) -> tuple[KryoCodec, pa.DataType] | str | None:
     """``(codec, type)`` when the classes type the values, the reason when they do not, None
     when ``spec`` is not Kryo or there is no classpath."""
@@ -208,7 +179,7 @@ def _is_list(layout: Any, name: str) -> bool:
     return name == "value" and getattr(layout, "kind", None) == "list"
 
 
-def kryo_schema(schema: pa.Schema, layout: Any, classpath: tuple[str, ...]) -> pa.Schema:
+def kryo_schema(schema: pa.Schema, layout: Any, classpath: UserTypes) -> pa.Schema:
     """``schema`` with the Kryo columns the classes type as structs (and ``<column>_raw``)."""
     if not classpath:
         return schema
@@ -272,7 +243,7 @@ def _column(codec: KryoCodec, typ: pa.DataType, raw: list[bytes | None],
 
 
 def decode_kryo_columns(
-    batch: pa.RecordBatch, layout: Any, classpath: tuple[str, ...], schema: pa.Schema,
+    batch: pa.RecordBatch, layout: Any, classpath: UserTypes, schema: pa.Schema,
     heap_lists: bool = False,
 ) -> pa.RecordBatch:
     """``batch`` (read with the bytes columns) in ``schema`` (:func:`kryo_schema`): its Kryo
@@ -303,7 +274,7 @@ def decode_kryo_columns(
 
 
 def value_decoding(
-    spec: SerializerSpec | None, classpath: tuple[str, ...]
+    spec: SerializerSpec | None, classpath: UserTypes
 ) -> tuple[str, str | None]:
     """``state_meta``'s ``value_decoding`` and ``value_decoding_hint`` of a Kryo value:
     ``kryo-classpath`` when the classes type it; else ``raw`` with what to supply."""
@@ -312,7 +283,7 @@ def value_decoding(
         return _decoding(typed[0]), None
     assert isinstance(spec, OpaqueSpec)
     own = any(n == spec.type_class and c for n, c in spec.kryo_registrations)
-    if own and not any(e.startswith(PROTOBUF_DESCRIPTORS) for e in classpath):
+    if own and classpath.protobuf_descriptors is None:
         return "raw", (f"it has its own Kryo serializer: if a Protobuf message (chill-protobuf), "
                        f"pass {PROTOBUF_HINT}")
     if typed is None:

@@ -15,6 +15,8 @@ The folder may be local or any fsspec URI. A database is found as:
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -41,11 +43,19 @@ DEFAULT_CATALOG = default_catalog() or ""
 
 @dataclass
 class Catalog:
-    """The savepoints below ``root``, one database each, opened lazily and cached."""
+    """The savepoints below ``root``, one database each, opened lazily and cached.
+
+    ``classpath``, ``protobuf_descriptors`` and ``protobuf_messages`` are those of
+    :meth:`Savepoint.open <statequery.savepoint.Savepoint.open>`, given to every database it
+    opens (after the ``job.jar`` a database folder holds, :meth:`job_jar`)."""
 
     root: str = ""  # empty or None: the default catalog (statequery.discovery)
     io: FileIO = field(default_factory=FileIO)
     _open: dict[str, Savepoint] = field(default_factory=dict, repr=False)
+    classpath: Sequence[str] | str | None = field(default=None, kw_only=True)
+    protobuf_descriptors: str | os.PathLike[str] | None = field(default=None, kw_only=True)
+    protobuf_messages: Mapping[str, str] | Sequence[str] | str | None = field(
+        default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         if not self.root:
@@ -110,34 +120,35 @@ class Catalog:
 
     def savepoint(self, database: str) -> Savepoint:
         if database not in self._open:
+            from statequery.arrow.kryo import classpath_of
             from statequery.savepoint import Savepoint
 
             self._open[database] = Savepoint.open(
-                self.location(database), io=self.io, classpath=self.job_jar(database)
+                self.location(database), io=self.io,
+                classpath=[*(self.job_jar(database) or ()), *classpath_of(self.classpath)],
+                protobuf_descriptors=self.protobuf_descriptors or self.job_descriptors(database),
+                protobuf_messages=self.protobuf_messages,
             )
         return self._open[database]
 
     def job_jar(self, database: str) -> list[str] | None:
         """The job's jar a (local) database folder holds beside its savepoint, ``job.jar``: its
-        Kryo values are decoded with its classes (docs/decoding.md); and its Protobuf descriptor
-        set, ``descriptors.pb`` (the classpath's ``protobuf-descriptors=`` entry). None when
-        there is neither."""
-        import os
+        Kryo values are decoded with its classes (docs/decoding.md). None when there is none."""
+        found = self._beside(database, "job.jar")
+        return [found] if found else None
 
+    def job_descriptors(self, database: str) -> str | None:
+        """The Protobuf descriptor set a (local) database folder holds beside its savepoint,
+        ``descriptors.pb`` (its ``protobuf_descriptors``). None when there is none."""
+        return self._beside(database, "descriptors.pb")
+
+    def _beside(self, database: str, name: str) -> str | None:
         if "://" in self.root:
             return None
         for child in self._children():
             if child == database or sql_identifier(child) == sql_identifier(database):
-                out = []
-                jar = os.path.join(self.root, child, "job.jar")
-                if os.path.isfile(jar):
-                    out.append(jar)
-                descriptors = os.path.join(self.root, child, "descriptors.pb")
-                if os.path.isfile(descriptors):
-                    from statequery.arrow.kryo import PROTOBUF_DESCRIPTORS
-
-                    out.append(PROTOBUF_DESCRIPTORS + os.path.abspath(descriptors))
-                return out or None
+                path = os.path.join(self.root, child, name)
+                return os.path.abspath(path) if os.path.isfile(path) else None
         return None
 
     def tables(self, database: str) -> list[str]:

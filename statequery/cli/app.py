@@ -63,6 +63,12 @@ def _main(argv: Sequence[str] | None) -> int:
                 "sql --spark --pickled: in Spark the *_py columns are a table's own; attach "
                 "with `statequery attach --pickled`, or read spark.read.format('statequery')"
                 ".option('pickled', 'true')")
+        if args.command == "sql" and args.spark and (
+                args.classpath or args.protobuf_descriptors or args.protobuf_message):
+            raise InvalidOptionError(
+                "sql --spark --classpath/--protobuf-descriptors: in Spark they are a table's "
+                "options; attach with `statequery attach --classpath JAR`, or read "
+                "spark.read.format('statequery').option('classpath', JAR)")
         from statequery.cli.spark import run as run_spark
 
         spark_status = run_spark(args)

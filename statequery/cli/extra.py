@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from statequery.cli.output import _classpath, _storage_options
+from statequery.cli.output import _storage_options, _user_types
 
 __all__ = ["COMMANDS", "add_parsers"]
 
@@ -91,9 +91,9 @@ def _diff(args: argparse.Namespace) -> int:
     from statequery.savepoint import Savepoint
 
     old = Savepoint.open(args.old, storage_options=_storage_options(args),
-        classpath=_classpath(args))
+        **_user_types(args))
     new = Savepoint.open(args.new, storage_options=_storage_options(args),
-        classpath=_classpath(args))
+        **_user_types(args))
     key = None
     if args.key is not None:
         spec = None
@@ -141,7 +141,7 @@ def _stats(args: argparse.Namespace) -> int:
     if args.parallelism is not None and args.parallelism <= 0:
         raise InvalidOptionError(f"--parallelism must be positive, got {args.parallelism}")
     sp = Savepoint.open(args.path, storage_options=_storage_options(args),
-        classpath=_classpath(args))
+        **_user_types(args))
     with progress_bar("stats", stats_work(sp, args.operator, args.state)) as advance:
         stats = state_stats(sp, args.operator, args.state, top=args.top, progress=advance)
     skew = skew_summary(stats, args.parallelism)
@@ -173,7 +173,7 @@ def _splits(args: argparse.Namespace) -> int:
     from statequery.sources import source_splits
 
     sp = Savepoint.open(args.path, storage_options=_storage_options(args),
-        classpath=_classpath(args))
+        **_user_types(args))
     table = source_splits(sp, args.operator, args.source)
     if args.json:
         for row in table.to_pylist():
@@ -189,7 +189,7 @@ def _export(args: argparse.Namespace) -> int:
     from statequery.savepoint import Savepoint
 
     sp = Savepoint.open(args.path, storage_options=_storage_options(args),
-        classpath=_classpath(args))
+        **_user_types(args))
     key = None
     if args.key is not None:
         key = parse_key_text(args.key, sp.operator(args.operator).key_spec)

@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from statequery.cli.output import _classpath, _storage_options
+from statequery.cli.output import _storage_options, _user_types
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -74,7 +74,7 @@ def _output(p: argparse.ArgumentParser) -> None:
 def _job(args: argparse.Namespace, paths: list[str]) -> Job:
     from statequery.history import open_job
 
-    return open_job(*paths, storage_options=_storage_options(args), classpath=_classpath(args))
+    return open_job(*paths, storage_options=_storage_options(args), **_user_types(args))
 
 
 def _key(job: Job, text: str | None, operator: str | None) -> Any:

@@ -10,9 +10,9 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from statequery.cli.output import (
-    _classpath,
     _console,
     _storage_options,
+    _user_types,
 )
 from statequery.exceptions import InvalidOptionError
 
@@ -28,7 +28,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
     sp = Savepoint.open(
         args.path, use_snapshot=not args.no_snapshot,
-        storage_options=_storage_options(args), classpath=_classpath(args),
+        storage_options=_storage_options(args), **_user_types(args),
     )
     doc = _inspect_doc(sp)
     if args.json:
@@ -210,7 +210,7 @@ def _snapshot(args: argparse.Namespace) -> int:
     # derived again; the plan and captured job of the snapshot it replaces are kept
     sp = Savepoint.open(
         args.path, rederive=True, snapshot=args.out, plan=args.plan,
-        storage_options=_storage_options(args), classpath=_classpath(args),
+        storage_options=_storage_options(args), **_user_types(args),
     )
     where = sp.write_snapshot(args.out, index=args.index)
     named = (

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "_classpath",
+    "_user_types",
     "_console",
     "_csv_ready",
     "_json_default",
@@ -27,18 +28,21 @@ __all__ = [
 ]
 
 
-def _classpath(args: argparse.Namespace) -> str | None:
+def _classpath(args: argparse.Namespace) -> list[str] | None:
     """``--classpath JAR`` flags (repeatable, each maybe comma separated) as the ``classpath``
-    option of ``Savepoint.open`` (None: none given), with ``--protobuf-descriptors FILE`` and
-    ``--protobuf-message CLASS=NAME`` as its Protobuf entries (statequery.arrow.kryo)."""
-    entries = list(getattr(args, "classpath", None) or [])
-    descriptors = getattr(args, "protobuf_descriptors", None)
-    messages = getattr(args, "protobuf_message", None) or []
-    if descriptors or messages:
-        from statequery.arrow.kryo import with_protobuf
+    option of ``Savepoint.open`` (None: none given); :func:`_user_types` adds the Protobuf
+    flags."""
+    entries = [p.strip() for c in getattr(args, "classpath", None) or [] for p in c.split(",")]
+    return [p for p in entries if p] or None
 
-        entries += with_protobuf((), descriptors, messages)
-    return ",".join(entries) if entries else None
+
+def _user_types(args: argparse.Namespace) -> dict[str, Any]:
+    """``--classpath``, ``--protobuf-descriptors FILE`` and ``--protobuf-message CLASS=NAME``
+    as the keyword arguments ``classpath``, ``protobuf_descriptors`` and ``protobuf_messages``
+    of ``statequery.open`` (and of ``open_job``, ``sql``)."""
+    return {"classpath": _classpath(args),
+            "protobuf_descriptors": getattr(args, "protobuf_descriptors", None),
+            "protobuf_messages": getattr(args, "protobuf_message", None) or None}
 
 
 def _storage_options(args: argparse.Namespace) -> dict[str, Any] | None:

@@ -164,7 +164,8 @@ def _parser() -> argparse.ArgumentParser:
     sv.add_argument("databases", nargs="*", help="only these databases (default: all)")
     sv.add_argument("--catalog", help="the catalog folder (default: the shipped catalog/)")
 
-    q = sub.add_parser("sql", help="run a SELECT over <database>.<table> of a catalog (no Spark)")
+    q = sub.add_parser("sql", help="run a SELECT over <database>.<table> of a catalog (no Spark)",
+                       parents=[classes])
     q.add_argument("query", help="e.g. \"SELECT key, value FROM user_activity.user_state__count\"")
     q.add_argument("--catalog", help="the catalog folder (default: the shipped catalog/)")
     q.add_argument("--json", action="store_true", help="print JSON lines")

@@ -11,6 +11,7 @@ import sys
 from statequery.cli.output import (
     _json_default,
     _print_rows,
+    _user_types,
     python_rows,
 )
 from statequery.cli.parser import CLI_MAX_BYTES, CLI_MAX_ROWS
@@ -24,6 +25,7 @@ def _sql(args: argparse.Namespace) -> int:
     table = sql(
         args.query, args.catalog, memory_limit=args.memory_limit, threads=args.threads,
         timeout=args.timeout, pickled=args.pickled,
+        **_user_types(args),
         max_rows=args.max_rows if args.max_rows is not None else (
             None if env.get("STATEQUERY_SQL_MAX_ROWS") else CLI_MAX_ROWS),
         max_bytes=args.max_bytes if args.max_bytes is not None else (

@@ -9,10 +9,10 @@ import sys
 from typing import TYPE_CHECKING
 
 from statequery.cli.output import (
-    _classpath,
     _json_default,
     _print_rows,
     _storage_options,
+    _user_types,
     _write_out,
     python_rows,
 )
@@ -61,11 +61,11 @@ def _open_version(args: argparse.Namespace) -> Savepoint:
 
     if getattr(args, "version", None) is None:
         return Savepoint.open(args.path, storage_options=_storage_options(args),
-                              classpath=_classpath(args))
+                              **_user_types(args))
     from statequery.history import open_job
 
     return open_job(args.path, storage_options=_storage_options(args),
-                    classpath=_classpath(args)).version(args.version)
+                    **_user_types(args)).version(args.version)
 
 
 def _read(args: argparse.Namespace) -> int:

@@ -54,6 +54,7 @@ import pyarrow as pa
 from statequery.exceptions import StatequeryError
 from statequery.serializers.classfile import ClassInfo, ClassPath, JType, parse_descriptor
 from statequery.serializers.protobuf import ProtobufCodec, ProtobufDescriptors, ProtobufUndecodable
+from statequery.serializers.spec import PROTOBUF_HINT
 
 __all__ = [
     "KryoCodec",
@@ -137,9 +138,7 @@ _ARRAY_NAME = re.compile(r"\[+([BCDFIJSZ]|L[^\W\d][\w$]*(\.[^\W\d][\w$]*)*;)")
 
 
 #: what a class with its own Kryo serializer may need
-_PROTOBUF_HINT = (" (a Protobuf message with chill-protobuf's ProtobufSerializer: pass its "
-                  "descriptor set, protobuf_descriptors= in statequery.open or "
-                  "--protobuf-descriptors FILE)")
+_PROTOBUF_HINT = f" (if a Protobuf message (chill-protobuf), pass {PROTOBUF_HINT})"
 
 
 class KryoUndecodable(Exception):

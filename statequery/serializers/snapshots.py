@@ -34,6 +34,8 @@ from statequery.serializers.logical_types import (
     read_logical_type,
 )
 from statequery.serializers.spec import (
+    CLASSPATH_HINT,
+    PROTOBUF_HINT,
     ArrayDataSpec,
     AvroSpec,
     EitherSpec,
@@ -669,13 +671,10 @@ def _read_kryo(decoder: Decoder, class_name: str, version: int) -> SerializerSpe
     defaults = _read_optional_map(decoder, "Kryo default serializers", None, None)
     default_classes = _read_optional_map(decoder, "Kryo default serializer classes", None, None)
     own = any(n == type_class and (v is None or bool(v)) for n, _, v in registrations)
-    reason = (f"Kryo-serialized {type_class}: pass the job's jar to decode it (classpath= "
-              "in statequery.open, --classpath on the command line)")
+    reason = f"Kryo-serialized {type_class}: pass {CLASSPATH_HINT}"
     if own:  # its own Kryo serializer: the jar's fields do not explain it
-        reason = (f"Kryo-serialized {type_class} with its own Kryo serializer: a Protobuf "
-                  "message (chill-protobuf's ProtobufSerializer) is decoded with its descriptor "
-                  "set (protobuf_descriptors= in statequery.open, --protobuf-descriptors on the "
-                  "command line)")
+        reason = (f"Kryo-serialized {type_class} with its own Kryo serializer: if a Protobuf "
+                  f"message (chill-protobuf), pass {PROTOBUF_HINT}")
     return OpaqueSpec(
         snapshot_class=class_name,
         family="kryo",

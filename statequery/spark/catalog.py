@@ -62,6 +62,9 @@ class AttachPlan:
     pickled: set[str] = field(default_factory=set)
     #: the job's jars (``attach(classpath=...)``): every table reads Kryo values with them
     classpath: str | None = None
+    #: a Protobuf descriptor set (``attach(protobuf_descriptors=...)``, else the database
+    #: folder's ``descriptors.pb``): the tables' option ``protobuf_descriptors``
+    protobuf_descriptors: str | None = None
 
     def create_database(self) -> str:
         props = {
@@ -83,6 +86,8 @@ class AttachPlan:
                 options["pickled"] = "true"
             if self.classpath:
                 options["classpath"] = self.classpath
+            if self.protobuf_descriptors:
+                options["protobuf_descriptors"] = self.protobuf_descriptors
             out.append(
                 f"CREATE TABLE {quote_identifier(self.database)}.{quote_identifier(table)} "
                 "USING statequery OPTIONS ("
@@ -97,7 +102,8 @@ class AttachPlan:
 
 
 def _plan_one(sp: Savepoint, database: str, pickled: bool = False,
-              classpath: str | None = None) -> AttachPlan:
+              classpath: str | None = None,
+              protobuf_descriptors: str | None = None) -> AttachPlan:
     what = sp.snapshot_type
     details = [f"checkpoint {sp.checkpoint_id}"]
     if sp.format:
@@ -110,6 +116,7 @@ def _plan_one(sp: Savepoint, database: str, pickled: bool = False,
         fingerprint=sp.fingerprint,
         comment=f"Flink {what} {sp.location} ({', '.join(details)}), attached by statequery",
         classpath=classpath,
+        protobuf_descriptors=protobuf_descriptors,
     )
     plan.tables.append(("state_meta", f"operators and states of {sp.location}"))
     for row in sp.state_meta().to_pylist():
@@ -186,11 +193,11 @@ def attach_plans(
     from statequery.exceptions import SavepointNotFoundError, require_extra
 
     require_extra("sqlglot", "spark", "statequery attach")
-    from statequery.arrow.kryo import checked_classpath, with_protobuf
+    from statequery.arrow.kryo import checked_classpath, user_types
     from statequery.io import FileIO, join_location, normalize_location
 
     cp = ",".join(checked_classpath(classpath)) or None
-    pb = ",".join(with_protobuf((), protobuf_descriptors)) or None
+    pb = user_types(None, protobuf_descriptors).protobuf_descriptors
     io = FileIO()
     location = normalize_location(path_or_uri).rstrip("/") or "/"
     if "://" not in location:  # tables outlive this process and its working directory
@@ -202,7 +209,7 @@ def attach_plans(
     if is_savepoint:
         sp = statequery.open(location)
         name = database or sql_identifier(location.rstrip("/").rsplit("/", 1)[-1])
-        plans.append(_plan_one(sp, name, pickled, ",".join(filter(None, (cp, pb))) or None))
+        plans.append(_plan_one(sp, name, pickled, cp, pb))
     else:
         cat = Catalog(location)
         dbs = cat.databases()
@@ -214,8 +221,7 @@ def attach_plans(
                     f"{path_or_uri} is neither a savepoint nor a folder of savepoints"
                 ) from None
             name = database or sql_identifier(location.rsplit("/", 1)[-1])
-            plans.append(_plan_one(sp, name, pickled,
-                                   ",".join(filter(None, (cp, pb))) or None))
+            plans.append(_plan_one(sp, name, pickled, cp, pb))
         else:
             if database is not None and len(dbs) > 1:
                 raise InvalidOptionError(
@@ -225,9 +231,8 @@ def attach_plans(
             for db in dbs:
                 # a database folder's own job.jar (Catalog.job_jar) unless a classpath is given
                 jar = cp or ",".join(cat.job_jar(db) or []) or None
-                jar = ",".join(filter(None, (jar, pb))) or None
                 plans.append(_plan_one(cat.savepoint(db), database or sql_identifier(db), pickled,
-                                       jar))
+                                       jar, pb or cat.job_descriptors(db)))
     seen: dict[str, str] = {}
     for plan in plans:
         if not re.fullmatch(r"[A-Za-z0-9_]+", plan.database):

@@ -101,12 +101,11 @@ class ReadOptions:
     def from_values(cls, values: Mapping[str, Any]) -> ReadOptions:
         """The options of :meth:`parse_values`, checked as a whole."""
         opts = cls(**values)
-        if opts.protobuf_descriptors:  # carried by the classpath (statequery.arrow.kryo)
-            from statequery.arrow.kryo import with_protobuf
+        if opts.protobuf_descriptors:  # checked here, absolute (statequery.arrow.kryo)
+            from statequery.arrow.kryo import user_types
 
-            entries = with_protobuf((), opts.protobuf_descriptors)
-            opts = replace(opts, classpath=",".join(filter(None, (opts.classpath, *entries))),
-                           protobuf_descriptors=None)
+            types = user_types(None, opts.protobuf_descriptors)
+            opts = replace(opts, protobuf_descriptors=types.protobuf_descriptors)
         if opts.path is None and (opts.catalog is None or opts.database is None):
             from statequery.catalog import DEFAULT_CATALOG
 

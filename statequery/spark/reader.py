@@ -23,7 +23,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from statequery.exceptions import InvalidOptionError
 from statequery.spark.arrowtypes import _cast
 from statequery.spark.options import ReadOptions, parse_key_group_list
-from statequery.spark.resolve import _open, _operator_table
+from statequery.spark.resolve import _open, _operator_table, _user_types
 
 if TYPE_CHECKING:
     from statequery.metadata.handles import KeyedHandle
@@ -135,7 +135,7 @@ class ChangesReader(DataSourceReader):
             import statequery
             from statequery.keys import parse_key_text
 
-            with statequery.open_job(self._location, classpath=opts.classpath) as job:
+            with statequery.open_job(self._location, **_user_types(opts)) as job:
                 sp = job.version()
                 ops = [sp.operator(opts.operator)] if opts.operator else list(sp.operators)
                 spec = next((o.key_spec for o in ops if o.key_spec is not None), None)
@@ -153,7 +153,7 @@ class ChangesReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         import statequery
 
-        with statequery.open_job(self._location, classpath=self.opts.classpath) as job:
+        with statequery.open_job(self._location, **_user_types(self.opts)) as job:
             done = job.complete_versions()
         ids = sorted({
             v.checkpoint_id for v in done[1:] if v.checkpoint_id is not None
@@ -169,7 +169,7 @@ class ChangesReader(DataSourceReader):
         import statequery
 
         cid = partition.checkpoint_id
-        with statequery.open_job(self._location, classpath=self.opts.classpath) as job:
+        with statequery.open_job(self._location, **_user_types(self.opts)) as job:
             completed = next((v.completed_at for v in job.complete_versions()
                               if v.checkpoint_id == cid), None)
             for batch in job.change_batches(self.opts.operator, self.opts.state, start=cid,

@@ -5,7 +5,7 @@ worker checks."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from statequery.exceptions import SavepointChangedError
 from statequery.spark.options import ReadOptions
@@ -28,6 +28,12 @@ def _base(opts: ReadOptions) -> str:
     return Catalog(opts.catalog).folder(opts.database)
 
 
+def _user_types(opts: ReadOptions) -> dict[str, Any]:
+    """The options ``classpath`` and ``protobuf_descriptors`` as ``statequery.open``'s (and
+    ``open_job``'s) keyword arguments."""
+    return {"classpath": opts.classpath, "protobuf_descriptors": opts.protobuf_descriptors}
+
+
 def _open(opts: ReadOptions, fresh: bool = False) -> tuple[Savepoint, str | None, str | None]:
     """The savepoint and the (operator, state) the options name.
 
@@ -41,18 +47,18 @@ def _open(opts: ReadOptions, fresh: bool = False) -> tuple[Savepoint, str | None
 
     operator, state = opts.operator, opts.state
     cache_key = (opts.path, opts.catalog, opts.database, opts.fingerprint, opts.classpath,
-                 opts.version)
+                 opts.protobuf_descriptors, opts.version)
     if fresh or cache_key not in _OPEN:
         _OPEN.pop(cache_key, None)
         if opts.version is not None:  # one version of a job (statequery.history)
-            job = statequery.open_job(_base(opts), classpath=opts.classpath)
-            sp = statequery.open(job.location_of(opts.version), classpath=opts.classpath)
+            job = statequery.open_job(_base(opts), **_user_types(opts))
+            sp = statequery.open(job.location_of(opts.version), **_user_types(opts))
         elif opts.path is not None:
-            sp = statequery.open(opts.path, classpath=opts.classpath)
-        elif opts.classpath:
+            sp = statequery.open(opts.path, **_user_types(opts))
+        elif opts.classpath or opts.protobuf_descriptors:
             assert opts.catalog is not None and opts.database is not None
             sp = statequery.open(Catalog(opts.catalog).location(opts.database),
-                                 classpath=opts.classpath)
+                                 **_user_types(opts))
         else:
             assert opts.catalog is not None and opts.database is not None
             sp = Catalog(opts.catalog).savepoint(opts.database)
@@ -118,7 +124,8 @@ def _resolve(opts: ReadOptions) -> ReadOptions:
     sp, _, _ = _open(opts, fresh=True)
     resolved = replace(opts, path=sp.location, catalog=None, database=None,
                        fingerprint=sp.fingerprint, version=None)
-    _OPEN[(resolved.path, None, None, resolved.fingerprint, resolved.classpath, None)] = sp
+    _OPEN[(resolved.path, None, None, resolved.fingerprint, resolved.classpath,
+           resolved.protobuf_descriptors, None)] = sp
     return resolved
 
 
@@ -128,7 +135,7 @@ def _resolve_changes(opts: ReadOptions) -> ReadOptions:
     import statequery
 
     location = _base(opts)
-    with statequery.open_job(location, classpath=opts.classpath) as job:
+    with statequery.open_job(location, **_user_types(opts)) as job:
         operator, state = opts.operator, opts.state
         if opts.table is not None:
             row = _resolve_table(job.version(), opts.table)

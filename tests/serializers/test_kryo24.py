@@ -169,7 +169,7 @@ def test_mutated_kryo_2_24_values_decode_or_stay_raw_never_crash() -> None:
     exception; the unmutated values decode, and a truncation or a trailing byte never does."""
     import random
 
-    from statequery.arrow.kryo import KRYO_2_24, _column, kryo_codec
+    from statequery.arrow.kryo import UserTypes, _column, classpath_of, kryo_codec
 
     name = "v1.20-types-kryo-hashmap-canonical"
     jar = fixture_classpath(name)
@@ -179,7 +179,7 @@ def test_mutated_kryo_2_24_values_decode_or_stay_raw_never_crash() -> None:
         for state in ("order", "shapes", "shape-log"):
             spec = sp.state(OP_KT, state).value
             values = sp.read(OP_KT, state).column("value").to_pylist()
-            codec = kryo_codec(spec, (KRYO_2_24, *jar))
+            codec = kryo_codec(spec, UserTypes(classpath_of(jar), kryo_2_24=True))
             assert codec is not None and codec.kryo_version == 2
             lists = state == "shape-log"
             typ = pa.list_(codec.arrow_type()) if lists else codec.arrow_type()

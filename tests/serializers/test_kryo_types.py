@@ -18,7 +18,7 @@ from conftest import FIXTURES, fixture_dir, read_jsonl
 from support.entries import canonical, savepoint_entries
 
 import statequery
-from statequery.arrow.kryo import kryo_codec
+from statequery.arrow.kryo import UserTypes, kryo_codec
 from statequery.exceptions import InvalidOptionError
 from statequery.serializers.kryo import KryoUndecodable
 
@@ -111,7 +111,7 @@ def test_every_truncation_and_any_trailing_byte_is_refused() -> None:
     with _open(name) as sp:
         spec = sp.state(OP, "order").value
         values = sp.read(OP, "order").column("value").to_pylist()
-    codec = kryo_codec(spec, (str(_jar(name)),))
+    codec = kryo_codec(spec, UserTypes((str(_jar(name)),)))
     assert codec is not None
     for data in values[:3]:
         assert isinstance(codec.decode(data), dict)
@@ -175,7 +175,7 @@ def test_mutated_values_decode_or_stay_raw_never_crash() -> None:
         for state in ("order", "shapes", "shape-log"):
             spec = sp.state(OP, state).value
             values = sp.read(OP, state).column("value").to_pylist()
-            codec = kryo_codec(spec, (str(_jar(name)),))
+            codec = kryo_codec(spec, UserTypes((str(_jar(name)),)))
             assert codec is not None
             lists = state == "shape-log"  # elements joined by "," bytes
             typ = pa.list_(codec.arrow_type()) if lists else codec.arrow_type()
@@ -229,7 +229,8 @@ def test_a_spec_without_its_registrations_is_not_decoded() -> None:
     with _open(KRYO[0]) as sp:
         spec = sp.state(OP, "order").value
     assert spec.kryo_registrations[0] == ("statequery.kryotypes.Order", False)
-    decoding, hint = value_decoding(replace(spec, kryo_registrations=()), (str(_jar(KRYO[0])),))
+    decoding, hint = value_decoding(replace(spec, kryo_registrations=()),
+                                    UserTypes((str(_jar(KRYO[0])),)))
     assert decoding == "raw" and "statequery snapshot" in hint
 
 

@@ -19,7 +19,7 @@ import pytest
 from conftest import FIXTURES, fixture_dir, read_jsonl
 
 import statequery
-from statequery.arrow.kryo import kryo_codec, with_protobuf
+from statequery.arrow.kryo import kryo_codec, user_types
 from statequery.exceptions import InvalidOptionError
 from statequery.serializers.kryo import KryoUndecodable
 
@@ -166,7 +166,7 @@ def test_bad_bytes_stay_raw_never_a_wrong_value() -> None:
     with _open(name) as sp:
         spec = sp.state(OP, "reading").value
         values = sp.read(OP, "reading").column("value").to_pylist()
-    codec = kryo_codec(spec, with_protobuf((), _descriptors(name)))
+    codec = kryo_codec(spec, user_types(None, _descriptors(name)))
     assert codec is not None
     for data in values:
         assert isinstance(codec.decode(data), dict)
@@ -232,7 +232,8 @@ def test_cli_protobuf_descriptors(tmp_path: Path) -> None:
 
 def test_spark_option_and_attach_carry_the_descriptors() -> None:
     """The Spark option ``protobuf_descriptors`` and ``attach(protobuf_descriptors=...)`` reach
-    the read as the classpath's Protobuf entry (what every worker opens the savepoint with)."""
+    the read as the option ``protobuf_descriptors`` (what every worker opens the savepoint
+    with), never as a classpath entry."""
     from statequery.spark import ReadOptions
     from statequery.spark.catalog import attach_plans
 
@@ -240,13 +241,16 @@ def test_spark_option_and_attach_carry_the_descriptors() -> None:
     path, desc = str(fixture_dir(name)), str(_descriptors(name))
     opts = ReadOptions.parse({"path": path, "operator": OP, "state": "reading",
                               "protobuf_descriptors": desc})
-    assert opts.classpath == f"protobuf-descriptors={desc}"
-    with statequery.open(path, use_snapshot=False, classpath=opts.classpath) as sp:
-        t = sp.read(OP, "reading")
-        assert t.column("value_reason").null_count == 8
-        assert t.column("value").to_pylist()[0]["name"] is not None
+    assert opts.protobuf_descriptors == desc and opts.classpath is None
+    from statequery.spark.resolve import _open
+
+    sp, _, _ = _open(opts, fresh=True)
+    t = sp.read(OP, "reading")
+    assert t.column("value_reason").null_count == 8
+    assert t.column("value").to_pylist()[0]["name"] is not None
     [plan] = attach_plans(path, "proto_types", protobuf_descriptors=desc)
-    assert all(f"classpath 'protobuf-descriptors={desc}'" in s for s in plan.create_tables())
+    assert all(f"protobuf_descriptors '{desc}'" in s and "classpath" not in s
+               for s in plan.create_tables())
     with pytest.raises(InvalidOptionError, match="missing.pb"):
         ReadOptions.parse({"path": path, "protobuf_descriptors": desc + "/missing.pb"})
 
@@ -268,7 +272,7 @@ def test_a_catalog_database_with_its_descriptors_is_read_with_them(tmp_path: Pat
 
     [plan] = attach_plans(str(tmp_path))
     desc = str(tmp_path / "proto_types" / "descriptors.pb")
-    assert all(f"protobuf-descriptors={desc}'" in s for s in plan.create_tables())
+    assert all(f"protobuf_descriptors '{desc}'" in s for s in plan.create_tables())
 
 
 def test_mutated_messages_decode_or_stay_raw_never_crash() -> None:
@@ -284,7 +288,7 @@ def test_mutated_messages_decode_or_stay_raw_never_crash() -> None:
         for state in ("reading", "readings"):
             spec = sp.state(OP, state).value
             values = sp.read(OP, state).column("value").to_pylist()
-            codec = kryo_codec(spec, with_protobuf((), _descriptors(name)))
+            codec = kryo_codec(spec, user_types(None, _descriptors(name)))
             assert codec is not None
             mutated: list[bytes | None] = []
             for data in values:
