@@ -25,7 +25,7 @@ def test_a_protobuf_row_reason_names_the_protobuf_hint() -> None:
     with statequery.open(str(fixture_dir(name)), use_snapshot=False) as sp:
         [reason] = set(sp.read("proto-types", "reading").column("value_reason").to_pylist())
         meta = {r["state_name"]: r for r in sp.state_meta().to_pylist()}
-        spec = sp.state("proto-types", "reading").layout.value
+        spec = sp.state("proto-types", "reading").value
     assert reason.endswith(f"own Kryo serializer: if a Protobuf message (chill-protobuf), pass "
                            f"{PROTOBUF_HINT}")
     assert meta["reading"]["value_decoding_hint"].endswith(
