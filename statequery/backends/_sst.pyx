@@ -600,6 +600,10 @@ cdef class _TableCursor:
     # entry was in the same block (else -1): with ``ulen``, whether both have one user key
     cdef Py_ssize_t shared_prev
     cdef bint block_start  # the next entry parsed is the first of its block
+    # in a run of tables (TableScan): every key checked against its block's index separator
+    # (at the end of the block, and a key that ends the range), which the run's order relies on
+    cdef bint check_seps
+    cdef Py_ssize_t cur_block  # index in handles of the current block
 
     def __cinit__(self):
         self.key = NULL
@@ -629,6 +633,7 @@ cdef class _TableCursor:
         self.n = n
         self.keylen = 0
         self.block_start = True
+        self.cur_block = i
         cdef Py_ssize_t restart = 0
         if seek and self.start is not None:
             restart = self._seek_restart(self._num_restarts())
@@ -677,6 +682,8 @@ cdef class _TableCursor:
         cdef int kind, i
         while True:
             if self.pos >= self.limit:
+                if self.check_seps and self.keylen >= 8:
+                    self._check_sep()
                 if self.next_block >= len(self.handles):
                     self.valid = False
                     self.block = None
@@ -737,6 +744,8 @@ cdef class _TableCursor:
             if self.stop is not None and _bcmp(self.key, self.ulen,
                                                <const uint8_t*>PyBytes_AS_STRING(self.stop),
                                                PyBytes_GET_SIZE(self.stop)) >= 0:
+                if self.check_seps:
+                    self._check_sep()
                 self.valid = False
                 self.block = None
                 return 0
@@ -749,6 +758,18 @@ cdef class _TableCursor:
             self.valid = True
             return 0
         return 0
+
+    cdef int _check_sep(self) except -1:
+        """The current (last parsed) user key must not pass its block's index separator."""
+        cdef bytes sep = <bytes>(<tuple>self.handles[self.cur_block])[0]
+        if _cmp(self.key, self.ulen, sep) > 0:
+            raise CorruptStateError(
+                f"data block holds key {PyBytes_FromStringAndSize(<char*>self.key, self.ulen).hex()}"
+                f" past its index separator {sep.hex()}", self.source, self.base)
+        return 0
+
+    cdef bytes user_key(self):
+        return PyBytes_FromStringAndSize(<char*>self.key, self.ulen)
 
     cdef inline bint same_user_key(self, const uint8_t* key, Py_ssize_t n):
         """Whether the current entry's user key is ``key[:n]``, knowing that the previous
@@ -785,6 +806,14 @@ cdef inline int _bcmp(const uint8_t* a, Py_ssize_t na, const uint8_t* b, Py_ssiz
     if na != nb:
         return -1 if na < nb else 1
     return 0
+
+
+cdef bytes _max_separator(list handles):
+    cdef bytes best = b""
+    for h in handles:
+        if (<bytes>(<tuple>h)[0]) > best:
+            best = <bytes>(<tuple>h)[0]
+    return best
 
 
 cdef inline int _cursor_cmp(_TableCursor a, _TableCursor b):
@@ -829,6 +858,7 @@ cdef class TableScan:
     cdef int open_kg
     cdef Py_ssize_t best, second  # see _smallest (best -1: compare all)
     cdef Py_ssize_t peek  # the cursor _smallest last returned, not consumed yet (-1: none)
+    cdef list rest  # per run (see _chain): its tables after the current one, last first
 
     def __cinit__(self):
         self.out = NULL
@@ -886,7 +916,41 @@ cdef class TableScan:
                 c._load(lo, True)
                 c.advance()
             self.cursors.append(c)
+        self._chain()
         self.ncur = len(self.cursors)
+
+    def _chain(self):
+        """Tables of disjoint key ranges (one LSM level's) chained into runs read one after
+        the other: ``cursors`` keeps each run's current table, ``rest`` the others (last
+        first), so the merge compares one entry per run, not per table. A table follows
+        another only when its first entry lies past every index separator of the other
+        (separators bound their blocks' keys: each block is checked against its separator when
+        it ends or ends the range, so a lying index is an error before the run's order is
+        used)."""
+        cdef _TableCursor c, tail
+        cdef list live = [c for c in self.cursors if c.valid]
+        cdef list runs = []
+        cdef list bounds = []
+        cdef Py_ssize_t r
+        live.sort(key=lambda c: (<_TableCursor>c).user_key())
+        for c in live:
+            first = c.user_key()
+            for r in range(len(runs)):
+                if (<bytes>bounds[r]) < first:
+                    (<list>runs[r]).append(c)
+                    bounds[r] = _max_separator(c.handles)
+                    break
+            else:
+                runs.append([c])
+                bounds.append(_max_separator(c.handles))
+        self.cursors = []
+        self.rest = []
+        for run in runs:
+            if len(<list>run) > 1:
+                for c in run:
+                    c.check_seps = True
+            self.cursors.append((<list>run)[0])
+            self.rest.append((<list>run)[:0:-1])
 
     cdef Py_ssize_t _smallest(self):
         """The cursor holding the smallest entry (-1: all done). The runner-up is kept: after
@@ -906,6 +970,9 @@ cdef class TableScan:
             s2 = None
         for i in range(self.ncur):
             c = <_TableCursor>self.cursors[i]
+            while not c.valid and len(<list>self.rest[i]):
+                c = <_TableCursor>(<list>self.rest[i]).pop()  # the run's next table
+                self.cursors[i] = c
             if not c.valid:
                 continue
             if b is None or _cursor_cmp(c, b) < 0:
@@ -1013,7 +1080,7 @@ cdef class TableScan:
                 self.peek = j
                 if j < 0:
                     break
-                if j == i:  # the same table: its previous entry had the current user key
+                if self.cursors[j] is c:  # the same table: its last entry had this user key
                     if not c.same_user_key(self.cur, self.curlen):
                         break
                 else:
