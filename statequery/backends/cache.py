@@ -509,9 +509,7 @@ def _place_local(io: FileIO, key: CacheKey, dest: str) -> None:
                 os.link(f"/proc/self/fd/{fd}", dest, follow_symlinks=True)
                 return
             except OSError:
-                pass  # no /proc, another device, not permitted: the path, else copy
-            if _link_open_file(fd, dest):
-                return
+                pass  # no /proc, another device, not permitted: copy
         try:
             with open(dest, "wb") as out:
                 if key.offset:
@@ -525,29 +523,6 @@ def _place_local(io: FileIO, key: CacheKey, dest: str) -> None:
             key.location)
     if key.checksum and not _checksum_of(dest, key.checksum):
         raise CorruptStateError(f"checksum mismatch (expected {key.checksum})", key.location)
-
-
-def _link_open_file(fd: int, dest: str) -> bool:
-    """Hard-link the file open as ``fd`` to ``dest`` through the path it was opened by (where
-    linking ``/proc/self/fd`` itself fails: EXDEV in some containers), keeping the link only
-    when it is that very file (same device and inode: the path may name another file by now).
-    False (nothing left at ``dest``) when it cannot."""
-    try:
-        path = os.readlink(f"/proc/self/fd/{fd}")
-        if not os.path.isabs(path):
-            return False
-        os.link(path, dest, follow_symlinks=False)
-    except OSError:
-        return False
-    try:
-        want, got = os.fstat(fd), os.lstat(dest)
-        if (want.st_dev, want.st_ino) == (got.st_dev, got.st_ino):
-            return True
-        os.unlink(dest)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(dest)
-    return False
 
 
 def _listdir(path: str) -> list[str]:

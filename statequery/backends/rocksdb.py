@@ -25,6 +25,10 @@ Reading one handle (:class:`RocksDBState`):
    <= 128, else 2 bytes, big-endian) and stop at the end of it, intersected with the handle's own
    range: keys left over from rescaling are dropped, as Flink's ``clipDBWithKeyGroupRange`` does.
 
+A scan into a compiled sink reads neither way: :meth:`RocksDBState.table_scan` (the compiled
+``_sst.TableScan``) reads the column family's table files itself with the same rules, one key
+group packed per call for ``_read.feed_packed`` (see ``docs/rocksdb.md``).
+
 :func:`read_entries` walks the handles of an operator and opens only those whose key-group range
 overlaps the request, so a single-key lookup fetches one subtask's files.
 
