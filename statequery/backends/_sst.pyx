@@ -8,7 +8,10 @@ the pure-Python path's checks and error messages; the k-way merge of several tab
 (``SstFile.read_block``). And the check a table passes before RocksDB opens it
 (``SstFile.check_blocks``): ``index_handles`` (an index block walked whole) and
 ``check_data_blocks`` (every data block read, verified, inflated and its restart array checked),
-with the pure path's verdicts and errors. Optional: built by setup.py when a C compiler is present;
+with the pure path's verdicts and errors. And ``TableScan``: a column family's tables read, merged
+and resolved whole in C, one key group's live entries packed per call for ``_read.feed_packed``
+(the RocksDB full scan; see docs/rocksdb.md). Optional: built by setup.py when a C compiler is
+present;
 ``STATEQUERY_PURE_PYTHON=1`` turns it off (see :mod:`statequery.backends.fastpath`).
 """
 
