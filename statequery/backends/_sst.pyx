@@ -747,8 +747,10 @@ cdef class _TableCursor:
             if self.stop is not None and _bcmp(self.key, self.ulen,
                                                <const uint8_t*>PyBytes_AS_STRING(self.stop),
                                                PyBytes_GET_SIZE(self.stop)) >= 0:
-                if self.check_seps:
-                    self._check_sep()
+                # a key past the range must not pass its block's separator either: a key whose
+                # bytes changed (checksum recomputed) would end the table early, dropping the
+                # keys after it
+                self._check_sep()
                 self.valid = False
                 self.block = None
                 return 0
@@ -763,12 +765,14 @@ cdef class _TableCursor:
         return 0
 
     cdef int _check_sep(self) except -1:
-        """The current (last parsed) user key must not pass its block's index separator."""
+        """The current (last parsed) user key must not pass its block's index separator (which
+        is at least the block's last key when it was written)."""
         cdef bytes sep = <bytes>(<tuple>self.handles[self.cur_block])[0]
         if _cmp(self.key, self.ulen, sep) > 0:
             raise CorruptStateError(
                 f"data block holds key {PyBytes_FromStringAndSize(<char*>self.key, self.ulen).hex()}"
-                f" past its index separator {sep.hex()}", self.source, self.base)
+                f" past its index separator {sep.hex()}: the table's keys are out of order",
+                self.source, self.base)
         return 0
 
     cdef bytes user_key(self):
