@@ -1690,3 +1690,42 @@ def feed_key_group(EntrySink sink, it, int prefix_len, pending, bytes stop, want
         except DecodeError as e:
             raise DecodeError(f"key group {kg}: {e.args[0]} (entry key {key.hex()})", e.pos) from e
         entries += 1
+
+
+def feed_packed(EntrySink sink, bytes buf, int prefix_len, bint finish):
+    """RocksDB bulk feed from the compiled table scan (``_sst.TableScan.next_chunk``): the
+    packed ``(key, value)`` entries of ``buf`` (each an ``int64`` key length, an ``int64`` value
+    length, native order, then the key and the value), all of one key group, into ``sink`` with
+    no Python object per entry; ``finish``: the key group ends with them (its open row is
+    completed, as :func:`feed_key_group` does when the key group changes). A decoding error is a
+    :class:`DecodeError` naming the key group and the entry key. Returns the entries fed."""
+    cdef const uint8_t* p = <const uint8_t*><char*>buf
+    cdef Py_ssize_t n = len(buf), pos = 0, entries = 0
+    cdef int64_t klen, vlen
+    cdef const uint8_t* kb
+    cdef int kg, i
+    while pos < n:
+        if n - pos < 16:
+            raise ValueError("malformed packed entries")
+        memcpy(&klen, p + pos, 8)
+        memcpy(&vlen, p + pos + 8, 8)
+        pos += 16
+        if klen < 0 or vlen < 0 or klen > n - pos or vlen > n - pos - klen:
+            raise ValueError("malformed packed entries")
+        kb = p + pos
+        pos += <Py_ssize_t>(klen + vlen)
+        if klen < prefix_len:
+            raise DecodeError(f"entry key {(<char*>kb)[:klen].hex()} shorter than its key-group "
+                              "prefix", 0)
+        kg = 0
+        for i in range(prefix_len):
+            kg = (kg << 8) | kb[i]
+        try:
+            sink.add(kb, prefix_len, <Py_ssize_t>klen, kb + klen, 0, <Py_ssize_t>vlen, kg)
+        except DecodeError as e:
+            raise DecodeError(f"key group {kg}: {e.args[0]} (entry key "
+                              f"{(<char*>kb)[:klen].hex()})", e.pos) from e
+        entries += 1
+    if finish:
+        sink._finish_open()
+    return entries

@@ -8,11 +8,14 @@ the pure-Python path's checks and error messages; the k-way merge of several tab
 (``SstFile.read_block``). And the check a table passes before RocksDB opens it
 (``SstFile.check_blocks``): ``index_handles`` (an index block walked whole) and
 ``check_data_blocks`` (every data block read, verified, inflated and its restart array checked),
-with the pure path's verdicts and errors. Optional: built by setup.py when a C compiler is present;
+with the pure path's verdicts and errors. And ``TableScan``: a column family's tables read, merged
+and resolved whole in C, one key group's live entries packed per call for ``_read.feed_packed``
+(the RocksDB full scan; see docs/rocksdb.md). Optional: built by setup.py when a C compiler is
+present;
 ``STATEQUERY_PURE_PYTHON=1`` turns it off (see :mod:`statequery.backends.fastpath`).
 """
 
-from libc.stdint cimport uint8_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcmp, memcpy
 
@@ -494,3 +497,634 @@ def index_handles(bytes data, Py_ssize_t pos, Py_ssize_t limit, bint first_keys,
         return out
     finally:
         free(key)
+
+
+# -- the compiled scan of a column family (issue 33, item 3) ------------------------------------
+
+
+cdef object _read_data_block(int fd, object h, Py_ssize_t file_size, object checksum,
+                             uint64_t base_context, object decompress, object mismatch,
+                             str source, Py_ssize_t max_block, object pread, object snappy_into):
+    """One data block of ``check_data_blocks``, read, verified and inflated the same way
+    (same verdicts, same errors): returns its uncompressed bytes (bytes or bytearray), whose
+    restart array the caller checks."""
+    cdef uint64_t declared, stored, modifier, computed
+    cdef Py_ssize_t got, off, size, n
+    cdef bytearray out
+    cdef bytes raw
+    cdef const uint8_t* p
+    cdef int kind
+    ho, hs = h.offset, h.size  # Python ints first: a forged varint can exceed 2**63
+    if ho < 0 or hs + 5 < 0 or ho + hs + 5 > file_size:
+        raise CorruptStateError(
+            f"block [{ho}, {ho + hs + 5}) lies outside the {file_size}-byte file "
+            "(truncated?)", source, ho)
+    off = ho
+    size = hs
+    n = size + 5
+    raw = pread(fd, n, off)
+    if PyBytes_GET_SIZE(raw) != n:
+        raise CorruptStateError(f"short read of {n} bytes (truncated?)", source, off)
+    p = <const uint8_t*>PyBytes_AS_STRING(raw)
+    if checksum is not None:
+        stored = _u32(p + size + 1)
+        if base_context:
+            modifier = (base_context ^ (((<uint64_t>off & 0xFFFFFFFF)
+                                         + (<uint64_t>off >> 32)) & 0xFFFFFFFF)) & 0xFFFFFFFF
+            stored = (stored - modifier) & 0xFFFFFFFF
+        computed = checksum(raw, size + 1)
+        if stored != computed:
+            raise mismatch("data", h, stored, computed)
+    kind = p[size]
+    if kind == 1 and max_block > 0 and _small_varint(p, 0, size, &declared) > 0 \
+            and declared <= <uint64_t>max_block and declared <= <uint64_t>(22 * size + 64):
+        out = bytearray(<Py_ssize_t>declared + 1)  # the pure path's spare byte
+        try:
+            got = snappy_into(raw[:size], out)
+        except Exception:
+            got = -1
+        if got == <Py_ssize_t>declared:
+            del out[got:]
+            return out
+    if kind:
+        return decompress(kind, raw[:size], source, off)
+    return raw[:size]
+
+
+cdef inline Py_ssize_t _pyvarint(const uint8_t* p, Py_ssize_t pos, Py_ssize_t n, uint64_t* out,
+                                 bint* huge, str source) except -1:
+    """The pure path's ``_varint`` over the whole block (``n`` bytes): same errors; a value of
+    2**64 or more sets ``huge`` (the pure path's Python int has no limit)."""
+    cdef uint64_t result = 0
+    cdef int shift = 0
+    cdef uint8_t b
+    huge[0] = False
+    if pos >= n:
+        raise CorruptStateError("varint runs past the end of its block", source, pos)
+    while True:
+        if pos >= n or shift > 63:
+            raise CorruptStateError("malformed varint", source, pos)
+        b = p[pos]
+        pos += 1
+        if shift == 63 and (b & 0x7F) > 1:
+            huge[0] = True
+        result |= (<uint64_t>(b & 0x7F)) << shift
+        if b < 0x80:
+            out[0] = result
+            return pos
+        shift += 7
+
+
+cdef class _TableCursor:
+    """One table of a :class:`TableScan`: its data blocks read in turn (``_read_data_block``)
+    and their entries parsed as ``block_tuples`` does (same checks, same errors), one at a
+    time; the current entry's internal key is copied into ``key`` and its value is a span of
+    the current block."""
+
+    cdef int fd
+    cdef Py_ssize_t file_size, max_block
+    cdef object checksum, decompress, mismatch, pread, snappy_into
+    cdef uint64_t base_context, gseq
+    cdef bint has_global
+    cdef str source
+    cdef list handles
+    cdef Py_ssize_t next_block
+    cdef object block  # the current block's bytes (bytes or bytearray), kept alive
+    cdef const uint8_t* p
+    cdef Py_ssize_t n, pos, limit, base
+    cdef uint8_t* key
+    cdef Py_ssize_t keylen, cap, ulen, vpos, vlen
+    cdef uint64_t seq
+    cdef int kind
+    cdef bint valid
+    cdef bytes start, stop
+    cdef bint before_start  # no entry >= start seen yet (keys ascend: then no more checks)
+    # bytes the current internal key shares with the previous entry of this cursor, when that
+    # entry was in the same block (else -1): with ``ulen``, whether both have one user key
+    cdef Py_ssize_t shared_prev
+    cdef bint block_start  # the next entry parsed is the first of its block
+    # in a run of tables (TableScan): every key checked against its block's index separator
+    # (at the end of the block, and a key that ends the range), which the run's order relies on
+    cdef bint check_seps
+    cdef Py_ssize_t cur_block  # index in handles of the current block
+
+    def __cinit__(self):
+        self.key = NULL
+
+    def __dealloc__(self):
+        free(self.key)
+
+    cdef int _load(self, Py_ssize_t i, bint seek) except -1:
+        """Block ``i`` of ``handles`` becomes the current block; with ``seek``, positioned at
+        the restart point ``SstFile.seek_restart`` picks for ``start``."""
+        cdef object data = _read_data_block(
+            self.fd, (<tuple>self.handles[i])[1], self.file_size, self.checksum,
+            self.base_context, self.decompress, self.mismatch, self.source, self.max_block,
+            self.pread, self.snappy_into)
+        cdef const uint8_t* p
+        cdef Py_ssize_t n
+        if isinstance(data, bytearray):
+            p = <const uint8_t*>PyByteArray_AS_STRING(data)
+            n = len(<bytearray>data)
+        else:
+            p = <const uint8_t*>PyBytes_AS_STRING(data)
+            n = PyBytes_GET_SIZE(data)
+        self.base = (<tuple>self.handles[i])[1].offset
+        self.limit = _restarts_limit(p, n, self.source, self.base)
+        self.block = data
+        self.p = p
+        self.n = n
+        self.keylen = 0
+        self.block_start = True
+        self.cur_block = i
+        cdef Py_ssize_t restart = 0
+        if seek and self.start is not None:
+            restart = self._seek_restart(self._num_restarts())
+        self.pos = <Py_ssize_t>_u32(p + self.limit + 4 * restart)
+        return 0
+
+    cdef Py_ssize_t _num_restarts(self):
+        return <Py_ssize_t>(_u32(self.p + self.n - 4) & 0x7FFFFFFF)
+
+    cdef Py_ssize_t _seek_restart(self, Py_ssize_t num) except -1:
+        """``_Block.seek_restart(start, key_of=lambda k: k[:-8])``: the last restart point
+        whose user key is < ``start`` (0 if none), with the pure path's errors."""
+        cdef Py_ssize_t lo = 0, hi = num - 1, mid, pos, kend, klen
+        cdef uint64_t shared, non_shared, value_len
+        cdef bint huge
+        cdef const uint8_t* p = self.p
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            pos = <Py_ssize_t>_u32(p + self.limit + 4 * mid)
+            pos = _pyvarint(p, pos, self.n, &shared, &huge, self.source)
+            pos = _pyvarint(p, pos, self.n, &non_shared, &huge, self.source)
+            if huge or non_shared > <uint64_t>self.n:
+                non_shared = <uint64_t>self.n
+            pos = _pyvarint(p, pos, self.n, &value_len, &huge, self.source)
+            if shared:
+                raise CorruptStateError("restart entry with a shared prefix", self.source,
+                                        self.base + pos)
+            kend = pos + <Py_ssize_t>non_shared
+            if kend > self.n:
+                kend = self.n
+            klen = kend - pos - 8
+            if klen < 0:
+                klen = 0
+            if _cmp(p + pos, klen, self.start) < 0:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    cdef int advance(self) except -1:
+        """The next entry in ``[start, stop)`` becomes current; ``valid`` False at the end."""
+        cdef const uint8_t* p
+        cdef uint64_t shared, non_shared, value_len, trailer
+        cdef Py_ssize_t pos, limit, end_key, end
+        cdef uint8_t* grown
+        cdef int kind, i
+        while True:
+            if self.pos >= self.limit:
+                if self.check_seps and self.keylen >= 8:
+                    self._check_sep()
+                if self.next_block >= len(self.handles):
+                    self.valid = False
+                    self.block = None
+                    return 0
+                self.next_block += 1
+                self._load(self.next_block - 1, False)
+                continue
+            p = self.p
+            pos = self.pos
+            limit = self.limit
+            if pos + 3 <= limit and (p[pos] | p[pos + 1] | p[pos + 2]) < 0x80:
+                shared = p[pos]
+                non_shared = p[pos + 1]
+                value_len = p[pos + 2]
+                pos += 3
+            else:
+                pos = _varint32(p, pos, limit, &shared)
+                if pos >= 0:
+                    pos = _varint32(p, pos, limit, &non_shared)
+                if pos >= 0:
+                    pos = _varint32(p, pos, limit, &value_len)
+                if pos < 0:
+                    raise CorruptStateError("malformed varint", self.source, self.base)
+            end_key = pos + <Py_ssize_t>non_shared
+            end = end_key + <Py_ssize_t>value_len
+            if non_shared > <uint64_t>limit or value_len > <uint64_t>limit or end > limit \
+                    or shared > <uint64_t>self.keylen:
+                raise CorruptStateError("block entry runs past the block", self.source,
+                                        self.base + pos)
+            if <Py_ssize_t>(shared + non_shared) > self.cap:
+                self.cap = <Py_ssize_t>(shared + non_shared) * 2 + 64
+                grown = <uint8_t*>realloc(self.key, self.cap)
+                if grown == NULL:
+                    raise MemoryError()
+                self.key = grown
+            if non_shared:
+                memcpy(self.key + shared, p + pos, non_shared)
+            self.keylen = <Py_ssize_t>(shared + non_shared)
+            self.pos = end
+            self.shared_prev = -1 if self.block_start else <Py_ssize_t>shared
+            self.block_start = False
+            self.ulen = self.keylen - 8
+            if self.ulen < 0:
+                raise CorruptStateError(f"internal key of {self.keylen} bytes", self.source,
+                                        self.base)
+            trailer = 0
+            for i in range(7, -1, -1):
+                trailer = (trailer << 8) | self.key[self.ulen + i]
+            kind = trailer & 0xFF
+            if kind != 0 and kind != 1 and kind != 2 and kind != 7:
+                what = _TYPE_NAMES.get(kind, f"value type {kind:#x}")
+                raise UnsupportedFormatError(
+                    f"{self.source}: entries of kind {what} are not supported")
+            if self.before_start:
+                if _cmp(self.key, self.ulen, self.start) < 0:
+                    continue
+                self.before_start = False
+            if self.stop is not None and _bcmp(self.key, self.ulen,
+                                               <const uint8_t*>PyBytes_AS_STRING(self.stop),
+                                               PyBytes_GET_SIZE(self.stop)) >= 0:
+                # a key past the range must not pass its block's separator either: a key whose
+                # bytes changed (checksum recomputed) would end the table early, dropping the
+                # keys after it
+                self._check_sep()
+                self.valid = False
+                self.block = None
+                return 0
+            self.seq = trailer >> 8
+            if self.seq == 0 and self.has_global:
+                self.seq = self.gseq
+            self.kind = kind
+            self.vpos = end_key
+            self.vlen = end - end_key
+            self.valid = True
+            return 0
+        return 0
+
+    cdef int _check_sep(self) except -1:
+        """The current (last parsed) user key must not pass its block's index separator (which
+        is at least the block's last key when it was written)."""
+        cdef bytes sep = <bytes>(<tuple>self.handles[self.cur_block])[0]
+        if _cmp(self.key, self.ulen, sep) > 0:
+            raise CorruptStateError(
+                f"data block holds key {PyBytes_FromStringAndSize(<char*>self.key, self.ulen).hex()}"
+                f" past its index separator {sep.hex()}: the table's keys are out of order",
+                self.source, self.base)
+        return 0
+
+    cdef bytes user_key(self):
+        return PyBytes_FromStringAndSize(<char*>self.key, self.ulen)
+
+    cdef inline bint same_user_key(self, const uint8_t* key, Py_ssize_t n):
+        """Whether the current entry's user key is ``key[:n]``, knowing that the previous
+        entry of this cursor had that user key: from the shared-prefix length when both are in
+        one block (no comparison), else compared."""
+        cdef Py_ssize_t sh = self.shared_prev
+        if self.ulen != n:
+            return False
+        if n == 0 or sh >= n:
+            return True  # the whole user key kept from the previous entry
+        if sh < 0:
+            sh = 0
+        # key[:sh] is the previous key's, which was key: compare from there (RocksDB shares
+        # the longest common prefix, so byte sh differs, but a writer may share less)
+        if self.key[sh] != key[sh]:
+            return False
+        return memcmp(self.key + sh, key + sh, n - sh) == 0
+
+
+cdef inline int _bcmp(const uint8_t* a, Py_ssize_t na, const uint8_t* b, Py_ssize_t nb):
+    """memcmp order of a[:na] and b[:nb]: <0, 0, >0; the first bytes compared inline (keys
+    of one key group share their first bytes; a call to memcmp per entry cost more)."""
+    cdef Py_ssize_t n = na if na < nb else nb
+    cdef Py_ssize_t i = 0
+    cdef int c
+    while i < n and i < 16:
+        if a[i] != b[i]:
+            return -1 if a[i] < b[i] else 1
+        i += 1
+    if i < n:
+        c = memcmp(a + i, b + i, n - i)
+        if c != 0:
+            return c
+    if na != nb:
+        return -1 if na < nb else 1
+    return 0
+
+
+cdef bytes _max_separator(list handles):
+    cdef bytes best = b""
+    for h in handles:
+        if (<bytes>(<tuple>h)[0]) > best:
+            best = <bytes>(<tuple>h)[0]
+    return best
+
+
+cdef inline int _cursor_cmp(_TableCursor a, _TableCursor b):
+    """Internal-key order of two cursors' entries: user key bytewise, then newest first."""
+    cdef Py_ssize_t n = a.ulen if a.ulen < b.ulen else b.ulen
+    cdef int c = memcmp(a.key, b.key, n) if n > 0 else 0
+    if c != 0:
+        return c
+    if a.ulen != b.ulen:
+        return -1 if a.ulen < b.ulen else 1
+    if a.seq != b.seq:
+        return -1 if a.seq > b.seq else 1
+    return 0
+
+
+cdef class TableScan:
+    """The live ``(user key, value)`` pairs of a column family's tables in ``[start, stop)``,
+    in key order, packed per key group for ``_read.feed_packed`` (no Python object per entry).
+
+    Each table is a tuple ``(fd, [(separator, handle)], file size, checksum, base context,
+    decompress, mismatch, source, max block, global seqno)`` (``SstFile.scan_args``). Blocks
+    are read, verified and inflated as ``check_data_blocks`` does and their entries parsed as
+    ``block_tuples`` does; the tables are merged in internal-key order and each user key is
+    resolved as :class:`MergedPairs` does (RocksDB's read rules without range tombstones:
+    newest first, merge operands joined by ``delimiter`` oldest first on top of a Put, a
+    deletion ends the chain). The caller hands tables with range tombstones to the pure path.
+
+    :meth:`next_chunk` returns ``(key group, entries, packed bytes, ends)``: the entries of one
+    key group (at most about ``chunk_bytes`` of them; ``ends`` False when the key group goes
+    on in the next chunk), each as an ``int64`` key length, ``int64`` value length (native order), key,
+    value; key group -1 when the scan is over.
+    """
+
+    cdef list cursors
+    cdef Py_ssize_t ncur
+    cdef int prefix_len
+    cdef bytes delimiter
+    cdef uint8_t* out
+    cdef Py_ssize_t outlen, outcap, chunk_bytes
+    cdef uint8_t* cur
+    cdef Py_ssize_t curlen, curcap
+    cdef int open_kg
+    cdef Py_ssize_t best, second  # see _smallest (best -1: compare all)
+    cdef Py_ssize_t peek  # the cursor _smallest last returned, not consumed yet (-1: none)
+    cdef list rest  # per run (see _chain): its tables after the current one, last first
+
+    def __cinit__(self):
+        self.out = NULL
+        self.cur = NULL
+        self.best = -1
+        self.second = -1
+        self.peek = -1
+
+    def __dealloc__(self):
+        free(self.out)
+        free(self.cur)
+
+    def __init__(self, list tables, bytes start, bytes stop, int prefix_len,
+                 bytes delimiter=b",", Py_ssize_t chunk_bytes=1 << 20):
+        import os
+        import cramjam
+        cdef _TableCursor c
+        cdef Py_ssize_t lo, hi, mid
+        cdef list handles
+        if prefix_len < 1 or prefix_len > 2:
+            raise ValueError(f"key-group prefix of {prefix_len} bytes")
+        self.prefix_len = prefix_len
+        self.delimiter = delimiter
+        self.chunk_bytes = chunk_bytes if chunk_bytes > 0 else 1
+        self.open_kg = -1
+        self.cursors = []
+        for t in tables:
+            c = _TableCursor()
+            (fd, handles, c.file_size, c.checksum, c.base_context, c.decompress, c.mismatch,
+             c.source, c.max_block, gseq) = t
+            c.fd = fd
+            c.handles = handles
+            c.has_global = gseq is not None
+            c.gseq = gseq if gseq is not None else 0
+            c.pread = os.pread
+            c.snappy_into = cramjam.snappy.decompress_raw_into
+            c.start = start
+            c.stop = stop
+            c.before_start = start is not None
+            # the first block whose separator is >= start (``SstFile._index_from``)
+            lo, hi = 0, len(handles)
+            if start is not None:
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    sep = (<tuple>handles[mid])[0]
+                    if (<bytes>sep) < start:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+            c.next_block = lo
+            c.pos = c.limit = 0
+            c.valid = False
+            if lo < len(handles):
+                c.next_block = lo + 1
+                c._load(lo, True)
+                c.advance()
+            self.cursors.append(c)
+        self._chain()
+        self.ncur = len(self.cursors)
+
+    def _chain(self):
+        """Tables of disjoint key ranges (one LSM level's) chained into runs read one after
+        the other: ``cursors`` keeps each run's current table, ``rest`` the others (last
+        first), so the merge compares one entry per run, not per table. A table follows
+        another only when its first entry lies past every index separator of the other
+        (separators bound their blocks' keys: each block is checked against its separator when
+        it ends or ends the range, so a lying index is an error before the run's order is
+        used)."""
+        cdef _TableCursor c, tail
+        cdef list live = [c for c in self.cursors if c.valid]
+        cdef list runs = []
+        cdef list bounds = []
+        cdef Py_ssize_t r
+        live.sort(key=lambda c: (<_TableCursor>c).user_key())
+        for c in live:
+            first = c.user_key()
+            for r in range(len(runs)):
+                if (<bytes>bounds[r]) < first:
+                    (<list>runs[r]).append(c)
+                    bounds[r] = _max_separator(c.handles)
+                    break
+            else:
+                runs.append([c])
+                bounds.append(_max_separator(c.handles))
+        self.cursors = []
+        self.rest = []
+        for run in runs:
+            if len(<list>run) > 1:
+                for c in run:
+                    c.check_seps = True
+            self.cursors.append((<list>run)[0])
+            self.rest.append((<list>run)[:0:-1])
+
+    cdef Py_ssize_t _smallest(self):
+        """The cursor holding the smallest entry (-1: all done). The runner-up is kept: after
+        the best one advances, one comparison with it decides whether the best one still
+        leads (tables of one level hold disjoint ranges), else all are compared again."""
+        cdef Py_ssize_t best = -1, second = -1, i
+        cdef _TableCursor c, b = None, s2 = None
+        if self.best >= 0:
+            b = <_TableCursor>self.cursors[self.best]
+            if b.valid:
+                if self.second < 0:
+                    return self.best
+                s2 = <_TableCursor>self.cursors[self.second]
+                if _cursor_cmp(b, s2) < 0:
+                    return self.best
+            b = None
+            s2 = None
+        for i in range(self.ncur):
+            c = <_TableCursor>self.cursors[i]
+            while not c.valid and len(<list>self.rest[i]):
+                c = <_TableCursor>(<list>self.rest[i]).pop()  # the run's next table
+                self.cursors[i] = c
+            if not c.valid:
+                continue
+            if b is None or _cursor_cmp(c, b) < 0:
+                second, s2 = best, b
+                best, b = i, c
+            elif s2 is None or _cursor_cmp(c, s2) < 0:
+                second, s2 = i, c
+        self.best = best
+        self.second = second
+        return best
+
+    cdef int _grow(self, Py_ssize_t more) except -1:
+        cdef Py_ssize_t want
+        cdef uint8_t* grown
+        if more > (<Py_ssize_t>1 << 60) - self.outlen:
+            raise MemoryError()
+        want = self.outlen + more
+        if want <= self.outcap:
+            return 0
+        want = want * 2 if want < (<Py_ssize_t>1 << 59) else want
+        grown = <uint8_t*>realloc(self.out, want)
+        if grown == NULL:
+            raise MemoryError()
+        self.out = grown
+        self.outcap = want
+        return 0
+
+    cdef int _emit(self, const uint8_t* v, Py_ssize_t vlen) except -1:
+        """Append the current user key and the value ``v[:vlen]``."""
+        self._grow(16 + self.curlen + vlen)
+        cdef uint8_t* o = self.out + self.outlen
+        cdef int64_t kl = self.curlen, vl = vlen
+        memcpy(o, &kl, 8)
+        memcpy(o + 8, &vl, 8)
+        if self.curlen:
+            memcpy(o + 16, self.cur, self.curlen)
+        if vlen:
+            memcpy(o + 16 + self.curlen, v, vlen)
+        self.outlen += 16 + self.curlen + vlen
+        return 0
+
+    def next_chunk(self):
+        cdef Py_ssize_t i, entries = 0, j
+        cdef _TableCursor c
+        cdef int kg = self.open_kg, k2
+        cdef uint8_t* grown
+        cdef list operands
+        cdef object base
+        cdef bint done, wrote
+        cdef bytes joined
+        self.outlen = 0
+        while True:
+            if self.peek >= 0:
+                i = self.peek  # found by the last resolve (no cursor moved since)
+                self.peek = -1
+            else:
+                i = self._smallest()
+            if i < 0:
+                self.open_kg = -1
+                return kg, entries, PyBytes_FromStringAndSize(<char*>self.out, self.outlen), True
+            c = <_TableCursor>self.cursors[i]
+            if c.ulen < self.prefix_len:
+                raise CorruptStateError(
+                    f"entry key {PyBytes_FromStringAndSize(<char*>c.key, c.ulen).hex()} "
+                    "shorter than its key-group prefix", c.source, c.base)
+            k2 = c.key[0]
+            if self.prefix_len == 2:
+                k2 = (k2 << 8) | c.key[1]
+            if kg >= 0 and k2 != kg:
+                self.open_kg = -1
+                return kg, entries, PyBytes_FromStringAndSize(<char*>self.out, self.outlen), True
+            if kg >= 0 and self.outlen >= self.chunk_bytes:
+                self.open_kg = kg
+                return kg, entries, PyBytes_FromStringAndSize(<char*>self.out, self.outlen), False
+            # the current user key, resolved over every table's entries of it, newest first
+            if c.ulen > self.curcap:
+                grown = <uint8_t*>realloc(self.cur, c.ulen * 2 + 64)
+                if grown == NULL:
+                    raise MemoryError()
+                self.cur = grown
+                self.curcap = c.ulen * 2 + 64
+            self.curlen = c.ulen
+            if c.ulen:
+                memcpy(self.cur, c.key, c.ulen)
+            operands = None
+            base = None
+            done = False
+            wrote = False
+            while True:
+                if not done:
+                    if c.kind == 2:
+                        if operands is None:
+                            operands = []
+                        operands.append(PyBytes_FromStringAndSize(<char*>c.p + c.vpos, c.vlen))
+                    else:
+                        if c.kind == 1:
+                            if operands is None:
+                                self._emit(c.p + c.vpos, c.vlen)
+                                wrote = True
+                            else:
+                                base = PyBytes_FromStringAndSize(<char*>c.p + c.vpos, c.vlen)
+                        done = True  # a Put or a (single) deletion ends the chain
+                c.advance()
+                j = self._smallest()
+                self.peek = j
+                if j < 0:
+                    break
+                if self.cursors[j] is c:  # the same table: its last entry had this user key
+                    if not c.same_user_key(self.cur, self.curlen):
+                        break
+                else:
+                    i = j
+                    c = <_TableCursor>self.cursors[i]
+                    if c.ulen != self.curlen or (self.curlen and
+                                                 memcmp(c.key, self.cur, self.curlen) != 0):
+                        break
+                self.peek = -1
+            if operands is not None:
+                operands.reverse()
+                if base is not None:
+                    operands.insert(0, base)
+                joined = self.delimiter.join(operands)
+                self._emit(<const uint8_t*>PyBytes_AS_STRING(joined), PyBytes_GET_SIZE(joined))
+                wrote = True
+            if wrote:
+                entries += 1
+                kg = k2
+
+
+def unpack_chunk(bytes buf):
+    """The ``(key, value)`` pairs of a :meth:`TableScan.next_chunk` buffer (tests, and the
+    pairs form of a scan)."""
+    cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(buf)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(buf), pos = 0
+    cdef int64_t klen, vlen
+    cdef list out = []
+    while pos < n:
+        if n - pos < 16:
+            raise ValueError("malformed packed entries")
+        memcpy(&klen, p + pos, 8)
+        memcpy(&vlen, p + pos + 8, 8)
+        pos += 16
+        if klen < 0 or vlen < 0 or klen > n - pos or vlen > n - pos - klen:
+            raise ValueError("malformed packed entries")
+        out.append((PyBytes_FromStringAndSize(<char*>p + pos, klen),
+                    PyBytes_FromStringAndSize(<char*>p + pos + klen, vlen)))
+        pos += klen + vlen
+    return out

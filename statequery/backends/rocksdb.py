@@ -25,6 +25,10 @@ Reading one handle (:class:`RocksDBState`):
    <= 128, else 2 bytes, big-endian) and stop at the end of it, intersected with the handle's own
    range: keys left over from rescaling are dropped, as Flink's ``clipDBWithKeyGroupRange`` does.
 
+A scan into a compiled sink reads neither way: :meth:`RocksDBState.table_scan` (the compiled
+``_sst.TableScan``) reads the column family's table files itself with the same rules, one key
+group packed per call for ``_read.feed_packed`` (see ``docs/rocksdb.md``).
+
 :func:`read_entries` walks the handles of an operator and opens only those whose key-group range
 overlaps the request, so a single-key lookup fetches one subtask's files.
 
@@ -46,7 +50,13 @@ from typing import Any, NamedTuple, TypeVar
 from statequery.backends import checksums
 from statequery.backends.cache import CacheKey, DbDir, FileCache
 from statequery.backends.pool import OpenDatabases
-from statequery.backends.sst import SstFile, compiled_module, has_compiled_walk, merged_entries
+from statequery.backends.sst import (
+    SstFile,
+    compiled_module,
+    has_compiled_walk,
+    merged_entries,
+    table_scan,
+)
 from statequery.backends.sstpoint import open_point_table
 from statequery.exceptions import (
     CorruptStateError,
@@ -231,6 +241,7 @@ class RocksDBState(_HandleReader):
                          state_names=state_names)
         self._db: Any = None
         self._cfs: dict[str, _ColumnFamily] = {}
+        self._data_checked: set[str] = set()  # tables whose data blocks RocksDB may read
         try:
             self._restore()
         except BaseException:
@@ -266,12 +277,14 @@ class RocksDBState(_HandleReader):
             self._open_table(f, os.path.join(root, f.local_path), table,
                              m.column_family if m is not None else None)
             # every index and data block read (checksum verified, decompressed) and its entry
-            # area and restart array checked by the SST reader first: RocksDB trusts a block
-            # whose checksum matches and can crash the process on a malformed one (SIGSEGV in
-            # IndexValue::DecodeFrom, or on a restart offset outside the block, which it also
-            # reads nondeterministically: rows on one read, "bad entry in block" on the next)
-            # (compiled: one call per table; the range-deletion block is walked too)
-            table.check_blocks()
+            # area and restart array checked by the SST reader before RocksDB reads it: RocksDB
+            # trusts a block whose checksum matches and can crash the process on a malformed
+            # one (SIGSEGV in IndexValue::DecodeFrom, or on a restart offset outside the block,
+            # which it also reads nondeterministically: rows on one read, "bad entry in block"
+            # on the next). Index and range-deletion blocks now (RocksDB reads them when it
+            # opens the table); data blocks before RocksDB first iterates the column family
+            # (``_check_data``): the compiled table scan reads them itself, checked the same way
+            table.check_index_blocks()
         self._open_db(root, manifest)
         self.cache.evict()
 
@@ -431,6 +444,27 @@ class RocksDBState(_HandleReader):
             return iter([(k, v) for k, v in pairs if k.startswith(sub, at)]), stop
         return iter(pairs), stop
 
+    def table_scan(
+        self, state: str, key_groups: tuple[int, int] | None = None, *,
+        key_prefix: bytes | None = None,
+    ) -> Any:
+        """The compiled scan of ``state``'s tables (:func:`statequery.backends.sst.table_scan`:
+        every live entry of the range packed per key group, read from the table files with
+        RocksDB's read rules, no rocksdict iterator and no Python object per entry), or None
+        when it does not apply (not built, range tombstones, nothing to read): then
+        :meth:`items`."""
+        if self._db is None:
+            raise StatequeryError("the RocksDB state is closed")
+        cf = self._cfs.get(state)
+        if state == DEFAULT_CF or state not in self._cf_names or cf is None:
+            return None
+        rng = self._range(state, key_groups, "auto", key_prefix)
+        if rng is None:
+            return None
+        start, stop, _ = rng
+        return table_scan([self._tables[f.local_path] for f, _ in cf.tables], start, stop,
+                          self.prefix_bytes)
+
     def wrap_error(self, state: str, e: Exception) -> CorruptStateError:
         return self._rocksdb_error(f"RocksDB failed reading column family {state!r}", e)
 
@@ -459,6 +493,7 @@ class RocksDBState(_HandleReader):
         checksum mismatch, an unreadable block) because it does not ask the iterator's status, so
         the pairs would just be fewer. When they end, a fresh iterator is placed after the last
         pair: it must be at the end with an OK status, else the read raises."""
+        self._check_data(state)
         cf = self._db.get_column_family(state)
         pairs = cf.items(from_key=start, read_opt=self._read_options(stop))
 
@@ -466,6 +501,15 @@ class RocksDBState(_HandleReader):
             self._check_end(state, cf, start, stop, last)
 
         return _checked_pairs(pairs, on_end)
+
+    def _check_data(self, state: str) -> None:
+        """Every data block of ``state``'s tables checked (``SstFile.check_data_blocks``, once
+        per table) before RocksDB reads any of them."""
+        cf = self._cfs.get(state)
+        for f, _ in cf.tables if cf is not None else ():
+            if f.local_path not in self._data_checked:
+                self._tables[f.local_path].check_data_blocks()
+                self._data_checked.add(f.local_path)
 
     def _check_end(self, state: str, cf: Any, start: bytes, stop: bytes,
                    last: tuple[bytes, bytes] | None) -> None:
@@ -1198,12 +1242,33 @@ class RocksDBKeyedBackend:
         ``decoder``; yields each key group after its last entry (``decoder.finish`` is the
         caller's)."""
         from statequery.backends.fastpath import bulk_feeder
+        from statequery.backends.fastpath import compiled as compiled_module_read
         from statequery.serializers.readers import DECODE_ERRORS, DecodeError
 
         single = bounds is not None and bounds[0] == bounds[1]
         seek = raw if raw and not layout.is_timer and single else None
         on_entry, prefix = decoder.on_entry, key_group_prefix_bytes(self.max_parallelism)
         feed = bulk_feeder(on_entry)
+        # (a restored DB offers it; the table reader of lookups does not)
+        table_scan = getattr(db, "table_scan", None) if feed is not None else None
+        scan = None if table_scan is None else table_scan(layout.name, bounds, key_prefix=seek)
+        if scan is not None:
+            # the compiled table scan: one key group's entries packed per call, fed to the
+            # compiled sink in one call (no pair, no Python object per entry)
+            read_module = compiled_module_read()
+            assert read_module is not None  # a compiled sink: the module is there
+            packed = read_module.feed_packed
+            while True:
+                try:
+                    kg, _n, buf, ends = scan.next_chunk()
+                    if kg < 0:
+                        return
+                    packed(on_entry, buf, prefix, ends)
+                except DecodeError as e:
+                    raise CorruptStateError(f"state {layout.name!r}, {e.message}",
+                                            db.describe(layout.name)) from e
+                if ends:
+                    yield kg
         if feed is not None:
             # compiled sink: (key, value) pairs straight from the iterator, one key group a call
             pairs, stop = db.items(layout.name, bounds, key_prefix=seek)

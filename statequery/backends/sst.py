@@ -65,6 +65,8 @@ __all__ = [
     "TableProperties",
     "merge_entries",
     "merged_entries",
+    "scanned_pairs",
+    "table_scan",
 ]
 
 LEGACY_MAGIC = 0xDB4775248B80FB57
@@ -787,6 +789,19 @@ class SstFile:
         One compiled call per table (``_sst.check_data_blocks``) when the extension is built;
         the pure-Python loop over :meth:`read_block` otherwise (the reference: same verdicts,
         same errors, tests/backends/test_differential.py)."""
+        self.check_index_blocks()
+        self.check_data_blocks()
+
+    def check_index_blocks(self) -> None:
+        """The part of :meth:`check_blocks` RocksDB needs before it opens the table (it reads
+        the index and the range-deletion block when it opens it): the index walked
+        (:meth:`data_block_handles`) and the range tombstones read."""
+        self.data_block_handles()
+        self.range_deletions()
+
+    def check_data_blocks(self) -> None:
+        """The part of :meth:`check_blocks` RocksDB needs before it reads the table's data:
+        every data block read, verified, inflated and its restart array checked."""
         handles = self.data_block_handles()
         compiled = compiled_module()
         if compiled is None:
@@ -796,7 +811,14 @@ class SstFile:
             compiled.check_data_blocks(self._f.fileno(), handles, self.size, self._checksum,
                                        self._base_context, _decompress, self._mismatch,
                                        self.source, MAX_BLOCK_BYTES)
-        self.range_deletions()
+
+    def scan_args(self) -> tuple[Any, ...]:
+        """What the compiled scan (``_sst.TableScan``) needs of this table: its descriptor,
+        data block handles (:meth:`data_block_handles`), size, checksum, base context, the
+        pure path's decompressor and mismatch error, name, block limit and global seqno."""
+        return (self._f.fileno(), self.data_block_handles(), self.size, self._checksum,
+                self._base_context, _decompress, self._mismatch, self.source, MAX_BLOCK_BYTES,
+                self._global_seqno)
 
     def _check_block(self, h: BlockHandle) -> None:
         if h.offset + h.size + _BLOCK_TRAILER > self._footer_start:
@@ -1012,6 +1034,35 @@ def merged_entries(
         return iter(_compiled.MergedPairs([t.blocks(start, stop, match) for t in tables],
                                           delimiter))
     return _merged(tables, tombstones, start, stop, delimiter, match)
+
+
+CHUNK_BYTES = 1 << 20  # about how many bytes of entries one compiled scan chunk holds
+
+
+def table_scan(tables: Iterable[SstFile], start: bytes, stop: bytes, prefix_len: int,
+               delimiter: bytes = b",", chunk_bytes: int = CHUNK_BYTES) -> Any:
+    """The compiled scan of one column family's tables (``_sst.TableScan``: the live pairs of
+    ``[start, stop)`` packed per key group for ``_read.feed_packed``, as :func:`merged_entries`
+    reads them), or None when it does not apply: the extension is not built or turned off, or
+    a table holds range tombstones (:func:`merged_entries` and RocksDB read those)."""
+    compiled = compiled_module()
+    if compiled is None or not hasattr(compiled, "TableScan"):
+        return None
+    tables = list(tables)
+    if any(t.range_deletions() for t in tables):
+        return None
+    return compiled.TableScan([t.scan_args() for t in tables], start, stop, prefix_len,
+                              delimiter, chunk_bytes)
+
+
+def scanned_pairs(scan: Any) -> Iterator[tuple[bytes, bytes]]:
+    """The ``(key, value)`` pairs of a :func:`table_scan`, chunk after chunk."""
+    assert _compiled is not None
+    while True:
+        kg, _n, buf, _ends = scan.next_chunk()
+        if kg < 0:
+            return
+        yield from _compiled.unpack_chunk(buf)
 
 
 def _merged(

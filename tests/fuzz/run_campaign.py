@@ -249,7 +249,9 @@ def apply_decoded(data: bytes, m: dict[str, Any]) -> bytes:
 
 class _DecodedPatch:
     """While active, ``SstFile._decode_block`` of the block at ``m["block"]`` returns the block
-    with ``m`` applied to its decoded bytes."""
+    with ``m`` applied to its decoded bytes; the compiled table scan (``_sst.TableScan``, which
+    reads and inflates blocks in C, past ``_decode_block``) is off, so both paths read the
+    mutated block through ``read_block`` (the scan meets mutated bytes in the on-disk ops)."""
 
     def __init__(self, m: dict[str, Any] | None) -> None:
         self.m = m
@@ -271,12 +273,17 @@ class _DecodedPatch:
                               delta_values, first_keys)
 
         sst.SstFile._decode_block = decode  # type: ignore[method-assign]
+        from statequery.backends import rocksdb
+
+        self.scan = rocksdb.table_scan
+        rocksdb.table_scan = lambda *a, **k: None  # type: ignore[assignment]
 
     def __exit__(self, *exc: object) -> None:
         if self.m is not None:
-            from statequery.backends import sst
+            from statequery.backends import rocksdb, sst
 
             sst.SstFile._decode_block = self.original  # type: ignore[method-assign]
+            rocksdb.table_scan = self.scan  # type: ignore[assignment]
 
 
 def resum(b: bytearray, offset: int, size: int, original: bytes) -> None:
