@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from statequery import incdiff
 from statequery.diff import DIFF_SCHEMA, diff_batches, entry_fields
 from statequery.discovery import METADATA_FILE
 from statequery.exceptions import (
@@ -39,6 +40,7 @@ from statequery.exceptions import (
     StatequeryError,
     StorageError,
 )
+from statequery.incdiff import IncrementalDiff
 from statequery.io import FileIO, join_location, normalize_location
 
 if TYPE_CHECKING:
@@ -439,8 +441,10 @@ class Job:
         for prev, cur in self._window(start, end):
             old, new = self._savepoint(prev), self._savepoint(cur)
             same = unchanged_key_groups(old, new)
-            for batch in diff_batches(old, new, operator, state, key, unchanged=same):
-                yield _change_batch(batch, cur.checkpoint_id, prev.checkpoint_id)
+            with IncrementalDiff(old, new) as partial:
+                for batch in diff_batches(old, new, operator, state, key, unchanged=same,
+                                          partial=partial if incdiff.ENABLED else None):
+                    yield _change_batch(batch, cur.checkpoint_id, prev.checkpoint_id)
 
     def changes(
         self,
