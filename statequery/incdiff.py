@@ -33,6 +33,7 @@ from statequery.exceptions import CorruptStateError, StatequeryError, Unsupporte
 
 if TYPE_CHECKING:
     from statequery.backends.rocksdb import TableReadState
+    from statequery.backends.sst import SstFile
     from statequery.metadata.statemeta import StateInfo
     from statequery.scan import ScanTask, StateSource
 
@@ -53,9 +54,13 @@ class _Selected:
     """A :class:`TableReadState` that yields only the given user keys of each column family
     (their merged values; absent when deleted): what ``RocksDBKeyedBackend._scan_db`` reads."""
 
-    def __init__(self, db: TableReadState, keys: dict[str, list[bytes]]) -> None:
+    def __init__(self, db: TableReadState, keys: dict[str, list[bytes]],
+                 shared: dict[str, tuple[TableReadState, Any]] | None = None) -> None:
         self.db = db
         self.keys = keys
+        #: tables of ``db`` that are the same file as another reader's: read through that one
+        #: (a block both versions need is read once)
+        self.shared = shared or {}
 
     @property
     def column_families(self) -> list[str]:
@@ -90,9 +95,14 @@ class _Selected:
         db = self.db
         for key in keys:
             after = key + b"\x00"  # the least user key after ``key``
-            tables = [db._table(t) for t in db.tables_for(state, key, after)]
+            tables = [self._table(t) for t in db.tables_for(state, key, after)]
             if tables:
                 yield from merged_entries(tables, key, after)
+
+
+    def _table(self, meta: Any) -> SstFile:
+        other = self.shared.get(meta.name)
+        return self.db._table(meta) if other is None else other[0]._table(other[1])
 
 
 class _Subtask:
@@ -101,6 +111,8 @@ class _Subtask:
     def __init__(self, old: TableReadState, new: TableReadState) -> None:
         self.old, self.new = old, new
         self.keys: dict[str, list[bytes]] | None = None
+        #: the new version's tables that are the old one's files: name -> (old reader, meta)
+        self.shared: dict[str, tuple[TableReadState, Any]] = {}
         self.changed_bytes = 0
         self.total_bytes = 0
 
@@ -115,6 +127,7 @@ class _Subtask:
         differ = [(self.old, olds[i]) for i in olds.keys() - news.keys()]
         differ += [(self.new, news[i]) for i in news.keys() - olds.keys()]
         self.changed_bytes = sum(t.size for _, t in differ)
+        self.shared = {news[i].name: (self.old, olds[i]) for i in olds.keys() & news.keys()}
         if self.total_bytes and self.changed_bytes > MAX_CHANGED_SHARE * self.total_bytes:
             return
         keys: dict[str, set[bytes]] = {}
@@ -213,7 +226,7 @@ class IncrementalDiff:
             return None
         wanted = set(key_groups)
         return (_decode(old_tasks, _Selected(sub.old, sub.keys), olds, wanted),
-                _decode(new_tasks, _Selected(sub.new, sub.keys), news, wanted))
+                _decode(new_tasks, _Selected(sub.new, sub.keys, sub.shared), news, wanted))
 
     def _subtask(self, where: tuple[str, int, int], old_backend: Any,
                  new_backend: Any) -> _Subtask | None:
