@@ -11,7 +11,9 @@ then reads exactly those keys in both versions with point reads
 (:class:`~statequery.backends.rocksdb.TableReadState`, :mod:`statequery.backends.sstpoint`:
 only the blocks that can hold each key), decodes them as a scan would, and hands the two
 tables to :func:`statequery.diff.diff_batches` (its ``partial``): the rows are exactly those of
-the full read.
+the full read. A table both versions share is read through one reader, so a block both versions
+need is read once (from an object store, :func:`~statequery.backends.sstpoint.point_cache`
+already shares it).
 
 The full read is kept (``read`` returns None) when the tables that differ are a large share of
 the subtask's bytes (:data:`MAX_CHANGED_SHARE`), when a differing table holds range tombstones

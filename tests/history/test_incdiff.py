@@ -58,3 +58,22 @@ def test_diff_of_any_two_versions_by_keys_equals_the_full_read(
                 used += partial.subtasks_read
             assert got.to_pylist() == full.to_pylist(), (a, b)
     assert used > 0
+
+
+def test_subtasks_whose_differing_tables_are_most_of_their_bytes_are_read_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Above MAX_CHANGED_SHARE of a subtask's table bytes in differing tables, the subtask is
+    read whole (the same rows)."""
+    with statequery.open_job(str(FIXTURES / "history-rocksdb-incremental")) as job:
+        old, new = job.version(1), job.version(2)
+        full = pa.Table.from_batches(list(diff_batches(old, new)), schema=DIFF_SCHEMA)
+        counts = []
+        for share in (1.0, 0.0):
+            monkeypatch.setattr(incdiff, "MAX_CHANGED_SHARE", share)
+            with IncrementalDiff(old, new) as partial:
+                got = pa.Table.from_batches(list(diff_batches(old, new, partial=partial)),
+                                            schema=DIFF_SCHEMA)
+                counts.append((partial.subtasks_read, partial.subtasks_whole))
+            assert got.to_pylist() == full.to_pylist()
+    assert counts == [(2, 0), (0, 2)]
