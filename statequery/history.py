@@ -438,13 +438,18 @@ class Job:
         """:meth:`changes` as RecordBatches, one version pair at a time."""
         if start is not None and end is not None and start > end:
             raise InvalidOptionError(f"start ({start}) is after end ({end})")
-        for prev, cur in self._window(start, end):
-            old, new = self._savepoint(prev), self._savepoint(cur)
-            same = unchanged_key_groups(old, new)
-            with IncrementalDiff(old, new) as partial:
-                for batch in diff_batches(old, new, operator, state, key, unchanged=same,
-                                          partial=partial if incdiff.ENABLED else None):
-                    yield _change_batch(batch, cur.checkpoint_id, prev.checkpoint_id)
+        pool = incdiff.TablePool()  # the tables a pair reads by keys, kept for the next pair
+        try:
+            for prev, cur in self._window(start, end):
+                old, new = self._savepoint(prev), self._savepoint(cur)
+                same = unchanged_key_groups(old, new)
+                with IncrementalDiff(old, new, pool) as partial:
+                    for batch in diff_batches(old, new, operator, state, key, unchanged=same,
+                                              partial=partial if incdiff.ENABLED else None):
+                        yield _change_batch(batch, cur.checkpoint_id, prev.checkpoint_id)
+                pool.keep_only(partial.new_tables)
+        finally:
+            pool.close()
 
     def changes(
         self,

@@ -11,9 +11,9 @@ then reads exactly those keys in both versions with point reads
 (:class:`~statequery.backends.rocksdb.TableReadState`, :mod:`statequery.backends.sstpoint`:
 only the blocks that can hold each key), decodes them as a scan would, and hands the two
 tables to :func:`statequery.diff.diff_batches` (its ``partial``): the rows are exactly those of
-the full read. A table both versions share is read through one reader, so a block both versions
-need is read once (from an object store, :func:`~statequery.backends.sstpoint.point_cache`
-already shares it).
+the full read. A table both versions share is read through one reader (:class:`TablePool`), so
+a block both versions need is read once; :meth:`statequery.history.Job.changes` keeps the pool
+from one version pair to the next (the new version's tables only).
 
 The full read is kept (``read`` returns None) when the tables that differ are a large share of
 the subtask's bytes (:data:`MAX_CHANGED_SHARE`), when a differing table holds range tombstones
@@ -24,7 +24,7 @@ decoded with a classpath, and MANIFESTs the table reader does not support.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from statequery.metadata.statemeta import StateInfo
     from statequery.scan import ScanTask, StateSource
 
-__all__ = ["ENABLED", "MAX_CHANGED_SHARE", "IncrementalDiff"]
+__all__ = ["ENABLED", "MAX_CHANGED_SHARE", "IncrementalDiff", "TablePool"]
 
 #: :meth:`statequery.history.Job.changes` reads changed subtasks by keys (False: whole)
 ENABLED = True
@@ -57,12 +57,10 @@ class _Selected:
     (their merged values; absent when deleted): what ``RocksDBKeyedBackend._scan_db`` reads."""
 
     def __init__(self, db: TableReadState, keys: dict[str, list[bytes]],
-                 shared: dict[str, tuple[TableReadState, Any]] | None = None) -> None:
+                 pool: TablePool) -> None:
         self.db = db
         self.keys = keys
-        #: tables of ``db`` that are the same file as another reader's: read through that one
-        #: (a block both versions need is read once)
-        self.shared = shared or {}
+        self.pool = pool
 
     @property
     def column_families(self) -> list[str]:
@@ -97,24 +95,47 @@ class _Selected:
         db = self.db
         for key in keys:
             after = key + b"\x00"  # the least user key after ``key``
-            tables = [self._table(t) for t in db.tables_for(state, key, after)]
+            tables = [self.pool.table(db, t) for t in db.tables_for(state, key, after)]
             if tables:
                 yield from merged_entries(tables, key, after)
 
 
-    def _table(self, meta: Any) -> SstFile:
-        other = self.shared.get(meta.name)
-        return self.db._table(meta) if other is None else other[0]._table(other[1])
+class TablePool:
+    """Opened table files by what makes two of them the same file (name, location, size,
+    sequence numbers, column family), shared by the readers of every version: a table several
+    versions hold is opened once and a block read once (its reader keeps the blocks read).
+    :meth:`keep_only` closes those no longer needed."""
+
+    def __init__(self) -> None:
+        self._tables: dict[_Ident, SstFile] = {}
+
+    def table(self, db: TableReadState, meta: Any) -> SstFile:
+        ident = _ident(db, meta)
+        table = self._tables.get(ident)
+        if table is None:
+            table = db._table(meta)
+            db._tables.pop(meta.name, None)  # the pool closes it, not ``db``
+            self._tables[ident] = table
+        return table
+
+    def keep_only(self, idents: Collection[_Ident]) -> None:
+        """Close every table but ``idents``."""
+        for ident in [i for i in self._tables if i not in idents]:
+            self._tables.pop(ident).close()
+
+    def close(self) -> None:
+        self.keep_only(())
 
 
 class _Subtask:
     """One subtask's two table readers and the user keys that can differ (None: read whole)."""
 
-    def __init__(self, old: TableReadState, new: TableReadState) -> None:
+    def __init__(self, old: TableReadState, new: TableReadState, pool: TablePool) -> None:
         self.old, self.new = old, new
+        self.pool = pool
         self.keys: dict[str, list[bytes]] | None = None
-        #: the new version's tables that are the old one's files: name -> (old reader, meta)
-        self.shared: dict[str, tuple[TableReadState, Any]] = {}
+        #: the new version's tables
+        self.new_tables: set[_Ident] = set()
         self.changed_bytes = 0
         self.total_bytes = 0
 
@@ -129,12 +150,12 @@ class _Subtask:
         differ = [(self.old, olds[i]) for i in olds.keys() - news.keys()]
         differ += [(self.new, news[i]) for i in news.keys() - olds.keys()]
         self.changed_bytes = sum(t.size for _, t in differ)
-        self.shared = {news[i].name: (self.old, olds[i]) for i in olds.keys() & news.keys()}
+        self.new_tables = set(news)
         if self.total_bytes and self.changed_bytes > MAX_CHANGED_SHARE * self.total_bytes:
             return
         keys: dict[str, set[bytes]] = {}
         for db, meta in differ:
-            table = db._table(meta)
+            table = self.pool.table(db, meta)
             if table.range_deletions():
                 return  # may delete keys held only in shared tables
             found = keys.setdefault(meta.column_family, set())
@@ -143,14 +164,15 @@ class _Subtask:
         self.keys = {cf: sorted(ks) for cf, ks in keys.items()}
 
 
+def _ident(db: TableReadState, t: Any) -> _Ident:
+    f = db._by_name[t.name]
+    return (t.name, f.location, f.offset, f.size, t.column_family, t.smallest_seqno,
+            t.largest_seqno)
+
+
 def _tables(db: TableReadState) -> dict[_Ident, Any]:
     """The live tables of ``db`` by what makes two of them the same file."""
-    out: dict[_Ident, Any] = {}
-    for t in db.meta.tables.values():
-        f = db._by_name[t.name]
-        out[(t.name, f.location, f.offset, f.size, t.column_family, t.smallest_seqno,
-             t.largest_seqno)] = t
-    return out
+    return {_ident(db, t): t for t in db.meta.tables.values()}
 
 
 class IncrementalDiff:
@@ -162,10 +184,13 @@ class IncrementalDiff:
     ``subtasks_read`` / ``subtasks_whole``: subtasks read by keys / whole (fallback).
     """
 
-    def __init__(self, old: StateSource, new: StateSource) -> None:
+    def __init__(self, old: StateSource, new: StateSource, pool: TablePool | None = None) -> None:
         from statequery.metadata.handles import IncrementalHandle
 
         self.old, self.new = old, new
+        self._own_pool = pool is None
+        #: the tables read, shared with the diffs of other versions given the same pool
+        self.pool = TablePool() if pool is None else pool
         #: (operator id, first key group, last key group) -> the two handles
         self._pairs: dict[tuple[str, int, int], tuple[Any, Any]] = {}
         self._subtasks: dict[tuple[str, int, int], _Subtask | None] = {}
@@ -196,11 +221,24 @@ class IncrementalDiff:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def new_tables(self) -> set[_Ident]:
+        """The tables of the new version's subtasks read by keys: what the next version pair's
+        diff (its old side) may read again (:meth:`TablePool.keep_only`)."""
+        out: set[_Ident] = set()
+        for sub in self._subtasks.values():
+            if sub is not None:
+                out |= sub.new_tables
+        return out
+
     def close(self) -> None:
+        """Close the table readers opened (and the pool's tables when it made its own)."""
         for sub in self._subtasks.values():
             if sub is not None:
                 sub.close()
         self._subtasks.clear()
+        if self._own_pool:
+            self.pool.close()
 
     def read(
         self, operator_id: str, olds: list[StateInfo], news: list[StateInfo],
@@ -227,8 +265,8 @@ class IncrementalDiff:
         if sub is None or sub.keys is None:
             return None
         wanted = set(key_groups)
-        return (_decode(old_tasks, _Selected(sub.old, sub.keys), olds, wanted),
-                _decode(new_tasks, _Selected(sub.new, sub.keys, sub.shared), news, wanted))
+        return (_decode(old_tasks, _Selected(sub.old, sub.keys, self.pool), olds, wanted),
+                _decode(new_tasks, _Selected(sub.new, sub.keys, self.pool), news, wanted))
 
     def _subtask(self, where: tuple[str, int, int], old_backend: Any,
                  new_backend: Any) -> _Subtask | None:
@@ -239,7 +277,7 @@ class IncrementalDiff:
         try:
             dbs.append(old_backend.open_tables())
             dbs.append(new_backend.open_tables())
-            sub = _Subtask(dbs[0], dbs[1])
+            sub = _Subtask(dbs[0], dbs[1], self.pool)
             sub.plan()
         except UnsupportedFormatError:  # a MANIFEST the table reader does not read: whole
             for db in dbs:
