@@ -447,7 +447,7 @@ class Job:
                     for batch in diff_batches(old, new, operator, state, key, unchanged=same,
                                               partial=partial if incdiff.ENABLED else None):
                         yield _change_batch(batch, cur.checkpoint_id, prev.checkpoint_id)
-                pool.keep_only(partial.new_tables)
+                    pool.keep_only(partial.new_tables)
         finally:
             pool.close()
 
