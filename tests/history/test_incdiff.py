@@ -108,3 +108,15 @@ def test_the_feed_keeps_the_tables_read_from_one_version_pair_to_the_next() -> N
         apart = io.stats.total_bytes
     assert feed.num_rows == rows > 0
     assert kept < apart
+
+
+def test_change_feed_by_keys_with_whole_table_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without ranged point reads (rocksdb.POINT_READS False: tables fetched whole into the
+    file cache) the feed by keys is still the full read's."""
+    from statequery.backends import rocksdb
+
+    monkeypatch.setattr(rocksdb, "POINT_READS", False)
+    full, _ = _feed("history-rescaled", False, monkeypatch)
+    by_keys, _ = _feed("history-rescaled", True, monkeypatch)
+    assert full.num_rows > 0
+    assert by_keys.to_pylist() == full.to_pylist()
