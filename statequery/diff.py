@@ -27,9 +27,9 @@ backend (a canonical savepoint against a RocksDB incremental checkpoint of the s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
@@ -77,6 +77,17 @@ DIFF_SCHEMA = pa.schema(
 DEFAULT_RANGE_SIZE = 32
 
 Progress = Callable[[int], None]
+
+
+class PartialReader(Protocol):
+    """Reads, of one key-group range of an operator's keyed states, only the entries that can
+    differ between the two sides, or None to read the range whole
+    (:class:`statequery.incdiff.IncrementalDiff`)."""
+
+    def read(
+        self, operator_id: str, olds: list[StateInfo], news: list[StateInfo],
+        key_groups: Sequence[int],
+    ) -> tuple[dict[str, pa.Table], dict[str, pa.Table]] | None: ...
 
 
 @dataclass(frozen=True)
@@ -319,6 +330,7 @@ def diff_batches(
     key_groups: Iterable[int] | None = None,
     operator_state: bool = True,
     unchanged: Mapping[str, Iterable[int]] | None = None,
+    partial: PartialReader | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The differences between ``old`` and ``new`` as RecordBatches of :data:`DIFF_SCHEMA`.
 
@@ -329,7 +341,8 @@ def diff_batches(
     (and the schema rows) out: how Spark splits one diff into tasks. ``unchanged`` maps an
     operator id to key groups known to hold the same entries on both sides (an incremental
     checkpoint's subtask whose RocksDB files are the same: :mod:`statequery.history`); they
-    are not read.
+    are not read. ``partial`` (:class:`statequery.incdiff.IncrementalDiff`) may read a range's
+    entries that can differ instead of all of them (not with ``key``).
     """
     if range_size <= 0:
         raise InvalidOptionError(f"range_size must be positive, got {range_size}")
@@ -370,6 +383,7 @@ def diff_batches(
         yield from _diff_keyed_operator(
             old, new, pairs, key, range_size, rows, progress, only,
             None if same is None else {int(k) for k in same},
+            None if key is not None else partial,
         )
     batch = rows.flush()
     if batch is not None:
@@ -412,6 +426,7 @@ def _diff_keyed_operator(
     progress: Progress | None,
     only: set[int] | None = None,
     same: set[int] | None = None,
+    partial: PartialReader | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The keyed states of one operator, range by range (all states of a range in one pass);
     the key groups in ``same`` are skipped."""
@@ -440,8 +455,10 @@ def _diff_keyed_operator(
                 progress(len(same) * len(pairs))
         ranges = list(_ranges_of(sides, maxp, range_size, wanted))
     for kgs in ranges:
-        ot = _read_states(old, olds, kgs, key)
-        nt = _read_states(new, news, kgs, key)
+        got = None if partial is None or kgs is None else partial.read(
+            pairs[0].operator_id, olds, news, kgs)
+        ot, nt = got if got is not None else (_read_states(old, olds, kgs, key),
+                                              _read_states(new, news, kgs, key))
         for pair in pairs:
             o = ot.get(pair.name)
             n = nt.get(pair.name)

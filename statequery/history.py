@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from statequery import incdiff
 from statequery.diff import DIFF_SCHEMA, diff_batches, entry_fields
 from statequery.discovery import METADATA_FILE
 from statequery.exceptions import (
@@ -40,6 +41,7 @@ from statequery.exceptions import (
     StatequeryError,
     StorageError,
 )
+from statequery.incdiff import IncrementalDiff
 from statequery.io import FileIO, join_location, normalize_location
 
 if TYPE_CHECKING:
@@ -438,11 +440,18 @@ class Job:
         """:meth:`changes` as RecordBatches, one version pair at a time."""
         if start is not None and end is not None and start > end:
             raise InvalidOptionError(f"start ({start}) is after end ({end})")
-        for prev, cur in self._window(start, end):
-            old, new = self._savepoint(prev), self._savepoint(cur)
-            same = unchanged_key_groups(old, new)
-            for batch in diff_batches(old, new, operator, state, key, unchanged=same):
-                yield _change_batch(batch, cur.checkpoint_id, prev.checkpoint_id)
+        pool = incdiff.TablePool()  # the tables a pair reads by keys, kept for the next pair
+        try:
+            for prev, cur in self._window(start, end):
+                old, new = self._savepoint(prev), self._savepoint(cur)
+                same = unchanged_key_groups(old, new)
+                with IncrementalDiff(old, new, pool) as partial:
+                    for batch in diff_batches(old, new, operator, state, key, unchanged=same,
+                                              partial=partial if incdiff.ENABLED else None):
+                        yield _change_batch(batch, cur.checkpoint_id, prev.checkpoint_id)
+                    pool.keep_only(partial.new_tables)
+        finally:
+            pool.close()
 
     def changes(
         self,
