@@ -327,5 +327,5 @@ def _decode(found: tuple[ScanTask, Any], db: _Selected, infos: list[StateInfo],
         batch = builder.flush()
         out[name] = pa.Table.from_batches([] if batch is None else [batch],
                                           schema=state_schema(layout))
-    return {s.name: out.get(s.name, pa.Table.from_batches([], schema=state_schema(s.layout)))
+    return {s.name: out.get(s.name, pa.Table.from_batches([], schema=state_schema(s)))
             for s in infos}
