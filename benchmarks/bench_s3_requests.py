@@ -1,8 +1,8 @@
 """Requests a read makes against an S3-compatible server: moto in server mode on loopback.
 
 Uploads a canonical savepoint (default: the fixture ``datastream-hashmap-canonical``) to a bucket
-of a moto server started on 127.0.0.1 (``tests/support/s3server.py``: a free port; stopped at the end,
-and by an alarm after ``--timeout`` seconds whatever happens), reads it through ``s3://`` with
+of a moto server started on 127.0.0.1 (``tests/support/s3server.py``: a free port; stopped at the
+end, and by an alarm after ``--timeout`` seconds whatever happens), reads it through ``s3://`` with
 statequery, and prints, per scenario, the HTTP requests the server received (counted by a WSGI
 middleware, by method) next to what ``FileIO.stats`` counted, the tasks of the plan and the key
 groups read.
