@@ -9,7 +9,7 @@ of ``--paths`` (``python``: the Python data source; ``jvm``: statequery's column
 source, :mod:`statequery.spark.jvm`):
 
 * a full scan of one state through Spark on ``local[2]`` (and with ``--cluster`` on a standalone
-  cluster of two 1-core workers on loopback, tests/spark/cluster.py): the DataFrame is written to
+  cluster of two 1-core workers on loopback, tests/support/cluster.py): the DataFrame is written to
   Spark's ``noop`` sink, so every row crosses from the Python reader into the JVM and nothing else
   is done with it; best and median of ``--repeat`` scans after a warm-up;
 * a warm ``count()`` of the same DataFrame (a new one each time: planning included), best and
@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
             _print_spark(f"spark local[2], {path} path", res)
     if args.cluster and "cluster" not in skip:
         sys.path.insert(0, str(ROOT))
-        from tests.spark.cluster import StandaloneCluster
+        from tests.support.cluster import StandaloneCluster
 
         t = time.perf_counter()
         with StandaloneCluster(workers=2, cores=1, worker_memory="1g", lifetime=900) as c:

@@ -253,3 +253,23 @@ def test_the_planner_and_the_model_import_no_front_end() -> None:
                 "statequery.stats", "statequery.sources", "statequery.display",
                 "statequery.ranges"):
         assert not graph[mod] & fronts, (mod, sorted(graph[mod] & fronts))
+
+
+#: the programs tests start in a process of their own (not imported by a test module)
+TEST_PROGRAMS = {"fuzz/fuzz_memory.py", "fuzz/run_campaign.py", "spark/cluster_job.py"}
+
+
+def test_tests_mirror_the_package_and_helpers_live_in_support() -> None:
+    """tests/ holds test modules in folders, shared helpers in tests/support/ and the programs a
+    test starts: no helper beside the test modules (tests/README.md)."""
+    tests = Path(__file__).resolve().parent
+    top = sorted(p.name for p in tests.glob("*.py"))
+    assert top == ["conftest.py", "test_boundaries.py", "test_hygiene.py"], top
+    strays = sorted(
+        str(p.relative_to(tests)) for p in tests.rglob("*.py")
+        if not p.name.startswith("test_") and p.name not in ("conftest.py", "__init__.py")
+        and "fixtures" not in p.relative_to(tests).parts
+        and p.relative_to(tests).parts[0] != "support"
+        and str(p.relative_to(tests)) not in TEST_PROGRAMS
+    )
+    assert strays == [], strays

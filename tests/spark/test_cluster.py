@@ -1,5 +1,5 @@
 """The data source on a real Spark standalone cluster: a master and two workers on loopback
-(tests/spark/cluster.py), one executor each, a driver submitted with ``spark-submit``, savepoints
+(tests/support/cluster.py), one executor each, a driver submitted with ``spark-submit``, savepoints
 on a local path both workers see and in an S3 bucket served by moto (tests/support/s3server.py).
 
 Checks: partitions spread over both executors, a ``key`` read plans and runs one task, and every
@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.cluster import StandaloneCluster, spark_home
 from support.s3server import S3Server, moto_s3_server
 
 import statequery
 from statequery.spark.jvm import session_conf
 from tests.conftest import fixture_dir
-from tests.spark.cluster import StandaloneCluster, spark_home
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 

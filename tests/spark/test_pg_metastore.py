@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.pg import JDBC_JAR, metastore_conf, postgres, postgres_bin
 
 import statequery
-from tests.spark.pg import JDBC_JAR, metastore_conf, postgres, postgres_bin
 
 pytestmark = [
     pytest.mark.spark,

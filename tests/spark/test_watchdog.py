@@ -1,4 +1,4 @@
-"""The watchdog of tests/spark/cluster.py: what it guards dies when the process that started it
+"""The watchdog of tests/support/cluster.py: what it guards dies when the process that started it
 dies, or when its lifetime is over (no Spark needed: stand-in process groups)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.spark import cluster
+from support import cluster
 
 
 def _group(tmp_path: Path) -> subprocess.Popen[bytes]:

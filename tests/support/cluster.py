@@ -13,7 +13,7 @@ Every process is started in its own session (process group) and killed with its 
 worker's executors and their Python workers included) when the context exits. A watchdog
 process, started first and detached from the caller, kills them too when ``lifetime`` seconds
 have passed or the process that started the cluster has died (a crashed or killed test run), so
-no Spark daemon survives the run that needed it. ``python tests/spark/cluster.py --workers 2``
+no Spark daemon survives the run that needed it. ``python tests/support/cluster.py --workers 2``
 starts one by hand and prints its master URL.
 """
 
