@@ -342,9 +342,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default="", help="append the results to this JSON file")
     ap.add_argument("--plot", default="", help="plot this JSON file (docs/img/scale.png)")
     ap.add_argument("--png", default=os.path.join(REPO, "docs", "img", "scale.png"))
+    ap.add_argument("--table", default="", help="print this JSON file's figures as markdown")
     args = ap.parse_args(argv)
     if args.plot:
         plot(args.plot, args.png)
+        return 0
+    if args.table:
+        table(args.table)
         return 0
     only = set(filter(None, args.only.split(",")))
     flink_sides = [f"flink-{v.strip()}" for v in args.flink.split(",") if v.strip()]
@@ -387,6 +391,89 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+# -- the tables (docs/performance.md) ------------------------------------------------------------
+
+
+def work_cpu(side: str, r: dict[str, Any]) -> float:
+    """CPU seconds of the work without interpreter or JVM start-up (bench_vs_flink's)."""
+    if side == "statequery":
+        return float(r["work_cpu_s"] + r["pool_cpu_s"])
+    return bench_vs_flink._work_cpu(side, r)
+
+
+def _records(json_path: str) -> list[dict[str, Any]]:
+    out = []
+    for path in json_path.split(","):
+        with open(path, encoding="utf-8") as f:
+            out += json.load(f)
+    return out
+
+
+def table(json_path: str) -> None:
+    """Markdown rows: full scans and one state against Flink, lookups, workers (medians)."""
+    records = _records(json_path)
+    print("| savepoint, read | entries | statequery CPU s (work) | Flink from disk CPU s (work) "
+          "| Flink preloaded CPU s (work) | Flink / statequery CPU (work) | wall s: statequery / "
+          "Flink disk / preloaded | VmHWM MB: statequery / Flink disk / preloaded | load |")
+    print("|---|---:|---:|---:|---:|---|---|---|---|")
+    for r in records:
+        for part in ("full", "single"):
+            if part not in r:
+                continue
+            sides = r[part]["sides"]
+            sq = sides["statequery"]
+            med = {
+                side: (_median(rs, "cpu_s"), statistics.median(work_cpu(side, x) for x in rs),
+                       _median(rs, "wall_s"), _median(rs, "hwm_mb"))
+                for side, rs in sides.items()
+            }
+            cells = []
+            for side in ("flink-disk", "flink-preload"):
+                m = med.get(side)
+                cells.append(f"{m[0]:.2f} ({m[1]:.2f})" if m else "")
+            ratios = ", ".join(
+                f"{side[6:]} {med[side][0] / med['statequery'][0]:.1f}x "
+                f"({med[side][1] / med['statequery'][1]:.1f}x)"
+                for side in ("flink-disk", "flink-preload") if side in med
+            )
+            walls = " / ".join(f"{m[2]:.1f}" for m in med.values())
+            hwms = " / ".join(f"{m[3]:,.0f}" for m in med.values())
+            loads = sorted({x["loadavg"].split()[0] for rs in sides.values() for x in rs})
+            what = "every state" if part == "full" else "`count` only"
+            print(f"| {r['keys'] / 1e6:g}M {r['kind']}, {what} | {sq[0]['entries']:,} | "
+                  f"{med['statequery'][0]:.2f} ({med['statequery'][1]:.2f}) | {cells[0]} | "
+                  f"{cells[1]} | {ratios} | {walls} | {hwms} | {loads[0]}-{loads[-1]} |")
+    print()
+    print("| savepoint | cold lookup CPU ms (wall) | warm, same key, CPU ms | warm, other keys of "
+          "its key group | 20 random keys (each first in its key group, mostly) | VmHWM MB | "
+          "load |")
+    print("|---|---|---|---|---|---|---|")
+    for r in records:
+        for x in r.get("lookup", []):
+            print(f"| {r['keys'] / 1e6:g}M {r['kind']} | {x['cold_cpu_ms']:.0f} "
+                  f"({x['cold_wall_ms']:.0f}) | {x['warm_same_key_cpu_ms']:.2f} | "
+                  f"{x['warm_same_group_cpu_ms']:.2f} | {x['random_keys_cpu_ms']:.1f} | "
+                  f"{x['hwm_mb']:.0f} | {x['loadavg'].split()[0]} |")
+    print()
+    print("| savepoint | workers | wall s | CPU s: caller + workers | VmHWM MB: caller / "
+          "workers | load |")
+    print("|---|---:|---|---|---|---|")
+    for r in records:
+        for w, rs in r.get("workers", {}).items():
+            for x in rs:
+                print(f"| {r['keys'] / 1e6:g}M {r['kind']} | {w} | {x['wall_s']:.1f} | "
+                      f"{x['proc_cpu_s']:.2f} + {x['pool_cpu_s']:.2f} | {x['hwm_mb']:.0f} / "
+                      f"{'/'.join(f'{h:.0f}' for h in x['pool_hwm_mb']) or '-'} | "
+                      f"{x['loadavg'].split()[0]} |")
+    for r in records:
+        for dpath, x in r.get("spark", {}).items():
+            cpu = x["scan_cpu_s"]
+            print(f"spark local[2] {dpath}, {r['keys'] / 1e6:g}M {r['kind']} `count`: "
+                  f"{x['rows']:,} rows, scans {', '.join(f'{s:.1f}' for s in x['scan_s'])} s "
+                  f"wall, best scan CPU {cpu['python'] + cpu['jvm']:.2f} s, load "
+                  f"{x['loadavg'].split()[0]}")
+
+
 # -- the plot -------------------------------------------------------------------------------------
 
 
@@ -404,8 +491,7 @@ def plot(json_path: str, png: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    with open(json_path, encoding="utf-8") as f:
-        records = json.load(f)
+    records = _records(json_path)
     last: dict[tuple[str, int], dict[str, Any]] = {}
     for r in records:
         if "full" in r:
