@@ -413,8 +413,8 @@ def table(json_path: str) -> None:
     """Markdown rows: full scans and one state against Flink, lookups, workers (medians)."""
     records = _records(json_path)
     print("| savepoint, read | entries | statequery CPU s (work) | Flink from disk CPU s (work) "
-          "| Flink preloaded CPU s (work) | Flink / statequery CPU (work) | wall s: statequery / "
-          "Flink disk / preloaded | VmHWM MB: statequery / Flink disk / preloaded | load |")
+          "| Flink preloaded CPU s (work) | Flink / statequery CPU (work) | wall s | VmHWM MB "
+          "| load |")
     print("|---|---:|---:|---:|---:|---|---|---|---|")
     for r in records:
         for part in ("full", "single"):
@@ -436,8 +436,9 @@ def table(json_path: str) -> None:
                 f"({med[side][1] / med['statequery'][1]:.1f}x)"
                 for side in ("flink-disk", "flink-preload") if side in med
             )
-            walls = " / ".join(f"{m[2]:.1f}" for m in med.values())
-            hwms = " / ".join(f"{m[3]:,.0f}" for m in med.values())
+            short = {"statequery": "sq", "flink-disk": "disk", "flink-preload": "preload"}
+            walls = ", ".join(f"{short[side]} {m[2]:.1f}" for side, m in med.items())
+            hwms = ", ".join(f"{short[side]} {m[3]:,.0f}" for side, m in med.items())
             loads = sorted({x["loadavg"].split()[0] for rs in sides.values() for x in rs})
             what = "every state" if part == "full" else "`count` only"
             print(f"| {r['keys'] / 1e6:g}M {r['kind']}, {what} | {sq[0]['entries']:,} | "
@@ -497,22 +498,23 @@ def plot(json_path: str, png: str) -> None:
         if "full" in r:
             last[(r["kind"], r["keys"])] = r
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(8, 3.2), dpi=80)
-    styles = {"statequery": "-o", "flink-disk": "--s", "flink-preload": ":^"}
-    for kind in ("canonical", "native", "chain"):
+    colors = {"statequery": "tab:blue", "flink-disk": "tab:red", "flink-preload": "tab:orange"}
+    kinds = {"canonical": "-o", "native": "--s", "chain": ":^"}
+    for kind, style in kinds.items():
         sizes = sorted(k for (kd, k) in last if kd == kind)
-        if not sizes:
-            continue
-        for side in styles:
+        for side, color in colors.items():
             pts = [(k, last[(kind, k)]["full"]["sides"].get(side)) for k in sizes]
             pts = [(k, rs) for k, rs in pts if rs]
             if not pts:
                 continue
             xs = [k / 1e6 for k, _ in pts]
-            label = f"{kind} {side}"
-            ax_t.plot(xs, [_median(rs, "cpu_s") for _, rs in pts], styles[side], label=label)
-            ax_m.plot(xs, [_median(rs, "hwm_mb") for _, rs in pts], styles[side], label=label)
-    ax_t.set(xlabel="keys (millions)", ylabel="CPU seconds, full scan", xscale="linear")
-    ax_m.set(xlabel="keys (millions)", ylabel="peak RSS (VmHWM), MB")
+            label = f"{kind}: {side}"
+            ax_t.plot(xs, [_median(rs, "cpu_s") for _, rs in pts], style, color=color,
+                      label=label)
+            ax_m.plot(xs, [_median(rs, "hwm_mb") for _, rs in pts], style, color=color,
+                      label=label)
+    ax_t.set(xlabel="keys (millions)", ylabel="CPU seconds, full scan", yscale="log")
+    ax_m.set(xlabel="keys (millions)", ylabel="peak RSS (VmHWM), MB", yscale="log")
     ax_m.axhline(400, color="grey", linewidth=0.8)
     for ax in (ax_t, ax_m):
         ax.grid(alpha=0.3)
