@@ -451,7 +451,7 @@ class RocksDBState(_HandleReader):
         # a scan reads each block once: keeping them in the block cache only grew the process
         # by the data read (every column family its own default cache; docs/performance.md,
         # "Scale")
-        ro.fill_cache(False)
+        ro.fill_cache(False)  # type: ignore[call-arg]  # the stub omits its bool argument
         return ro
 
     def _pairs(self, state: str, start: bytes, stop: bytes) -> Iterator[tuple[bytes, bytes]]:
