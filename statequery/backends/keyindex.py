@@ -18,10 +18,11 @@ drops hash collisions, so rows are identical.
 
 Only uncompressed streams (a compressed key group must be decompressed whole anyway) and only
 with the compiled module; otherwise :func:`indexed_scan` returns None and the caller walks the
-usual way. The indexes live in a process-wide LRU bounded by bytes (:data:`MAX_BYTES`), keyed by
-the stream (name and size), key group, its extent and the key length; savepoint files are
-immutable, and a changed file's bytes still pass the walk's checks and the key filter or fail
-them (typed), never silently.
+usual way. The indexes live in a process-wide LRU bounded by bytes (:data:`MAX_BYTES`), keyed
+by the stream (file, segment and size), key group (and its extent) and the key length. Savepoint
+files are immutable (Flink never rewrites one): a file rewritten in place with the same size
+between two lookups of one process would be read at stale offsets, whose bytes the walk's checks
+reject (typed) or the key filter drops (rows missing); :func:`clear` forgets the indexes.
 """
 
 from __future__ import annotations
@@ -116,7 +117,11 @@ def indexed_scan(
         return None
     skips = tuple(skips)
     lengths = sorted({len(k) for k in key_bytes})
-    ident = (stream.stream.name, stream.stream.size(), stream.prefix_len, skips)
+    # the stream: its file (or inline name), the handle's own description (a file-merging
+    # segment's offsets within its file) and size
+    handle = getattr(stream.stream, "_handle", None)
+    where = handle.describe() if handle is not None else None
+    ident = (stream.stream.name, where, stream.stream.size(), stream.prefix_len, skips)
     first = False
     with _lock:
         for kg in key_groups:
@@ -145,7 +150,7 @@ def _scan(
     from statequery.backends.keygroups import key_group_scanner, read_key_group_bytes
 
     scan = key_group_scanner()
-    prefix_len, skips = ident[2], ident[3]
+    prefix_len, skips = ident[3], ident[4]
     for kg, start, end in stream.iter_extents(key_groups):
         keys = [(ident, kg, n) for n in lengths]
         indexes = [_get(k) for k in keys]
