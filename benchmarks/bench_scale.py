@@ -494,9 +494,10 @@ def plot(json_path: str, png: str) -> None:
 
     records = _records(json_path)
     last: dict[tuple[str, int], dict[str, Any]] = {}
-    for r in records:
+    for r in records:  # per kind ("canonical, 05:27" is canonical) and size, each side's last
         if "full" in r:
-            last[(r["kind"], r["keys"])] = r
+            kept = last.setdefault((r["kind"].split(",")[0], r["keys"]), {"full": {"sides": {}}})
+            kept["full"]["sides"].update(r["full"]["sides"])
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(8, 3.2), dpi=80)
     colors = {"statequery": "tab:blue", "flink-disk": "tab:red", "flink-preload": "tab:orange"}
     kinds = {"canonical": "-o", "native": "--s", "chain": ":^"}
