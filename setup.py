@@ -131,12 +131,20 @@ def _extensions() -> list[Any]:
         extra_link_args=ldflags,
         optional=not checked,
     )
+    # lookups' per-key-group index (statequery/backends/keyindex.py), optional in the same way
+    keyindex = Extension(
+        "statequery.backends._keyindex",
+        ["statequery/backends/_keyindex.pyx"],
+        extra_compile_args=cflags,
+        extra_link_args=ldflags,
+        optional=not checked,
+    )
     directives = {"boundscheck": checked, "wraparound": checked}
     if checked:
         directives["initializedcheck"] = True
     try:
         return list(cythonize(
-            [ext, sst], language_level=3, quiet=True, compiler_directives=directives,
+            [ext, sst, keyindex], language_level=3, quiet=True, compiler_directives=directives,
             # the checked variant's C sources never replace the normal ones
             build_dir=os.path.join("build", "boundscheck") if checked else None,
             force=checked,

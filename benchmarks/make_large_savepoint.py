@@ -34,6 +34,9 @@ HERE = Path(__file__).resolve().parent
 
 
 def flink_lib(python: str) -> str:
+    """The wheel's ``pyflink/lib``: ``$FLINK_LIB`` if set, else asked of ``python``."""
+    if os.environ.get("FLINK_LIB"):
+        return os.environ["FLINK_LIB"]
     out = subprocess.run(
         [
             python,
@@ -47,11 +50,14 @@ def flink_lib(python: str) -> str:
     return out.stdout.strip()
 
 
-def compile_job(python: str) -> str:
+def compile_job(python: str, build_dir: str = "") -> str:
     """Compile ``benchmarks/flink`` (and the fixture programs ``RestoreCount`` shares with the
-    oracle, ``examples/flink-jobs/src``) against the wheel's jars; returns the classpath."""
+    oracle, ``examples/flink-jobs/src``) against the wheel's jars; returns the classpath.
+
+    ``build_dir``: where the classes go (default ``benchmarks/flink/build``); give each long run
+    its own so that a later compile does not swap classes under a running JVM."""
     lib = flink_lib(python)
-    build = HERE / "flink" / "build"
+    build = Path(build_dir) if build_dir else HERE / "flink" / "build"
     build.mkdir(parents=True, exist_ok=True)
     fixtures = HERE.parent / "examples" / "flink-jobs" / "src"
     sources = sorted(str(p) for d in (HERE / "flink", fixtures) for p in d.rglob("*.java"))
@@ -70,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--kind",
         default="savepoint-canonical",
-        help="savepoint-canonical | savepoint-native, or both separated by a comma",
+        help="savepoint-canonical | savepoint-native | checkpoint-incremental (a chain of 3,"
+        " RocksDB with --restore), several separated by commas",
     )
     ap.add_argument("--restore", default="", help="start from this savepoint directory")
     ap.add_argument(
@@ -88,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--heap", default="8g", help="JVM -Xmx")
     args = ap.parse_args(argv)
     kinds = [k.strip() for k in args.kind.split(",")]
-    bad = [k for k in kinds if k not in ("savepoint-canonical", "savepoint-native")]
+    known = ("savepoint-canonical", "savepoint-native", "checkpoint-incremental")
+    bad = [k for k in kinds if k not in known]
     if bad:
         ap.error(f"--kind: unknown {', '.join(bad)}")
     restore = ""
@@ -96,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         restore = os.path.abspath(args.restore)
         if not os.path.isfile(os.path.join(restore, "_metadata")):
             ap.error(f"--restore: no _metadata in {restore}")
-    cp = compile_job(args.python)
+    cp = compile_job(args.python, os.path.join(args.out, ".classes"))
     cmd = [
         "java",
         f"-Xmx{args.heap}",
@@ -113,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         cmd += [restore, str(args.append_every)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     for line in proc.stdout.splitlines():
-        if line.startswith(("SNAPSHOT_PATH=", "JOB_ID=")):
+        if line.startswith(("SNAPSHOT_PATH=", "CHECKPOINT_PATH=", "JOB_ID=")):
             print(line)
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr[-4000:])

@@ -118,6 +118,14 @@ class CanonicalKeyedBackend(KeyGroupsBackend):
             self.compressed,
             key_group_prefix_bytes(self.max_parallelism),
         )
+        if key_bytes is not None:  # a lookup: the kept per-key-group index (keyindex.py)
+            from statequery.backends.keyindex import indexed_scan
+
+            skips = [8 if lay.is_timer else 0 for lay in self.order]
+            done = indexed_scan(stream, handlers, finishers, wanted, key_bytes, skips, record)
+            if done is not None:
+                yield from done
+                return
         yield from stream.scan(handlers, finishers, wanted, runs=runs, record=record)
 
 

@@ -485,6 +485,10 @@ class RocksDBState(_HandleReader):
         ro = ReadOptions()  # bounds are raw bytes: the DB is opened in raw mode
         ro.set_verify_checksums(True)  # RocksDB's default, made explicit
         ro.set_iterate_upper_bound(stop)
+        # a scan reads each block once: keeping them in the block cache only grew the process
+        # by the data read (every column family its own default cache; docs/performance.md,
+        # "Scale")
+        ro.fill_cache(False)  # type: ignore[call-arg]  # the stub omits its bool argument
         return ro
 
     def _pairs(self, state: str, start: bytes, stop: bytes) -> Iterator[tuple[bytes, bytes]]:

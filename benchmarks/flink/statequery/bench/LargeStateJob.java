@@ -16,19 +16,24 @@ import org.apache.flink.api.connector.sink2.SinkWriter;
 import org.apache.flink.api.connector.sink2.WriterInitContext;
 import org.apache.flink.configuration.CheckpointingOptions;
 import org.apache.flink.configuration.Configuration;
+import org.apache.flink.configuration.ExternalizedCheckpointRetention;
 import org.apache.flink.configuration.ExecutionOptions;
 import org.apache.flink.configuration.MemorySize;
 import org.apache.flink.configuration.PipelineOptions;
 import org.apache.flink.configuration.StateBackendOptions;
 import org.apache.flink.configuration.StateRecoveryOptions;
+import org.apache.flink.core.execution.CheckpointType;
 import org.apache.flink.core.execution.JobClient;
 import org.apache.flink.core.execution.SavepointFormatType;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.streaming.api.functions.KeyedProcessFunction;
+import org.apache.flink.runtime.minicluster.MiniCluster;
 import org.apache.flink.streaming.api.functions.source.legacy.RichParallelSourceFunction;
 import org.apache.flink.util.Collector;
 
 import java.io.File;
+import java.lang.reflect.Field;
+import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
@@ -41,9 +46,14 @@ import java.util.concurrent.atomic.AtomicLong;
  * <pre>
  * java -cp CP statequery.bench.LargeStateJob KEYS BACKEND COMPRESSION KIND OUT_DIR \
  *     [RESTORE_PATH APPEND_EVERY]
- *   KIND  savepoint-canonical | savepoint-native, or several separated by commas (one savepoint
- *         of each format, in that order, of the same job state)
+ *   KIND  savepoint-canonical | savepoint-native | checkpoint-incremental, or several separated
+ *         by commas (one savepoint of each format, in that order, of the same job state)
  * </pre>
+ * checkpoint-incremental (RocksDB backend, with RESTORE_PATH and APPEND_EVERY &gt; 0): a chain of
+ * 3 incremental checkpoints, all retained: the appends are released a third at a time and a
+ * checkpoint taken after each third (the first uploads the restored SSTs, the next two share
+ * them and add their own); prints CHECKPOINT_PATH=&lt;chk-N dir&gt; for each. The savepoints of
+ * the other kinds are then taken of the final state (the state of the last checkpoint).
  * With RESTORE_PATH the job starts from that savepoint (any format, e.g. a canonical savepoint
  * restored into the RocksDB backend) and writes no new keys: the source emits every
  * APPEND_EVERY-th key only (0: none), and for each the function appends one element ("extra") to
@@ -53,6 +63,10 @@ import java.util.concurrent.atomic.AtomicLong;
  */
 public class LargeStateJob {
     static final AtomicLong SINK_COUNT = new AtomicLong();
+    /** Records the sources may emit in all (the incremental chain releases them in thirds). */
+    static final AtomicLong GATE = new AtomicLong(Long.MAX_VALUE);
+    static final AtomicLong EMITTED = new AtomicLong();
+    static final int CHAIN = 3;
 
     public static void main(String[] args) throws Exception {
         long keys = Long.parseLong(args[0]);
@@ -79,6 +93,21 @@ public class LargeStateJob {
             conf.set(StateRecoveryOptions.SAVEPOINT_PATH, restore);
             expected = appendEvery <= 0 ? 0 : (keys + appendEvery - 1) / appendEvery;
         }
+        boolean chain = kind.contains("checkpoint-incremental");
+        if (chain) {
+            if (restore == null || expected == 0 || !backend.equals("rocksdb")) {
+                throw new IllegalArgumentException(
+                        "checkpoint-incremental needs rocksdb, RESTORE_PATH and APPEND_EVERY > 0");
+            }
+            conf.set(CheckpointingOptions.INCREMENTAL_CHECKPOINTS, true);
+            conf.set(CheckpointingOptions.MAX_RETAINED_CHECKPOINTS, CHAIN);
+            conf.set(CheckpointingOptions.LOCAL_BACKUP_ENABLED, false);
+            conf.set(CheckpointingOptions.CHECKPOINTING_INTERVAL, Duration.ofHours(1));
+            conf.set(CheckpointingOptions.MIN_PAUSE_BETWEEN_CHECKPOINTS, Duration.ofHours(1));
+            conf.set(CheckpointingOptions.EXTERNALIZED_CHECKPOINT_RETENTION,
+                    ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION);
+            GATE.set(0);
+        }
 
         StreamExecutionEnvironment env = StreamExecutionEnvironment.createLocalEnvironment(2, conf);
         env.addSource(new KeySource(keys, restore == null ? 1 : appendEvery), Types.STRING).uid("large-source").setParallelism(2)
@@ -89,7 +118,28 @@ public class LargeStateJob {
 
         JobClient client = env.executeAsync("statequery-bench-large");
         JobID jobId = client.getJobID();
-        long deadline = System.nanoTime() + TimeUnit.MINUTES.toNanos(30);
+        long deadline = System.nanoTime() + TimeUnit.MINUTES.toNanos(60);
+        if (chain) {
+            System.out.println("JOB_ID=" + jobId);
+            MiniCluster miniCluster = miniClusterOf(client);
+            for (int n = 1; n <= CHAIN; n++) {
+                long mark = expected * n / CHAIN;
+                GATE.set(mark);
+                while (SINK_COUNT.get() < mark) {
+                    if (System.nanoTime() > deadline) {
+                        throw new IllegalStateException("timed out at " + SINK_COUNT.get());
+                    }
+                    Thread.sleep(100);
+                }
+                Thread.sleep(1000); // the last elements reach the state before the sink counts them
+                long id = miniCluster.triggerCheckpoint(jobId, CheckpointType.CONFIGURED)
+                        .get(30, TimeUnit.MINUTES);
+                System.out.println("CHECKPOINT_PATH="
+                        + new File(new File(outDir, jobId.toString()), "chk-" + id).getAbsolutePath());
+                System.out.flush();
+            }
+            GATE.set(Long.MAX_VALUE);
+        }
         while (SINK_COUNT.get() < expected) {
             if (System.nanoTime() > deadline) {
                 throw new IllegalStateException("timed out at " + SINK_COUNT.get());
@@ -99,8 +149,13 @@ public class LargeStateJob {
         if (restore != null) {
             Thread.sleep(1000); // the last elements reach the state before the sink counts them
         }
-        System.out.println("JOB_ID=" + jobId);
+        if (!chain) {
+            System.out.println("JOB_ID=" + jobId);
+        }
         for (String k : kind.split(",")) {
+            if (k.trim().equals("checkpoint-incremental")) {
+                continue;
+            }
             SavepointFormatType format = k.trim().equals("savepoint-native")
                     ? SavepointFormatType.NATIVE : SavepointFormatType.CANONICAL;
             String path = client.triggerSavepoint(outUri, format).get(30, TimeUnit.MINUTES);
@@ -112,6 +167,19 @@ public class LargeStateJob {
         }
         client.cancel().get(2, TimeUnit.MINUTES);
         System.exit(0);
+    }
+
+    /** The local environment's JobClient keeps its MiniCluster in a private field. */
+    static MiniCluster miniClusterOf(JobClient client) throws Exception {
+        for (Class<?> c = client.getClass(); c != null; c = c.getSuperclass()) {
+            for (Field f : c.getDeclaredFields()) {
+                if (MiniCluster.class.isAssignableFrom(f.getType())) {
+                    f.setAccessible(true);
+                    return (MiniCluster) f.get(client);
+                }
+            }
+        }
+        throw new IllegalStateException("no MiniCluster inside " + client.getClass());
     }
 
     /** Emits its share of every STEP-th key once, then idles until cancelled (keeps the job
@@ -131,7 +199,11 @@ public class LargeStateJob {
             int idx = getRuntimeContext().getTaskInfo().getIndexOfThisSubtask();
             int n = getRuntimeContext().getTaskInfo().getNumberOfParallelSubtasks();
             for (long i = idx * step; step > 0 && i < keys && running; i += n * step) {
+                while (EMITTED.get() >= GATE.get() && running) {
+                    Thread.sleep(50);
+                }
                 synchronized (ctx.getCheckpointLock()) {
+                    EMITTED.incrementAndGet();
                     ctx.collect(String.format("user-%07d", i));
                 }
             }

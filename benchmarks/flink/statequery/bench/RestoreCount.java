@@ -351,6 +351,7 @@ public class RestoreCount {
             }
         }
         res.put("heap_peak_mb", heapPeak / 1048576.0); // sum of the heap pools' peaks (an upper bound)
+        res.put("vm_hwm_mb", vmHwmMb()); // the process's peak resident set (RocksDB's native memory too)
         long gcCount = 0;
         long gcMs = 0;
         for (GarbageCollectorMXBean gc : ManagementFactory.getGarbageCollectorMXBeans()) {
@@ -504,6 +505,20 @@ public class RestoreCount {
 
     /** Flat JSON of numbers, booleans, strings, lists and maps (the values above). */
     @SuppressWarnings("unchecked")
+    /** VmHWM of /proc/self/status in MB (Linux), -1 elsewhere. */
+    private static double vmHwmMb() {
+        try {
+            for (String line : java.nio.file.Files.readAllLines(java.nio.file.Paths.get("/proc/self/status"))) {
+                if (line.startsWith("VmHWM:")) {
+                    return Long.parseLong(line.replaceAll("[^0-9]", "")) / 1024.0;
+                }
+            }
+        } catch (IOException | RuntimeException e) {
+            return -1;
+        }
+        return -1;
+    }
+
     private static String json(Object o) {
         if (o == null) {
             return "null";

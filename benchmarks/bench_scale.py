@@ -1,0 +1,530 @@
+"""statequery at 1M, 3M and 10M keys, paired with Flink's own restore in the same run (figures,
+no timed test; docs/performance.md, "Scale").
+
+Make the savepoints first (``make_large_savepoint.py``; none is committed)::
+
+    python benchmarks/make_large_savepoint.py --keys 10000000 --heap 13g --out /tmp/scale/c10m
+    python benchmarks/make_large_savepoint.py --keys 10000000 --backend rocksdb \\
+        --restore /tmp/scale/c10m/savepoint-* --append-every 10 \\
+        --kind checkpoint-incremental,savepoint-native --out /tmp/scale/r10m
+
+then, per size, the canonical savepoint, the RocksDB native one and the last checkpoint of the
+incremental chain (``KEYS=PATH``; the RocksDB ones were made with ``--append-every 10``)::
+
+    python benchmarks/bench_scale.py --canonical 1000000=/tmp/.../savepoint-... \\
+        --native 1000000=/tmp/.../savepoint-... --chain 1000000=/tmp/.../chk-4 \\
+        --json /tmp/scale/scale.json [--only full,single,lookup,workers,spark] [--runs 1]
+    python benchmarks/bench_scale.py --plot /tmp/scale/scale.json   # docs/img/scale.png
+
+What each part measures, every side a fresh process (its wall seconds, its CPU seconds: user +
+system of the process and of the worker processes it started, and its peak resident set,
+``VmHWM`` of ``/proc/<pid>/status``, per process), each with the load average (``/proc/loadavg``)
+at its start:
+
+* ``full``: every state of the operator (``Savepoint.read_operator``, one worker) against Flink's
+  restore of the same files into its own backend (``benchmarks/flink/.../RestoreCount.java``:
+  canonical into the ``HashMapStateBackend``, RocksDB native and incremental into
+  ``EmbeddedRocksDBStateBackend``) followed by an iteration of every entry, as the State
+  Processor API does: from disk (page cache warm) and, canonical only, with its files preloaded.
+* ``single``: one state (``count``) both sides.
+* ``lookup``: cold (a new process: ``statequery.open`` + the first ``lookup(key)`` of every
+  state, imports excluded, CPU of that only) and warm (the same key 20 more times on the same
+  ``Savepoint``; then 20 other keys of the same key group, and 20 random keys).
+* ``workers``: the full scan with ``workers=1`` and ``workers=2`` (statequery/parallel.py),
+  alternated; ``--only workers`` runs this alone, for the wall-clock 1-vs-2 comparison on an
+  idle machine (a few minutes at 10M keys).
+* ``spark``: one state through Spark ``local[2]`` (``bench_spark.py``'s child: scans to the
+  ``noop`` sink, the JVM data source and the Python one).
+
+Flink needs a JDK 17 and the apache-flink 2.3.0 jars: ``$FLINK_LIB`` (a ``pyflink/lib``) or
+``--flink-python``. Give its JVM heap for 10M keys (``--java-opt=-Xmx12g``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+import bench_vs_flink  # noqa: E402  (benchmarks/ is not a package)
+
+OPERATOR = "large-state"
+
+
+# -- /proc ----------------------------------------------------------------------------------------
+
+
+def loadavg() -> str:
+    with open("/proc/loadavg", encoding="ascii") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def vm_hwm_mb(pid: int | str = "self") -> float:
+    """Peak resident set of a process (``VmHWM``), MB; -1 when unknown."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return -1.0
+
+
+def descendants() -> dict[int, tuple[float, float]]:
+    """``pid -> (CPU seconds, VmHWM MB)`` of every live descendant of this process."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    parent: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parent[int(entry)] = int(fields[1])
+        cpu[int(entry)] = sum(int(x) for x in fields[11:15]) / ticks
+    me = os.getpid()
+    out: dict[int, tuple[float, float]] = {}
+    for pid in parent:
+        node = parent.get(pid, 0)
+        while node and node != me:
+            node = parent.get(node, 0)
+        if node == me:
+            out[pid] = (cpu[pid], vm_hwm_mb(pid))
+    return out
+
+
+# -- children (each a fresh process) -------------------------------------------------------------
+
+
+def child_scan(path: str, state: str, workers: int) -> dict[str, Any]:
+    """One full scan (every state, or ``state``) with ``workers``; figures of this process and
+    of the pool's worker processes (read before the pool is shut down)."""
+    import statequery
+    from statequery import parallel
+    from statequery.backends import fastpath
+    from statequery.reader import list_states
+
+    c0, t0 = time.process_time(), time.perf_counter()
+    sp = statequery.open(path, use_snapshot=False)
+    kinds = {s.name: s.layout.kind for s in list_states(sp, OPERATOR)}
+    t1 = time.perf_counter()
+    per_state: dict[str, int] = {}
+    rows = 0
+    if state:
+        batches: Any = ((state, b) for b in sp.read_batches(OPERATOR, state, workers=workers))
+    else:
+        batches = sp.read_operator(OPERATOR, workers=workers)
+    for name, batch in batches:
+        per_state[name] = per_state.get(name, 0) + bench_vs_flink._entries(kinds[name], batch)
+        rows += batch.num_rows
+    t2 = time.perf_counter()
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    pool = descendants()
+    parallel.shutdown()
+    return {
+        "decode_path": "compiled" if fastpath.compiled() is not None else "pure",
+        "workers": workers,
+        "entries": sum(per_state.values()),
+        "states": per_state,
+        "rows": rows,
+        "open_s": t1 - t0,
+        "scan_s": t2 - t1,
+        "work_cpu_s": time.process_time() - c0,
+        # this process's CPU from its start (imports included), without the pool's: the pool
+        # workers are counted alive, as wait4 would count them twice once reaped
+        "proc_cpu_s": me.ru_utime + me.ru_stime,
+        "pool_cpu_s": sum(c for c, _ in pool.values()),
+        "pool_hwm_mb": [round(h, 1) for _, h in pool.values()],
+        "hwm_mb": vm_hwm_mb(),
+    }
+
+
+def child_lookup(path: str, keys: int, seed: int) -> dict[str, Any]:
+    """Cold and warm lookups of every state (imports excluded from cold)."""
+    import pyarrow  # noqa: F401  (imports excluded)
+
+    import statequery
+    import statequery.backends
+    import statequery.savepoint
+    import statequery.scan  # noqa: F401
+    from statequery.hashing import key_group_of
+
+    rnd = random.Random(seed)
+    key = f"user-{rnd.randrange(keys):07d}"
+    c0, t0 = time.process_time(), time.perf_counter()
+    sp = statequery.open(path, use_snapshot=False)
+    first = sp.lookup(key)
+    cold_cpu, cold_wall = time.process_time() - c0, time.perf_counter() - t0
+    rows = sum(t.num_rows for t in first.values())
+
+    def mean_ms(ks: list[str]) -> float:
+        c = time.process_time()
+        for k in ks:
+            sp.lookup(k)
+        return 1000 * (time.process_time() - c) / len(ks)
+
+    same = mean_ms([key] * 20)
+    kg = key_group_of(key, 128)
+    others = [k for k in (f"user-{i:07d}" for i in range(0, keys, max(1, keys // 20000)))
+              if key_group_of(k, 128) == kg and k != key][:20]
+    group = mean_ms(others) if others else -1.0
+    randoms = mean_ms([f"user-{rnd.randrange(keys):07d}" for _ in range(20)])
+    return {
+        "key": key,
+        "rows": rows,
+        "states": len(first),
+        "cold_cpu_ms": 1000 * cold_cpu,
+        "cold_wall_ms": 1000 * cold_wall,
+        "warm_same_key_cpu_ms": same,
+        "warm_same_group_cpu_ms": group,
+        "random_keys_cpu_ms": randoms,
+        "hwm_mb": vm_hwm_mb(),
+    }
+
+
+# -- the parent -----------------------------------------------------------------------------------
+
+
+def measured(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
+    """bench_vs_flink's runner (wall, CPU of the process and its reaped children, load) plus
+    the load average string at the start."""
+    load = loadavg()
+    res = bench_vs_flink._measured(cmd, env)
+    res["loadavg"] = load
+    return res
+
+
+def _child(*args: str) -> list[str]:
+    return [sys.executable, os.path.abspath(__file__), "--child", *args]
+
+
+def _flink(cp: str, java_opts: list[str], path: str, state: str, preload: bool) -> list[str]:
+    cmd = ["java", *java_opts, "-cp", cp, "statequery.bench.RestoreCount", f"--operator={OPERATOR}"]
+    cmd += [f"--states={state}"] if state else []
+    cmd += ["--preload"] if preload else []
+    return [*cmd, path]
+
+
+def total_cpu(r: dict[str, Any]) -> float:
+    """CPU seconds of a side: statequery's process and its pool's workers, or the JVM's."""
+    if "proc_cpu_s" in r:
+        return float(r["proc_cpu_s"] + r["pool_cpu_s"])
+    return float(r["cpu_s"])
+
+
+def _line(label: str, r: dict[str, Any]) -> str:
+    cpu = total_cpu(r)
+    hwm = r.get("hwm_mb", r.get("vm_hwm_mb", -1))
+    pool = r.get("pool_hwm_mb") or []
+    extra = f" workers' VmHWM {'/'.join(f'{h:.0f}' for h in pool)} MB" if pool else ""
+    return (
+        f"  {label:22s} {r['entries']:>12,} entries  wall {r['wall_s']:7.2f} s  cpu {cpu:7.2f} s"
+        f"  VmHWM {hwm:6.0f} MB{extra}  load {r['loadavg']}"
+    )
+
+
+def part_scan(
+    kind: str, keys: int, path: str, state: str, runs: int, cp: str, java_opts: list[str],
+    flink_sides: list[str],
+) -> dict[str, Any]:
+    append = 0 if kind == "canonical" else 10
+    want = bench_vs_flink.expected_counts(keys, append)
+    wanted = {state: want[state]} if state else want
+    sides = ["statequery"] + [s for s in flink_sides if kind == "canonical" or s == "flink-disk"]
+    out: dict[str, list[dict[str, Any]]] = {s: [] for s in sides}
+    print(f"\n{kind} {keys:,} keys, {'state ' + state if state else 'every state'}: {path}",
+          flush=True)
+    for _ in range(runs):
+        for side in sides:
+            if side == "statequery":
+                r = measured(_child("scan", path, state, "1"))
+            else:
+                r = measured(_flink(cp, java_opts, path, state, side == "flink-preload"))
+                r["states"] = {k: v for k, v in r["states"].items() if not state or k == state}
+                r["hwm_mb"] = r.get("vm_hwm_mb", -1)
+            bench_vs_flink._check(side, r, wanted)
+            out[side].append(r)
+            print(_line(side, r), flush=True)
+    return {"kind": kind, "keys": keys, "path": path, "state": state or None, "sides": out}
+
+
+def part_lookup(keys: int, path: str, runs: int) -> list[dict[str, Any]]:
+    out = []
+    for i in range(max(runs, 2)):
+        r = measured(_child("lookup", path, str(keys), str(7 + i)))
+        out.append(r)
+        print(
+            f"  lookup {r['key']} ({r['rows']} rows, {r['states']} states): cold "
+            f"{r['cold_cpu_ms']:.1f} ms CPU ({r['cold_wall_ms']:.1f} wall); warm same key "
+            f"{r['warm_same_key_cpu_ms']:.2f} ms, other keys of its key group "
+            f"{r['warm_same_group_cpu_ms']:.2f} ms, random keys {r['random_keys_cpu_ms']:.2f} "
+            f"ms CPU; VmHWM {r['hwm_mb']:.0f} MB; load {r['loadavg']}",
+            flush=True,
+        )
+    return out
+
+
+def part_workers(keys: int, path: str, runs: int) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {"1": [], "2": []}
+    print(f"\nworkers, canonical {keys:,} keys, every state: {path}", flush=True)
+    for _ in range(runs):
+        for w in ("1", "2"):
+            r = measured(_child("scan", path, "", w))
+            bench_vs_flink._check(f"workers={w}", r, bench_vs_flink.expected_counts(keys, 0))
+            out[w].append(r)
+            print(_line(f"workers={w}", r), flush=True)
+    best = {w: min(x["wall_s"] for x in rs) for w, rs in out.items()}
+    print(f"  best wall: 1 worker {best['1']:.2f} s, 2 workers {best['2']:.2f} s: "
+          f"{best['1'] / best['2']:.2f}x (meaningful on an idle machine only)", flush=True)
+    return out
+
+
+def part_spark(keys: int, path: str) -> dict[str, Any]:
+    import bench_spark
+
+    out: dict[str, Any] = {}
+    for dpath in ("jvm", "python"):
+        conf = bench_spark._spark_conf("local[2]", bench_spark._path_conf(dpath))
+        load = loadavg()
+        res = bench_spark._run_child([json.dumps(conf), path, OPERATOR, "count", "2", "5", "7",
+                                      str(keys)])
+        res["loadavg"] = load
+        out[dpath] = res
+        cpu = res["scan_cpu_s"]
+        print(f"  spark local[2] {dpath}: state count, {res['rows']:,} rows, scans "
+              f"{', '.join(f'{s:.2f}' for s in res['scan_s'])} s wall, best scan CPU "
+              f"{cpu['python'] + cpu['jvm']:.2f} s (Python {cpu['python']:.2f}, JVM "
+              f"{cpu['jvm']:.2f}); load {load}", flush=True)
+    return out
+
+
+def _pairs(values: list[str]) -> list[tuple[int, str]]:
+    out = []
+    for v in values:
+        keys, _, path = v.partition("=")
+        out.append((int(keys), path))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:
+        if argv[1] == "scan":
+            print(json.dumps(child_scan(argv[2], argv[3], int(argv[4]))))
+        else:
+            print(json.dumps(child_lookup(argv[2], int(argv[3]), int(argv[4]))))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--canonical", action="append", default=[], help="KEYS=PATH")
+    ap.add_argument("--native", action="append", default=[], help="KEYS=PATH (--append-every 10)")
+    ap.add_argument("--chain", action="append", default=[],
+                    help="KEYS=PATH of the last incremental checkpoint (--append-every 10)")
+    ap.add_argument("--only", default="full,single,lookup,workers,spark")
+    ap.add_argument("--flink", default="disk,preload", help="Flink variants: disk, preload")
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--java-opt", action="append", default=[])
+    ap.add_argument("--flink-python", default=os.environ.get("FLINK_PYTHON", sys.executable))
+    ap.add_argument("--json", default="", help="append the results to this JSON file")
+    ap.add_argument("--plot", default="", help="plot this JSON file (docs/img/scale.png)")
+    ap.add_argument("--png", default=os.path.join(REPO, "docs", "img", "scale.png"))
+    ap.add_argument("--table", default="", help="print this JSON file's figures as markdown")
+    args = ap.parse_args(argv)
+    if args.plot:
+        plot(args.plot, args.png)
+        return 0
+    if args.table:
+        table(args.table)
+        return 0
+    only = set(filter(None, args.only.split(",")))
+    flink_sides = [f"flink-{v.strip()}" for v in args.flink.split(",") if v.strip()]
+    commit = subprocess.run(["git", "-C", REPO, "log", "-1", "--format=%h"],
+                            capture_output=True, text=True).stdout.strip()
+    print(f"statequery at {commit}; {os.cpu_count()} CPUs; load {loadavg()}; "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", flush=True)
+    cp = bench_vs_flink.flink_classpath(args.flink_python) if only & {"full", "single"} else ""
+    results: list[dict[str, Any]] = []
+    sets = [("canonical", k, p) for k, p in _pairs(args.canonical)]
+    sets += [("native", k, p) for k, p in _pairs(args.native)]
+    sets += [("chain", k, p) for k, p in _pairs(args.chain)]
+    for kind, keys, path in sets:
+        bench_vs_flink._page_cache(path)
+        rec: dict[str, Any] = {"kind": kind, "keys": keys, "path": path, "commit": commit,
+                               "at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+        if "full" in only:
+            rec["full"] = part_scan(kind, keys, path, "", args.runs, cp, args.java_opt,
+                                    flink_sides)
+        if "single" in only and kind == "canonical":
+            rec["single"] = part_scan(kind, keys, path, "count", args.runs, cp, args.java_opt,
+                                      ["flink-disk"])
+        if "lookup" in only:
+            print(f"\nlookups, {kind} {keys:,} keys: {path}", flush=True)
+            rec["lookup"] = part_lookup(keys, path, args.runs)
+        if "workers" in only and kind == "canonical":
+            rec["workers"] = part_workers(keys, path, max(args.runs, 2))
+        if "spark" in only and kind == "canonical":
+            print(f"\nspark, canonical {keys:,} keys: {path}", flush=True)
+            rec["spark"] = part_spark(keys, path)
+        results.append(rec)
+        if args.json:
+            old: list[Any] = []
+            if os.path.exists(args.json):
+                with open(args.json, encoding="utf-8") as f:
+                    old = json.load(f)
+            with open(args.json, "w", encoding="utf-8") as f:
+                json.dump([*old, rec], f, indent=1)
+    print(f"\nload at the end: {loadavg()}")
+    return 0
+
+
+# -- the tables (docs/performance.md) ------------------------------------------------------------
+
+
+def work_cpu(side: str, r: dict[str, Any]) -> float:
+    """CPU seconds of the work without interpreter or JVM start-up (bench_vs_flink's)."""
+    if side == "statequery":
+        return float(r["work_cpu_s"] + r["pool_cpu_s"])
+    return bench_vs_flink._work_cpu(side, r)
+
+
+def _records(json_path: str) -> list[dict[str, Any]]:
+    out = []
+    for path in json_path.split(","):
+        with open(path, encoding="utf-8") as f:
+            out += json.load(f)
+    return out
+
+
+def table(json_path: str) -> None:
+    """Markdown rows: full scans and one state against Flink, lookups, workers (medians)."""
+    records = _records(json_path)
+    print("| savepoint, read | entries | statequery CPU s (work) | Flink from disk CPU s (work) "
+          "| Flink preloaded CPU s (work) | Flink / statequery CPU (work) | wall s | VmHWM MB "
+          "| load |")
+    print("|---|---:|---:|---:|---:|---|---|---|---|")
+    for r in records:
+        for part in ("full", "single"):
+            if part not in r:
+                continue
+            sides = r[part]["sides"]
+            sq = sides["statequery"]
+            med = {
+                side: (_median(rs, "cpu_s"), statistics.median(work_cpu(side, x) for x in rs),
+                       _median(rs, "wall_s"), _median(rs, "hwm_mb"))
+                for side, rs in sides.items()
+            }
+            cells = []
+            for side in ("flink-disk", "flink-preload"):
+                m = med.get(side)
+                cells.append(f"{m[0]:.2f} ({m[1]:.2f})" if m else "")
+            ratios = ", ".join(
+                f"{side[6:]} {med[side][0] / med['statequery'][0]:.1f}x "
+                f"({med[side][1] / med['statequery'][1]:.1f}x)"
+                for side in ("flink-disk", "flink-preload") if side in med
+            )
+            short = {"statequery": "sq", "flink-disk": "disk", "flink-preload": "preload"}
+            walls = ", ".join(f"{short[side]} {m[2]:.1f}" for side, m in med.items())
+            hwms = ", ".join(f"{short[side]} {m[3]:,.0f}" for side, m in med.items())
+            loads = sorted({x["loadavg"].split()[0] for rs in sides.values() for x in rs})
+            what = "every state" if part == "full" else "`count` only"
+            print(f"| {r['keys'] / 1e6:g}M {r['kind']}, {what} | {sq[0]['entries']:,} | "
+                  f"{med['statequery'][0]:.2f} ({med['statequery'][1]:.2f}) | {cells[0]} | "
+                  f"{cells[1]} | {ratios} | {walls} | {hwms} | {loads[0]}-{loads[-1]} |")
+    print()
+    print("| savepoint | cold lookup CPU ms (wall) | warm, same key, CPU ms | warm, other keys of "
+          "its key group | 20 random keys (each first in its key group, mostly) | VmHWM MB | "
+          "load |")
+    print("|---|---|---|---|---|---|---|")
+    for r in records:
+        for x in r.get("lookup", []):
+            print(f"| {r['keys'] / 1e6:g}M {r['kind']} | {x['cold_cpu_ms']:.0f} "
+                  f"({x['cold_wall_ms']:.0f}) | {x['warm_same_key_cpu_ms']:.2f} | "
+                  f"{x['warm_same_group_cpu_ms']:.2f} | {x['random_keys_cpu_ms']:.1f} | "
+                  f"{x['hwm_mb']:.0f} | {x['loadavg'].split()[0]} |")
+    print()
+    print("| savepoint | workers | wall s | CPU s: caller + workers | VmHWM MB: caller / "
+          "workers | load |")
+    print("|---|---:|---|---|---|---|")
+    for r in records:
+        for w, rs in r.get("workers", {}).items():
+            for x in rs:
+                print(f"| {r['keys'] / 1e6:g}M {r['kind']} | {w} | {x['wall_s']:.1f} | "
+                      f"{x['proc_cpu_s']:.2f} + {x['pool_cpu_s']:.2f} | {x['hwm_mb']:.0f} / "
+                      f"{'/'.join(f'{h:.0f}' for h in x['pool_hwm_mb']) or '-'} | "
+                      f"{x['loadavg'].split()[0]} |")
+    for r in records:
+        for dpath, x in r.get("spark", {}).items():
+            cpu = x["scan_cpu_s"]
+            print(f"spark local[2] {dpath}, {r['keys'] / 1e6:g}M {r['kind']} `count`: "
+                  f"{x['rows']:,} rows, scans {', '.join(f'{s:.1f}' for s in x['scan_s'])} s "
+                  f"wall, best scan CPU {cpu['python'] + cpu['jvm']:.2f} s, load "
+                  f"{x['loadavg'].split()[0]}")
+
+
+# -- the plot -------------------------------------------------------------------------------------
+
+
+def _median(rs: list[dict[str, Any]], key: str) -> float:
+    if key == "cpu_s":
+        return float(statistics.median(total_cpu(r) for r in rs))
+    return float(statistics.median(r[key] for r in rs))
+
+
+def plot(json_path: str, png: str) -> None:
+    """CPU seconds and peak memory of a full scan against the key count, statequery and Flink,
+    per savepoint kind (the last record of each kind and size)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = _records(json_path)
+    last: dict[tuple[str, int], dict[str, Any]] = {}
+    for r in records:  # per kind ("canonical, 05:27" is canonical) and size, each side's last
+        if "full" in r:
+            kept = last.setdefault((r["kind"].split(",")[0], r["keys"]), {"full": {"sides": {}}})
+            kept["full"]["sides"].update(r["full"]["sides"])
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(8, 3.2), dpi=80)
+    colors = {"statequery": "tab:blue", "flink-disk": "tab:red", "flink-preload": "tab:orange"}
+    kinds = {"canonical": "-o", "native": "--s", "chain": ":^"}
+    for kind, style in kinds.items():
+        sizes = sorted(k for (kd, k) in last if kd == kind)
+        for side, color in colors.items():
+            pts = [(k, last[(kind, k)]["full"]["sides"].get(side)) for k in sizes]
+            pts = [(k, rs) for k, rs in pts if rs]
+            if not pts:
+                continue
+            xs = [k / 1e6 for k, _ in pts]
+            label = f"{kind}: {side}"
+            ax_t.plot(xs, [_median(rs, "cpu_s") for _, rs in pts], style, color=color,
+                      label=label)
+            ax_m.plot(xs, [_median(rs, "hwm_mb") for _, rs in pts], style, color=color,
+                      label=label)
+    ax_t.set(xlabel="keys (millions)", ylabel="CPU seconds, full scan", yscale="log")
+    ax_m.set(xlabel="keys (millions)", ylabel="peak RSS (VmHWM), MB", yscale="log")
+    ax_m.axhline(400, color="grey", linewidth=0.8)
+    for ax in (ax_t, ax_m):
+        ax.grid(alpha=0.3)
+    ax_t.legend(fontsize=6)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(png), exist_ok=True)
+    fig.savefig(png)
+    print(f"wrote {png} ({os.path.getsize(png):,} bytes)")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,104 @@
+"""Warm lookups through the kept per-key-group index (statequery/backends/keyindex.py).
+
+The first two lookups in a key group walk it whole (the second keeps the index); later lookups
+read only the candidate entries. Their answers must equal the full scan's rows for that key, for
+present and absent keys and keys of other serialized lengths."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import pytest
+from conftest import fixture_dir
+
+import statequery
+from statequery.backends import fastpath, keyindex
+from statequery.io import FileIO
+
+# canonical savepoints of the DataStream job: value, list, map, reducing, aggregating states and
+# timers under String keys of several lengths
+NAMES = ["datastream-hashmap-canonical", "datastream-rocksdb-canonical"]
+
+pytestmark = pytest.mark.skipif(
+    keyindex._keyindex is None or fastpath.compiled() is None,
+    reason="the compiled modules are not built",
+)
+
+
+def _canon(table: Any) -> list[str]:
+    return sorted(repr(sorted(r.items())) for r in table.to_pylist())
+
+
+def _scan_rows(sp: Any) -> dict[tuple[str, str], dict[Any, list[str]]]:
+    """Every keyed state's rows by key, from full scans (no lookup involved)."""
+    out: dict[tuple[str, str], dict[Any, list[str]]] = {}
+    for op in sp.keyed_operators():
+        for s in op.states:
+            if not s.layout.keyed:
+                continue
+            by_key: dict[Any, list[Any]] = defaultdict(list)
+            for row in sp.read(op.display_name, s.name, workers=1).to_pylist():
+                by_key[row["key"]].append(row)
+            out[(op.display_name, s.name)] = {
+                k: sorted(repr(sorted(r.items())) for r in rows) for k, rows in by_key.items()
+            }
+    return out
+
+
+def _lookup(sp: Any, key: Any) -> dict[tuple[str, str], list[str]]:
+    return {name: _canon(t) for name, t in sp.lookup(key).items() if t.num_rows}
+
+
+def _expected(scan: dict[tuple[str, str], dict[Any, list[str]]], key: Any) -> dict[Any, Any]:
+    return {name: rows[key] for name, rows in scan.items() if key in rows}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_warm_lookups_equal_the_scan(name: str) -> None:
+    keyindex.clear()
+    sp = statequery.open(str(fixture_dir(name)), use_snapshot=False)
+    scan = _scan_rows(sp)
+    keys = sorted({k for rows in scan.values() for k in rows if isinstance(k, str)})
+    assert len({len(k) for k in keys}) > 1  # keys of several serialized lengths
+    absent = ["no-such-key", "", keys[0] + "x", keys[-1][:-1]]
+    for key in [*keys, *absent]:
+        want = _expected(scan, key)
+        assert _lookup(sp, key) == want, key  # first in its key group (or not)
+        assert _lookup(sp, key) == want, key  # second: walked whole, the index kept
+        assert _lookup(sp, key) == want, key  # through the kept index
+    assert keyindex._cache  # the indexes were kept
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_indexed_lookup_reads_only_the_entries(name: str) -> None:
+    io = FileIO()
+    sp = statequery.open(str(fixture_dir(name)), io=io, use_snapshot=False)
+    scan = _scan_rows(sp)
+    key = max((k for rows in scan.values() for k in rows if isinstance(k, str)),
+              key=lambda k: sum(len(rows.get(k, ())) for rows in scan.values()))
+    sp.lookup(key)  # headers read and kept
+    keyindex.clear()
+    io.stats.reset()
+    assert _lookup(sp, key) == _expected(scan, key)  # the key group walked whole
+    whole = io.stats.total_bytes
+    assert _lookup(sp, key) == _expected(scan, key)  # walked whole again, the index kept
+    io.stats.reset()
+    assert _lookup(sp, key) == _expected(scan, key)  # through the index
+    indexed = io.stats.total_bytes
+    assert 0 < indexed < whole
+
+
+def test_build_refuses_bytes_that_are_not_a_key_group() -> None:
+    from statequery.backends import _keyindex  # type: ignore[attr-defined]
+
+    good = (b"\x00\x00" + (5).to_bytes(4, "big") + b"\x81user" + (1).to_bytes(4, "big")
+            + b"v" + b"\xff\xff")
+    idx = _keyindex.build(good, 1, [0], 4)
+    assert idx.entries == 1
+    assert idx.find(b"user") == [(0, 2, len(good) - 2)]
+    assert idx.find(b"usex") == []
+    assert idx.find(b"use") == []  # another key length: another index
+    for bad in (good[:-1], good[:-3], good + b"\x00", b"\x00\x07" + good[2:], b"\x00"):
+        with pytest.raises(ValueError):
+            _keyindex.build(bad, 1, [0], 4)
