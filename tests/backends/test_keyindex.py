@@ -35,7 +35,7 @@ def _scan_rows(sp: Any) -> dict[tuple[str, str], dict[Any, list[str]]]:
     out: dict[tuple[str, str], dict[Any, list[str]]] = {}
     for op in sp.keyed_operators():
         for s in op.states:
-            if not s.layout.keyed:
+            if not s.keyed_rows:
                 continue
             by_key: dict[Any, list[Any]] = defaultdict(list)
             for row in sp.read(op.display_name, s.name, workers=1).to_pylist():
@@ -102,3 +102,69 @@ def test_build_refuses_bytes_that_are_not_a_key_group() -> None:
     for bad in (good[:-1], good[:-3], good + b"\x00", b"\x00\x07" + good[2:], b"\x00"):
         with pytest.raises(ValueError):
             _keyindex.build(bad, 1, [0], 4)
+
+
+# -- the compiled index builder on generated, truncated and mutated bytes ---------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+def _key_group(entries: list[tuple[int, bytes, bytes]], prefix_len: int) -> bytes:
+    """A canonical key group: per state run ``u16 state id``, entries ``int32 len, key (prefix +
+    key bytes), int32 len, value``, the last of a run flagged, then ``0xFFFF``."""
+    out = bytearray()
+    for n, (sid, key, value) in enumerate(entries):
+        if n == 0 or entries[n - 1][0] != sid:
+            out += sid.to_bytes(2, "big")
+        k = bytearray(b"\x00" * prefix_len + key)
+        if n + 1 == len(entries) or entries[n + 1][0] != sid:
+            k[0] |= 0x80
+        out += len(k).to_bytes(4, "big") + k + len(value).to_bytes(4, "big") + value
+    return bytes(out + b"\xff\xff")
+
+
+_ENTRIES = st.lists(
+    st.tuples(st.integers(0, 2), st.binary(min_size=0, max_size=6), st.binary(max_size=8)),
+    min_size=1, max_size=12,
+).map(lambda es: sorted(es, key=lambda e: e[0]))
+
+
+@given(entries=_ENTRIES, prefix_len=st.sampled_from([1, 2]), key_len=st.integers(0, 6),
+       cut=st.integers(0, 400), flips=st.lists(st.tuples(st.integers(0, 400),
+                                                         st.integers(0, 255)), max_size=4))
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_the_index_builder_never_reads_outside_its_bytes(
+    entries: list[tuple[int, bytes, bytes]], prefix_len: int, key_len: int, cut: int,
+    flips: list[tuple[int, int]],
+) -> None:
+    """``_keyindex.build`` on a key group, truncated and with bytes changed: a ValueError, or an
+    index whose every entry lies inside the bytes; on the intact key group, ``find`` names exactly
+    the entries whose key bytes (after the prefix) are the key, in key-group order."""
+    from statequery.backends import _keyindex
+
+    good = _key_group(entries, prefix_len)
+    idx = _keyindex.build(good, prefix_len, [0, 0, 0], key_len)
+    assert idx.entries == len(entries)
+    for _sid, key, _ in entries:
+        if len(key) != key_len:
+            continue
+        found = idx.find(key)
+        want = [s for s, k, _ in entries if k[:key_len] == key]
+        # hash collisions may add candidates; every entry with the key is among them, in order
+        assert [f[1] for f in found] == sorted(f[1] for f in found)
+        assert all(0 <= s < e <= len(good) for _, s, e in found)
+        names = [good[s + 4 + prefix_len: s + 4 + prefix_len + key_len] for _, s, _ in found]
+        assert names.count(key) == len(want), (key, names, want)
+    bad = bytearray(good[: max(0, len(good) - cut)] if cut else good)
+    for at, value in flips:
+        if bad:
+            bad[at % len(bad)] = value
+    try:
+        idx = _keyindex.build(bytes(bad), prefix_len, [0, 0, 0], key_len)
+    except ValueError:
+        return
+    assert 0 <= idx.entries
+    for _sid, key, _ in entries:
+        for sid, s, e in idx.find(key[:key_len].ljust(key_len, b"\0")):
+            assert 0 <= s < e <= len(bad) and 0 <= sid < 3

@@ -42,6 +42,8 @@ SUITES = [
     "tests/backends/test_mutations.py::test_malformed_blocks_are_refused_before_rocksdb_reads_them",
     # the compiled table scan of RocksDB column families and its packed feed (issue 33 item 3)
     "tests/backends/test_table_scan.py",
+    # the lookups' kept key-group index (_keyindex) on fixtures and on mutated key groups
+    "tests/backends/test_keyindex.py",
 ]
 
 
