@@ -19,16 +19,19 @@ drops hash collisions, so rows are identical.
 Only uncompressed streams (a compressed key group must be decompressed whole anyway) and only
 with the compiled module; otherwise :func:`indexed_scan` returns None and the caller walks the
 usual way. The indexes live in a process-wide LRU bounded by bytes (:data:`MAX_BYTES`), keyed
-by the stream (file, segment and size), key group (and its extent) and the key length. Savepoint
-files are immutable (Flink never rewrites one): a file rewritten in place with the same size
-between two lookups of one process would be read at stale offsets, whose bytes the walk's checks
-reject (typed) or the key filter drops (rows missing); :func:`clear` forgets the indexes.
+by the open savepoint (its handle resolver: a savepoint opened anew starts afresh), the stream
+(file, segment and size), key group (and its extent) and the key length. Savepoint files are
+immutable (Flink never rewrites one): a file rewritten in place with the same size while one
+savepoint stays open would be read at stale offsets, whose bytes the walk's checks reject (typed)
+or the key filter drops (rows missing); :func:`clear` forgets the indexes.
 """
 
 from __future__ import annotations
 
+import itertools
 import struct
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -54,11 +57,30 @@ except ImportError:  # pragma: no cover - not built: lookups walk the whole key 
     _keyindex = None  # type: ignore[assignment]
 
 _lock = threading.Lock()
+#: the scope of a savepoint's indexes: one number per handle resolver (one per open savepoint),
+#: so a savepoint opened anew (or another FileIO's copy of the same files) starts afresh
+_scopes: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+_next_scope = itertools.count()
 _cache: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
 _cache_bytes = 0
 #: key groups looked up once (not indexed yet), most recent last
 _seen: OrderedDict[tuple[Any, ...], None] = OrderedDict()
 _MAX_SEEN = 4096
+
+
+def _scope(stream: KeyGroupStream) -> int | None:
+    """The scope number of the savepoint ``stream`` reads (None: no resolver to scope by)."""
+    resolver = getattr(stream.stream, "_resolver", None)
+    if resolver is None:
+        return None
+    with _lock:
+        try:
+            scope = _scopes.get(resolver)
+            if scope is None:
+                scope = _scopes[resolver] = next(_next_scope)
+        except TypeError:  # not weakly referenceable or not hashable: nothing kept
+            return None
+    return scope
 
 
 def clear() -> None:
@@ -115,13 +137,16 @@ def indexed_scan(
         or not key_bytes
     ):
         return None
+    scope = _scope(stream)
+    if scope is None:
+        return None
     skips = tuple(skips)
     lengths = sorted({len(k) for k in key_bytes})
     # the stream: its file (or inline name), the handle's own description (a file-merging
     # segment's offsets within its file) and size
     handle = getattr(stream.stream, "_handle", None)
     where = handle.describe() if handle is not None else None
-    ident = (stream.stream.name, where, stream.stream.size(), stream.prefix_len, skips)
+    ident = (scope, stream.stream.name, where, stream.stream.size(), stream.prefix_len, skips)
     first = False
     with _lock:
         for kg in key_groups:
@@ -150,7 +175,7 @@ def _scan(
     from statequery.backends.keygroups import key_group_scanner, read_key_group_bytes
 
     scan = key_group_scanner()
-    prefix_len, skips = ident[3], ident[4]
+    prefix_len, skips = ident[4], ident[5]
     for kg, start, end in stream.iter_extents(key_groups):
         keys = [(ident, kg, n) for n in lengths]
         indexes = [_get(k) for k in keys]

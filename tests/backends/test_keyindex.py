@@ -89,6 +89,26 @@ def test_indexed_lookup_reads_only_the_entries(name: str) -> None:
     assert 0 < indexed < whole
 
 
+def test_a_savepoint_opened_anew_keeps_no_index_of_another() -> None:
+    """The indexes belong to one open savepoint: another open of the same files (a test, a
+    notebook re-running its cell) reads as a first lookup does, not through the first's index."""
+    name = NAMES[0]
+    key = "user-3"
+    keyindex.clear()
+    bytes_of_first_lookups = []
+    for _ in range(2):
+        io = FileIO()
+        sp = statequery.open(str(fixture_dir(name)), io=io, use_snapshot=False)
+        sp.state_meta()
+        io.stats.reset()
+        rows = _lookup(sp, key)
+        assert rows
+        bytes_of_first_lookups.append(io.stats.total_bytes)
+        assert _lookup(sp, key) == _lookup(sp, key) == rows  # the third through the index
+    assert keyindex._cache
+    assert bytes_of_first_lookups[0] == bytes_of_first_lookups[1] > 0
+
+
 def test_build_refuses_bytes_that_are_not_a_key_group() -> None:
     from statequery.backends import _keyindex  # type: ignore[attr-defined]
 

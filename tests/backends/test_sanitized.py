@@ -108,7 +108,7 @@ def _build(dest: Path, source: Path = ROOT) -> Path:
     for so in cache.glob("_*.so"):
         shutil.copy2(so, pkg / "backends" / so.name)
     built = sorted(p.name for p in (pkg / "backends").glob("_*.so"))
-    assert [n.split(".")[0] for n in built] == ["_read", "_sst"], built
+    assert [n.split(".")[0] for n in built] == ["_keyindex", "_read", "_sst"], built
     return dest
 
 
