@@ -121,7 +121,7 @@ def child_scan(path: str, state: str, workers: int) -> dict[str, Any]:
 
     c0, t0 = time.process_time(), time.perf_counter()
     sp = statequery.open(path, use_snapshot=False)
-    kinds = {s.name: s.layout.kind for s in list_states(sp, OPERATOR)}
+    kinds = {s.name: s.kind for s in list_states(sp, OPERATOR)}
     t1 = time.perf_counter()
     per_state: dict[str, int] = {}
     rows = 0
