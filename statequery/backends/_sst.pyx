@@ -354,48 +354,24 @@ def check_data_blocks(int fd, list handles, Py_ssize_t file_size, checksum, uint
     import os
     import cramjam
     cdef object snappy_into = cramjam.snappy.decompress_raw_into
-    cdef uint64_t declared
-    cdef Py_ssize_t got
-    cdef bytearray out
-    cdef Py_ssize_t off, size, n, i
-    cdef uint64_t stored, modifier, computed
-    cdef bytes raw, data
+    cdef Py_ssize_t off, size, i
+    cdef bytes raw
+    cdef object data
     cdef const uint8_t* p
     cdef int kind
     pread = os.pread
     for i in range(len(handles)):
         h = (<tuple>handles[i])[1]
-        ho, hs = h.offset, h.size  # Python ints first: a forged varint can exceed 2**63
-        if ho < 0 or hs + 5 < 0 or ho + hs + 5 > file_size:
-            raise CorruptStateError(
-                f"block [{ho}, {ho + hs + 5}) lies outside the {file_size}-byte file "
-                "(truncated?)", source, ho)
-        off = ho
-        size = hs
-        n = size + 5
-        raw = pread(fd, n, off)
-        if PyBytes_GET_SIZE(raw) != n:
-            raise CorruptStateError(f"short read of {n} bytes (truncated?)", source, off)
+        raw = _read_verified(fd, h, file_size, checksum, base_context, mismatch, source, pread)
+        off = h.offset
+        size = PyBytes_GET_SIZE(raw) - 5
         p = <const uint8_t*>PyBytes_AS_STRING(raw)
-        if checksum is not None:
-            stored = _u32(p + size + 1)
-            if base_context:
-                modifier = (base_context ^ (((<uint64_t>off & 0xFFFFFFFF)
-                                             + (<uint64_t>off >> 32)) & 0xFFFFFFFF)) & 0xFFFFFFFF
-                stored = (stored - modifier) & 0xFFFFFFFF
-            computed = checksum(raw, size + 1)
-            if stored != computed:
-                raise mismatch("data", h, stored, computed)
         kind = p[size]
-        if kind == 1 and max_block > 0 and _small_varint(p, 0, size, &declared) > 0 \
-                and declared <= <uint64_t>max_block and declared <= <uint64_t>(22 * size + 64):
-            out = bytearray(<Py_ssize_t>declared + 1)  # the pure path's spare byte
-            try:
-                got = snappy_into(raw[:size], out)
-            except Exception:
-                got = -1
-            if got == <Py_ssize_t>declared:
-                _restarts_limit(<const uint8_t*>PyByteArray_AS_STRING(out), got, source, off)
+        if kind == 1:
+            data = _inflate_snappy(raw, size, max_block, snappy_into)
+            if data is not None:
+                _restarts_limit(<const uint8_t*>PyByteArray_AS_STRING(data),
+                                len(<bytearray>data), source, off)
                 continue
         if kind:
             data = decompress(kind, raw[:size], source, off)
@@ -403,6 +379,62 @@ def check_data_blocks(int fd, list handles, Py_ssize_t file_size, checksum, uint
                             source, off)
         else:
             _restarts_limit(p, size, source, off)
+
+
+cdef bytes _read_verified(int fd, object h, Py_ssize_t file_size, object checksum,
+                          uint64_t base_context, object mismatch, str source, object pread):
+    """Block ``h`` and its 5-byte trailer (compression type, checksum) read at its offset,
+    inside the file and with its checksum verified (format_version 6+ subtracts the context of
+    the block's offset from the stored value), as ``SstFile.read_block`` does: same errors."""
+    cdef uint64_t stored, modifier, computed
+    cdef Py_ssize_t off, size, n
+    cdef bytes raw
+    cdef const uint8_t* p
+    ho, hs = h.offset, h.size  # Python ints first: a forged varint can exceed 2**63
+    if ho < 0 or hs + 5 < 0 or ho + hs + 5 > file_size:
+        raise CorruptStateError(
+            f"block [{ho}, {ho + hs + 5}) lies outside the {file_size}-byte file "
+            "(truncated?)", source, ho)
+    off = ho
+    size = hs
+    n = size + 5
+    raw = pread(fd, n, off)
+    if PyBytes_GET_SIZE(raw) != n:
+        raise CorruptStateError(f"short read of {n} bytes (truncated?)", source, off)
+    if checksum is not None:
+        p = <const uint8_t*>PyBytes_AS_STRING(raw)
+        stored = _u32(p + size + 1)
+        if base_context:
+            modifier = (base_context ^ (((<uint64_t>off & 0xFFFFFFFF)
+                                         + (<uint64_t>off >> 32)) & 0xFFFFFFFF)) & 0xFFFFFFFF
+            stored = (stored - modifier) & 0xFFFFFFFF
+        computed = checksum(raw, size + 1)
+        if stored != computed:
+            raise mismatch("data", h, stored, computed)
+    return raw
+
+
+cdef object _inflate_snappy(bytes raw, Py_ssize_t size, Py_ssize_t max_block,
+                            object snappy_into):
+    """The snappy block in ``raw[:size]`` inflated here when everything about it is in order
+    (its declared size within ``max_block`` and what snappy can reach, cramjam filling exactly
+    that): a bytearray of that size; else None (the caller's ``decompress`` then decides, with
+    the typed error)."""
+    cdef uint64_t declared
+    cdef Py_ssize_t got
+    cdef bytearray out
+    cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(raw)
+    if max_block > 0 and _small_varint(p, 0, size, &declared) > 0 \
+            and declared <= <uint64_t>max_block and declared <= <uint64_t>(22 * size + 64):
+        out = bytearray(<Py_ssize_t>declared + 1)  # the pure path's spare byte
+        try:
+            got = snappy_into(raw[:size], out)
+        except Exception:
+            got = -1
+        if got == <Py_ssize_t>declared:
+            del out[got:]
+            return out
+    return None
 
 
 cdef inline Py_ssize_t _small_varint(const uint8_t* p, Py_ssize_t pos, Py_ssize_t n,
@@ -508,46 +540,17 @@ cdef object _read_data_block(int fd, object h, Py_ssize_t file_size, object chec
     """One data block of ``check_data_blocks``, read, verified and inflated the same way
     (same verdicts, same errors): returns its uncompressed bytes (bytes or bytearray), whose
     restart array the caller checks."""
-    cdef uint64_t declared, stored, modifier, computed
-    cdef Py_ssize_t got, off, size, n
-    cdef bytearray out
-    cdef bytes raw
-    cdef const uint8_t* p
-    cdef int kind
-    ho, hs = h.offset, h.size  # Python ints first: a forged varint can exceed 2**63
-    if ho < 0 or hs + 5 < 0 or ho + hs + 5 > file_size:
-        raise CorruptStateError(
-            f"block [{ho}, {ho + hs + 5}) lies outside the {file_size}-byte file "
-            "(truncated?)", source, ho)
-    off = ho
-    size = hs
-    n = size + 5
-    raw = pread(fd, n, off)
-    if PyBytes_GET_SIZE(raw) != n:
-        raise CorruptStateError(f"short read of {n} bytes (truncated?)", source, off)
-    p = <const uint8_t*>PyBytes_AS_STRING(raw)
-    if checksum is not None:
-        stored = _u32(p + size + 1)
-        if base_context:
-            modifier = (base_context ^ (((<uint64_t>off & 0xFFFFFFFF)
-                                         + (<uint64_t>off >> 32)) & 0xFFFFFFFF)) & 0xFFFFFFFF
-            stored = (stored - modifier) & 0xFFFFFFFF
-        computed = checksum(raw, size + 1)
-        if stored != computed:
-            raise mismatch("data", h, stored, computed)
-    kind = p[size]
-    if kind == 1 and max_block > 0 and _small_varint(p, 0, size, &declared) > 0 \
-            and declared <= <uint64_t>max_block and declared <= <uint64_t>(22 * size + 64):
-        out = bytearray(<Py_ssize_t>declared + 1)  # the pure path's spare byte
-        try:
-            got = snappy_into(raw[:size], out)
-        except Exception:
-            got = -1
-        if got == <Py_ssize_t>declared:
-            del out[got:]
+    cdef bytes raw = _read_verified(fd, h, file_size, checksum, base_context, mismatch, source,
+                                    pread)
+    cdef Py_ssize_t size = PyBytes_GET_SIZE(raw) - 5
+    cdef int kind = (<const uint8_t*>PyBytes_AS_STRING(raw))[size]
+    cdef object out
+    if kind == 1:
+        out = _inflate_snappy(raw, size, max_block, snappy_into)
+        if out is not None:
             return out
     if kind:
-        return decompress(kind, raw[:size], source, off)
+        return decompress(kind, raw[:size], source, h.offset)
     return raw[:size]
 
 
