@@ -266,6 +266,27 @@ def test_a_savepoint_records_the_index_during_a_walk_and_uses_it_next() -> None:
     assert first.equals(plain.read("user-state", "count"))
 
 
+def test_a_read_of_every_state_walks_whole_key_groups_with_the_index_too() -> None:
+    """Once the index is recorded, a read that wants every run of a key group walks it whole
+    (one walk, as the first time), not run by run (each run checked against the bytes first:
+    a second walk); a read of one state still uses the runs."""
+    from statequery.scan import plan_states
+
+    sp = statequery.open(str(fixture_dir(PLAIN)), use_snapshot=False)
+    op = sp.operator("user-state")
+    first = sp.read_states(op)  # records the index
+    assert sp.run_index.runs(op.operator_id, 0)
+    keyed = [s for s in op.states if s.keyed_rows]
+    tasks = plan_states(sp.model, sp.context, keyed)
+    assert tasks and all(t.runs is None for t in tasks)
+    one = plan_states(sp.model, sp.context, [s for s in keyed if s.name == "count"])
+    assert any(t.runs is not None and t.runs.key_groups for t in one)
+    again = sp.read_states(op)
+    assert list(again) == list(first)
+    for name, table in first.items():
+        assert again[name].equals(table)
+
+
 def test_tasks_carry_their_runs_and_pickle(tmp_path: Path) -> None:
     import pickle
 
