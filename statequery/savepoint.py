@@ -18,6 +18,7 @@ import os
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from statequery import scan
@@ -587,7 +588,9 @@ class Savepoint:
 
         # operator state and schema rows here, then the keyed ranges in the workers, in order
         batches = list(diff_batches(self, new, operator, state, key_groups=()))
-        batches.extend(b for _, b in ordered_map(_diff_piece, items, n))
+        here = partial(_diff_piece, sides={self.metadata_location: self,
+                                           new.metadata_location: new})
+        batches.extend(b for _, b in ordered_map(_diff_piece, items, n, local=here))
         return pa.Table.from_batches(batches, schema=DIFF_SCHEMA)
 
     def stats(
@@ -703,13 +706,16 @@ def _stats_pieces(
     return out if len(out) > 1 else None
 
 
-def _stats_piece(piece: _StatsPiece) -> Iterator[tuple[str, pa.RecordBatch]]:
+def _stats_piece(
+    piece: _StatsPiece, sides: dict[str, Savepoint] | None = None
+) -> Iterator[tuple[str, pa.RecordBatch]]:
     """In a worker: the statistics rows and heaviest keys of one operator's keyed states in
-    some key groups (``table:<piece>``, ``keys:<piece>``)."""
+    some key groups (``table:<piece>``, ``keys:<piece>``). ``sides``: the caller's open
+    savepoints by location (its own share of the pieces)."""
     from statequery.stats import state_stats
 
     loc, io, op_id, state, top, index, kgs = piece
-    st = state_stats(_worker_savepoint(loc, io), op_id, state, top=top, key_groups=kgs,
+    st = state_stats(_worker_savepoint(loc, io, sides), op_id, state, top=top, key_groups=kgs,
                      operator_state=False)
     for name, table in ((f"table:{index}", st.table), (f"keys:{index}", st.heaviest_keys)):
         for batch in table.to_batches():
@@ -736,7 +742,8 @@ def _parallel_stats(
     for r in base.table.to_pylist():
         rows[(r["operator_id"], r["state"])].append(r)
     seen = 0
-    for name, batch in ordered_map(_stats_piece, pieces, workers):
+    here = partial(_stats_piece, sides={sp.metadata_location: sp})
+    for name, batch in ordered_map(_stats_piece, pieces, workers, local=here):
         kind, index = name.split(":")
         for r in batch.to_pylist():
             k = (r["operator_id"], r["state"])
@@ -756,7 +763,11 @@ def _parallel_stats(
     )
 
 
-def _worker_savepoint(location: str, io: FileIO) -> Savepoint:
+def _worker_savepoint(
+    location: str, io: FileIO, sides: dict[str, Savepoint] | None = None
+) -> Savepoint:
+    if sides is not None and location in sides:
+        return sides[location]
     sp = _WORKER_SAVEPOINTS.get(location)
     if sp is None:
         if len(_WORKER_SAVEPOINTS) >= 4:
@@ -765,12 +776,16 @@ def _worker_savepoint(location: str, io: FileIO) -> Savepoint:
     return sp
 
 
-def _diff_piece(piece: _DiffPiece) -> Iterator[tuple[str, pa.RecordBatch]]:
-    """In a worker: the diff rows of one operator's keyed states in some key groups."""
+def _diff_piece(
+    piece: _DiffPiece, sides: dict[str, Savepoint] | None = None
+) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """In a worker: the diff rows of one operator's keyed states in some key groups.
+    ``sides``: the caller's open savepoints by location (its own share of the pieces)."""
     from statequery.diff import diff_batches
 
     old_loc, old_io, new_loc, new_io, op_id, state, kgs = piece
-    old, new = _worker_savepoint(old_loc, old_io), _worker_savepoint(new_loc, new_io)
+    old = _worker_savepoint(old_loc, old_io, sides)
+    new = _worker_savepoint(new_loc, new_io, sides)
     for batch in diff_batches(old, new, op_id, state, key_groups=kgs, operator_state=False):
         yield "diff", batch
 

@@ -887,8 +887,9 @@ def _split_task(task: ScanTask, pieces: int) -> list[ScanTask]:
 
 def plan_pieces(tasks: Sequence[ScanTask], workers: int) -> list[ScanTask] | None:
     """``tasks`` cut into key-group ranges for ``workers`` processes (about
-    :data:`~statequery.parallel.PIECES_PER_WORKER` each), in the same order; None when the read
-    stays in this process: one worker, a key filter (lookups), or fewer than
+    :data:`~statequery.parallel.PIECES_PER_WORKER` each, at most
+    :data:`~statequery.parallel.MAX_PIECE_BYTES` of state files each), in the same order; None
+    when the read stays in this process: one worker, a key filter (lookups), or fewer than
     :data:`~statequery.parallel.MIN_PARALLEL_BYTES` of state files."""
     from statequery import parallel
 
@@ -897,7 +898,8 @@ def plan_pieces(tasks: Sequence[ScanTask], workers: int) -> list[ScanTask] | Non
     total = sum(_task_bytes(t) for t in tasks)
     if total < parallel.MIN_PARALLEL_BYTES:
         return None
-    target = max(1, total // (workers * parallel.PIECES_PER_WORKER))
+    target = max(1, min(total // (workers * parallel.PIECES_PER_WORKER),
+                        parallel.MAX_PIECE_BYTES))
     out = [p for t in tasks for p in _split_task(t, -(-_task_bytes(t) // target))]
     return out if len(out) > 1 else None
 
@@ -928,7 +930,8 @@ def run_tasks(
             yield from execute(task, ctx, batch_size=batch_size)
         return
     run = partial(_piece_pairs, io=ctx.io, batch_size=batch_size)
-    yield from parallel.ordered_map(run, pieces, workers)
+    here = partial(execute, ctx=ctx, batch_size=batch_size)  # this process's share
+    yield from parallel.ordered_map(run, pieces, workers, local=here)
 
 
 def read_table(

@@ -4,6 +4,7 @@ a worker come back typed; small reads never start a pool."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -164,3 +165,95 @@ def test_parallel_stats_equal_one_process(name: str, top: int, every_read_parall
     assert two.heaviest_keys.equals(one.heaviest_keys)
     assert (two.max_parallelism, two.parallelism) == (one.max_parallelism, one.parallelism)
     assert parallel._pool is not None
+
+
+# -- the schedule and the result slots (statequery.parallel.ordered_map) ------------------------
+
+
+def _slot_files() -> list[str]:
+    spool = parallel._spool_dir()
+    mine = f"{parallel._SLOT_PREFIX}{os.getpid()}-"
+    return [n for n in os.listdir(spool) if n.startswith(mine)]
+
+
+def test_the_calling_process_and_a_worker_share_the_items_in_order() -> None:
+    from support.pieces import tagged
+
+    parallel.shutdown()
+    items = [(i, 20_000) for i in range(40)]
+    got = list(parallel.ordered_map(tagged, items, 2))
+    values = [v for _, b in got for v in b.column("value").to_pylist()]
+    assert values == [i for i in range(40) for _ in range(20_000)]
+    by_item = {b.column("value")[0].as_py(): b.column("pid")[0].as_py()
+               for _, b in got if b.num_rows}
+    pids = set(by_item.values())
+    assert os.getpid() in pids and len(pids) == 2  # workers=2: this process and one worker
+    assert parallel._pool_size == 1
+    parallel.shutdown()
+
+
+def test_batches_stay_valid_while_held_and_their_slots_are_reused_once_dropped() -> None:
+    from support.pieces import tagged
+
+    parallel.shutdown()
+    held = list(parallel.ordered_map(tagged, [(i, 50_000) for i in range(24)], 2))
+    files_held = len(_slot_files())
+    # a second read while the first one's batches are held: their slots must not be reused
+    second = list(parallel.ordered_map(tagged, [(1000 + i, 50_000) for i in range(24)], 2))
+    assert [b.column("value")[0].as_py() for _, b in held if b.num_rows] == [
+        i for i in range(24) for _ in range(2)]
+    assert all(set(b.column("value").to_pylist()) == {b.column("value")[0].as_py()}
+               for _, b in held if b.num_rows)
+    assert len(_slot_files()) > files_held  # new slots: the held ones are taken
+    del held, second
+    import gc
+
+    gc.collect()
+    before = len(_slot_files())
+    for _ in range(3):  # batches dropped as they are read: the same few slots go round
+        for _, b in parallel.ordered_map(tagged, [(i, 50_000) for i in range(24)], 2):
+            del b
+    assert len(_slot_files()) == before
+    parallel.shutdown()
+    assert _slot_files() == []
+
+
+def test_an_early_stop_and_an_error_leave_no_slot_and_the_pool_reads_on() -> None:
+    from support.pieces import failing_at, tagged
+
+    parallel.shutdown()
+    it = parallel.ordered_map(tagged, [(i, 10_000) for i in range(30)], 2)
+    first = [next(it) for _ in range(5)]
+    it.close()
+    assert [b.column("value")[0].as_py() for _, b in first if b.num_rows][:3] == [0, 0, 1]
+    seen: list[int] = []
+    with pytest.raises(CorruptStateError, match="item 13 is broken"):
+        for _, b in parallel.ordered_map(failing_at, [(i, 1_000) for i in range(30)], 2):
+            seen.extend(set(b.column("value").to_pylist()))
+    # every item before 13, then the error (with 13's first batch when this process had it)
+    assert set(range(13)) <= set(seen) <= set(range(14))
+    again = list(parallel.ordered_map(tagged, [(i, 1_000) for i in range(30)], 2))
+    assert sum(b.num_rows for _, b in again) == 30_000
+    del first, again
+    parallel.shutdown()
+    assert _slot_files() == []
+
+
+def test_slots_left_by_a_process_that_died_are_removed(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    spool = parallel._spool_dir()
+    orphan = Path(spool) / f"{parallel._SLOT_PREFIX}{dead}-1{parallel._SLOT_SUFFIX}"
+    alive = Path(spool) / f"{parallel._SLOT_PREFIX}1-1{parallel._SLOT_SUFFIX}"  # pid 1 lives
+    orphan.write_bytes(b"x" * 100)
+    alive.write_bytes(b"x" * 100)
+    try:
+        parallel._Slots()
+        assert not orphan.exists()
+        assert alive.exists()
+    finally:
+        orphan.unlink(missing_ok=True)
+        alive.unlink(missing_ok=True)

@@ -1,0 +1,30 @@
+"""Items for :func:`statequery.parallel.ordered_map` in tests: module-level (workers unpickle
+them by name) and tagged with the process that computed them."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pyarrow as pa
+
+
+def tagged(item: tuple[int, int]) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """Item ``(value, rows)``: ``rows`` rows holding ``value`` and this process's id, in two
+    batches (the second empty when ``rows`` is 1)."""
+    value, rows = item
+    for n in (rows - rows // 2, rows // 2):
+        yield "tagged", pa.record_batch(
+            [pa.array([value] * n, pa.int64()), pa.array([os.getpid()] * n, pa.int64())],
+            names=["value", "pid"],
+        )
+
+
+def failing_at(item: tuple[int, int]) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """Like :func:`tagged`, but item value 13 raises after its first batch."""
+    from statequery.exceptions import CorruptStateError
+
+    for i, pair in enumerate(tagged(item)):
+        if item[0] == 13 and i == 1:
+            raise CorruptStateError("item 13 is broken", "item-13", 13)
+        yield pair
