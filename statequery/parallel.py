@@ -53,6 +53,7 @@ __all__ = [
     "ordered_map",
     "resolve_workers",
     "shutdown",
+    "start",
 ]
 
 #: the environment variable that sets the number of worker processes (default: every core)
@@ -110,6 +111,18 @@ def resolve_workers(workers: int | None = None) -> int:
 _lock = threading.Lock()
 _pool: ProcessPoolExecutor | None = None
 _pool_size = 0
+#: the pool whose workers have all started and imported statequery (see _Schedule.feed)
+_ready_pool: ProcessPoolExecutor | None = None
+
+
+def _warm_up() -> int:
+    """In a worker, before its first item: what every item needs imported (statequery's scan
+    path and pyarrow), so that the first item claimed is computed at once."""
+    import pyarrow  # noqa: F401
+
+    import statequery.scan  # noqa: F401
+
+    return os.getpid()
 
 
 def _context() -> Any:
@@ -151,13 +164,35 @@ def _main_hidden() -> Iterator[None]:
 Pairs = Callable[[Any], Iterable[tuple[str, "pa.RecordBatch"]]]
 
 
+def start(workers: int | None = None) -> None:
+    """Start the pool for ``workers`` (as :func:`resolve_workers`; the calling process is one of
+    them) and wait until every worker has imported statequery, so that the next large read
+    gives them pieces from its first moment (a read starts the pool itself otherwise and reads
+    alone meanwhile). Nothing to start for one worker."""
+    global _ready_pool
+    n = resolve_workers(workers)
+    if n <= 1:
+        return
+    pool = _get_pool(n - 1)
+    if _ready_pool is pool:
+        return
+    with _main_hidden():
+        futures = [pool.submit(_warm_up) for _ in range(n - 1)]
+    for f in futures:
+        f.result()
+    with _lock:
+        if _pool is pool:
+            _ready_pool = pool
+
+
 def shutdown() -> None:
     """Stop this process's worker pool (started again by the next parallel read) and remove its
     result slots (batches read from them stay readable: their mappings outlive the files)."""
-    global _pool, _slots
+    global _pool, _slots, _ready_pool
     with _lock:
         pool, _pool = _pool, None
         slots, _slots = _slots, None
+        _ready_pool = None
     if pool is not None:
         pool.shutdown(wait=True, cancel_futures=True)
     if slots is not None:
@@ -451,6 +486,8 @@ class _Schedule:
         #: the pool's items; an Event until its future is known (submitted outside the lock)
         self.futures: dict[int, Future[_Result] | threading.Event] = {}
         self.closed = False
+        self.warming = False
+        self.warmed = 0
         #: seconds (moving averages): an item computed here, one of a worker's taken in here,
         #: an item in a worker; the fraction of an item the workers' claims lag their share
         self.t_here: float | None = None
@@ -518,6 +555,12 @@ class _Schedule:
         """Give idle workers their next items. ``first``: in the calling thread, where worker
         processes may start (with ``__main__`` hidden); from the result thread only once every
         worker process runs (a submission there starts none)."""
+        if _ready_pool is not self.pool:
+            # the workers are not started yet: they start and import statequery first (the
+            # caller reads meanwhile); items go to them once they can compute one at once
+            if first and not self.warming:
+                self._warm_up()
+            return
         if not first and len(getattr(self.pool, "_processes", None) or ()) < self.size:
             return
         while True:
@@ -555,6 +598,30 @@ class _Schedule:
                 self.futures[index] = future
             event.set()
             future.add_done_callback(partial(self._done, index))
+
+    def _warm_up(self) -> None:
+        with self.lock:
+            self.warming = True
+            self.inflight += self.size
+        for _ in range(self.size):
+            with _main_hidden():
+                future = self.pool.submit(_warm_up)
+            future.add_done_callback(self._warmed)
+
+    def _warmed(self, future: Future[int]) -> None:
+        global _ready_pool
+        with self.lock:
+            self.inflight -= 1
+            if future.cancelled() or future.exception() is not None:
+                self.closed = True  # no worker to give items to: the caller reads them all
+                return
+            self.warmed += 1
+            if self.warmed < self.size:
+                return
+        with _lock:
+            if _pool is self.pool:
+                _ready_pool = self.pool
+        self.feed()
 
     def _done(self, index: int, future: Future[_Result]) -> None:
         now = time.perf_counter()

@@ -31,7 +31,8 @@ def every_read_parallel(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Fixtures are small: every read goes to the pool, cut into one-key-group ranges."""
     monkeypatch.setattr(parallel, "MIN_PARALLEL_BYTES", 0)
     monkeypatch.setattr(parallel, "PIECES_PER_WORKER", 64)
-    yield
+    parallel.start(2)  # the worker takes pieces from the first one on (a cold pool would
+    yield              # start while this process read such small reads alone)
     parallel.shutdown()
 
 
@@ -180,6 +181,7 @@ def test_the_calling_process_and_a_worker_share_the_items_in_order() -> None:
     from support.pieces import tagged
 
     parallel.shutdown()
+    parallel.start(2)  # the worker ready: it takes items from the first one on
     items = [(i, 20_000) for i in range(40)]
     got = list(parallel.ordered_map(tagged, items, 2))
     values = [v for _, b in got for v in b.column("value").to_pylist()]
@@ -196,7 +198,9 @@ def test_batches_stay_valid_while_held_and_their_slots_are_reused_once_dropped()
     from support.pieces import tagged
 
     parallel.shutdown()
+    parallel.start(2)
     held = list(parallel.ordered_map(tagged, [(i, 50_000) for i in range(24)], 2))
+    assert len({b.column("pid")[0].as_py() for _, b in held if b.num_rows}) == 2
     files_held = len(_slot_files())
     # a second read while the first one's batches are held: their slots must not be reused
     second = list(parallel.ordered_map(tagged, [(1000 + i, 50_000) for i in range(24)], 2))
@@ -222,6 +226,7 @@ def test_an_early_stop_and_an_error_leave_no_slot_and_the_pool_reads_on() -> Non
     from support.pieces import failing_at, tagged
 
     parallel.shutdown()
+    parallel.start(2)
     it = parallel.ordered_map(tagged, [(i, 10_000) for i in range(30)], 2)
     first = [next(it) for _ in range(5)]
     it.close()
@@ -257,3 +262,19 @@ def test_slots_left_by_a_process_that_died_are_removed(tmp_path: Path) -> None:
     finally:
         orphan.unlink(missing_ok=True)
         alive.unlink(missing_ok=True)
+
+
+def test_an_error_in_the_worker_comes_back_typed_with_its_attributes() -> None:
+    from support.pieces import failing_in_worker
+
+    parallel.shutdown()
+    parallel.start(2)
+    with pytest.raises(CorruptStateError) as e:
+        for _ in parallel.ordered_map(failing_in_worker, [(i, os.getpid()) for i in range(8)], 2):
+            pass
+    # item 1 is the worker's (the pool was ready: its first claim is the item after the one
+    # this process reads first); raised here as the same class, message and attributes
+    assert str(e.value) == "item-1 at byte 1: item 1 failed in worker: bad bytes"
+    assert (e.value.source, e.value.offset, e.value.reason) == (
+        "item-1", 1, "item 1 failed in worker: bad bytes")
+    parallel.shutdown()

@@ -28,3 +28,14 @@ def failing_at(item: tuple[int, int]) -> Iterator[tuple[str, pa.RecordBatch]]:
         if item[0] == 13 and i == 1:
             raise CorruptStateError("item 13 is broken", "item-13", 13)
         yield pair
+
+
+def failing_in_worker(item: tuple[int, int]) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """Item ``(value, caller pid)``: a batch in the calling process, an error in a worker."""
+    from statequery.exceptions import CorruptStateError
+
+    value, caller = item
+    if os.getpid() != caller:
+        raise CorruptStateError(f"item {value} failed in worker: bad bytes", f"item-{value}",
+                                value)
+    yield from tagged((value, 2))
