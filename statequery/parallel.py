@@ -115,14 +115,22 @@ _pool_size = 0
 _ready_pool: ProcessPoolExecutor | None = None
 
 
-def _warm_up() -> int:
-    """In a worker, before its first item: what every item needs imported (statequery's scan
-    path and pyarrow), so that the first item claimed is computed at once."""
+def _warm_up(modules: tuple[str, ...]) -> int:
+    """In a worker, before its first item: pyarrow and ``modules`` (the module of the function
+    the items run) imported, so that the first item claimed is computed at once."""
+    import importlib
+
     import pyarrow  # noqa: F401
 
-    import statequery.scan  # noqa: F401
-
+    for name in modules:
+        importlib.import_module(name)
     return os.getpid()
+
+
+def _module_of(fn: Callable[..., Any]) -> tuple[str, ...]:
+    inner = getattr(fn, "func", fn)  # a functools.partial
+    name = getattr(inner, "__module__", None)
+    return (name,) if isinstance(name, str) and name != "__main__" else ()
 
 
 def _context() -> Any:
@@ -164,11 +172,11 @@ def _main_hidden() -> Iterator[None]:
 Pairs = Callable[[Any], Iterable[tuple[str, "pa.RecordBatch"]]]
 
 
-def start(workers: int | None = None) -> None:
+def start(workers: int | None = None, modules: tuple[str, ...] = ("statequery.scan",)) -> None:
     """Start the pool for ``workers`` (as :func:`resolve_workers`; the calling process is one of
-    them) and wait until every worker has imported statequery, so that the next large read
-    gives them pieces from its first moment (a read starts the pool itself otherwise and reads
-    alone meanwhile). Nothing to start for one worker."""
+    them) and wait until every worker has imported pyarrow and ``modules``, so that the next
+    large read gives them pieces from its first moment (a read starts the pool itself otherwise
+    and reads alone meanwhile). Nothing to start for one worker."""
     global _ready_pool
     n = resolve_workers(workers)
     if n <= 1:
@@ -177,7 +185,7 @@ def start(workers: int | None = None) -> None:
     if _ready_pool is pool:
         return
     with _main_hidden():
-        futures = [pool.submit(_warm_up) for _ in range(n - 1)]
+        futures = [pool.submit(_warm_up, modules) for _ in range(n - 1)]
     for f in futures:
         f.result()
     with _lock:
@@ -605,7 +613,7 @@ class _Schedule:
             self.inflight += self.size
         for _ in range(self.size):
             with _main_hidden():
-                future = self.pool.submit(_warm_up)
+                future = self.pool.submit(_warm_up, _module_of(self.fn))
             future.add_done_callback(self._warmed)
 
     def _warmed(self, future: Future[int]) -> None:
