@@ -13,7 +13,7 @@ incremental chain (``KEYS=PATH``; the RocksDB ones were made with ``--append-eve
 
     python benchmarks/bench_scale.py --canonical 1000000=/tmp/.../savepoint-... \\
         --native 1000000=/tmp/.../savepoint-... --chain 1000000=/tmp/.../chk-4 \\
-        --json /tmp/scale/scale.json [--only full,single,lookup,workers,spark,cluster] \
+        --json /tmp/scale/scale.json [--only full,single,lookup,workers,spark,cluster] \\
         [--runs 1]
     python benchmarks/bench_scale.py --plot /tmp/scale/scale.json   # docs/img/scale.png
 
