@@ -329,6 +329,11 @@ def part_spark(keys: int, path: str, extra: dict[str, str]) -> dict[str, Any]:
         res["loadavg"] = load
         out[dpath] = res
         print(_spark_line(f"spark local[2] {dpath}", res), flush=True)
+    # the same state through the Python API on one core, same minutes, for reference
+    api = measured(_child("scan", path, "count", "1"))
+    bench_vs_flink._check("statequery", api, {"count": keys})
+    out["api"] = api
+    print(_line("Python API, 1 worker", api), flush=True)
     return out
 
 
@@ -540,26 +545,34 @@ def table(json_path: str) -> None:
                       f"{'/'.join(f'{h:.0f}' for h in x['pool_hwm_mb']) or '-'} | "
                       f"{x['loadavg'].split()[0]} |")
     spark_rows = [(r, part, dpath, x) for r in records for part in ("spark", "cluster")
-                  for dpath, x in r.get(part, {}).items() if isinstance(x, dict)]
+                  for dpath, x in r.get(part, {}).items()
+                  if isinstance(x, dict) and "scan_cpu_s" in x]
     if spark_rows:
         print()
         print("| savepoint, `count` | Spark, source | rows | scans, wall s | best scan CPU s: "
-              "work JVMs + Python workers | driver JVM + Python CPU s | count(*) wall s | "
-              "VmHWM MB: JVMs / Python workers | load |")
-        print("|---|---|---:|---|---|---|---|---|---|")
+              "JVMs + Python workers | driver JVM + Python CPU s | total CPU s | count(*) "
+              "wall s | VmHWM MB: JVMs / Python workers | load |")
+        print("|---|---|---:|---|---|---|---:|---|---|---|")
     for r, part, dpath, x in spark_rows:
         cpu = x["scan_cpu_s"]
         where = "`local[2]`" if part == "spark" else "cluster 2×1"
         driver = (f"{cpu['driver_jvm']:.2f} + {cpu['driver_python']:.2f}"
-                  if "driver_jvm" in cpu else "(the work JVM)")
+                  if "driver_jvm" in cpu else "(the same JVM)")
+        total = sum(cpu.values())
         hwm = x.get("hwm_mb", {}).get("work", {})
         mem = (f"{'/'.join(f'{h:.0f}' for h in hwm.get('jvm', [])) or '-'} / "
                f"{'/'.join(f'{h:.0f}' for h in hwm.get('python', [])) or '-'}")
         print(f"| {r['keys'] / 1e6:g}M | {where}, {dpath} | {x['rows']:,} | "
               f"{', '.join(f'{s:.1f}' for s in x['scan_s'])} | {cpu['jvm']:.2f} + "
-              f"{cpu['python']:.2f} = {cpu['jvm'] + cpu['python']:.2f} | {driver} | "
+              f"{cpu['python']:.2f} | {driver} | {total:.2f} | "
               f"{', '.join(f'{s:.1f}' for s in x['count_s'])} | {mem} | "
               f"{x['loadavg'].split()[0]} |")
+        if part == "spark" and dpath == "python" and "api" in r["spark"]:
+            a = r["spark"]["api"]
+            print(f"| {r['keys'] / 1e6:g}M | none: Python API, 1 worker | {a['entries']:,} | "
+                  f"{a['scan_s']:.1f} | (process) | | {total_cpu(a):.2f} (open "
+                  f"and scan {a['work_cpu_s']:.2f}) | | {a['hwm_mb']:.0f} | "
+                  f"{a['loadavg'].split()[0]} |")
 
 
 # -- the plot -------------------------------------------------------------------------------------
