@@ -371,7 +371,7 @@ def _print_spark(label: str, res: dict[str, Any]) -> None:
     )
     cpu = res["scan_cpu_s"]
     print(f"  best scan CPU: Python workers {cpu['python']:.2f} s, JVMs {cpu['jvm']:.2f} s "
-          f"(local: the driver; cluster: the executors and worker daemons); "
+          f"(local: the driver; cluster: the executors, the daemons not counted); "
           f"median scan {res['scan_s_median']:.2f} s")
     cpu = res["count_cpu_s"]
     counts = ", ".join(f"{s:.2f}" for s in res["count_s"])
