@@ -13,7 +13,8 @@ incremental chain (``KEYS=PATH``; the RocksDB ones were made with ``--append-eve
 
     python benchmarks/bench_scale.py --canonical 1000000=/tmp/.../savepoint-... \\
         --native 1000000=/tmp/.../savepoint-... --chain 1000000=/tmp/.../chk-4 \\
-        --json /tmp/scale/scale.json [--only full,single,lookup,workers,spark] [--runs 1]
+        --json /tmp/scale/scale.json [--only full,single,lookup,workers,spark,cluster] \\
+        [--runs 1]
     python benchmarks/bench_scale.py --plot /tmp/scale/scale.json   # docs/img/scale.png
 
 What each part measures, every side a fresh process (its wall seconds, its CPU seconds: user +
@@ -34,7 +35,11 @@ at its start:
   alternated; ``--only workers`` runs this alone, for the wall-clock 1-vs-2 comparison on an
   idle machine (a few minutes at 10M keys).
 * ``spark``: one state through Spark ``local[2]`` (``bench_spark.py``'s child: scans to the
-  ``noop`` sink, the JVM data source and the Python one).
+  ``noop`` sink, the JVM data source and the Python one); ``--spark-conf
+  spark.driver.memory=...`` if a size needs it.
+* ``cluster``: the same on a standalone cluster on loopback (``tests/support/cluster.py``: a
+  master and two one-core workers, one executor each, ``--executor-memory``), started for each
+  savepoint and stopped after it; the CPU of the executors and of the driver apart.
 
 Flink needs a JDK 17 and the apache-flink 2.3.0 jars: ``$FLINK_LIB`` (a ``pyflink/lib``) or
 ``--flink-python``. Give its JVM heap for 10M keys (``--java-opt=-Xmx12g``).
@@ -304,22 +309,85 @@ def part_workers(keys: int, path: str, runs: int) -> dict[str, list[dict[str, An
     return out
 
 
-def part_spark(keys: int, path: str) -> dict[str, Any]:
+def _spark_line(label: str, res: dict[str, Any]) -> str:
+    cpu = res["scan_cpu_s"]
+    driver = ""
+    if "driver_jvm" in cpu:
+        driver = (f"; driver JVM {cpu['driver_jvm']:.2f}, driver Python "
+                  f"{cpu['driver_python']:.2f}")
+    hwm = res.get("hwm_mb", {}).get("work", {})
+    mem = "/".join(f"{h:.0f}" for h in hwm.get("jvm", []))
+    pymem = "/".join(f"{h:.0f}" for h in hwm.get("python", []))
+    return (f"  {label}: state count, {res['rows']:,} rows, {res['partitions']} partitions; "
+            f"scans {', '.join(f'{s:.2f}' for s in res['scan_s'])} s wall, best scan CPU "
+            f"{cpu['python'] + cpu['jvm']:.2f} s (Python {cpu['python']:.2f}, JVM "
+            f"{cpu['jvm']:.2f}{driver}); VmHWM JVMs {mem or '-'} MB, Python {pymem or '-'} MB; "
+            f"load {res['loadavg']}")
+
+
+def part_spark(keys: int, path: str, extra: dict[str, str]) -> dict[str, Any]:
     import bench_spark
 
     out: dict[str, Any] = {}
     for dpath in ("jvm", "python"):
-        conf = bench_spark._spark_conf("local[2]", bench_spark._path_conf(dpath))
+        conf = bench_spark._spark_conf("local[2]", {**bench_spark._path_conf(dpath), **extra})
         load = loadavg()
+        t = time.perf_counter()
         res = bench_spark._run_child([json.dumps(conf), path, OPERATOR, "count", "2", "5", "7",
                                       str(keys)])
+        res["child_wall_s"] = time.perf_counter() - t
         res["loadavg"] = load
         out[dpath] = res
-        cpu = res["scan_cpu_s"]
-        print(f"  spark local[2] {dpath}: state count, {res['rows']:,} rows, scans "
-              f"{', '.join(f'{s:.2f}' for s in res['scan_s'])} s wall, best scan CPU "
-              f"{cpu['python'] + cpu['jvm']:.2f} s (Python {cpu['python']:.2f}, JVM "
-              f"{cpu['jvm']:.2f}); load {load}", flush=True)
+        print(_spark_line(f"spark local[2] {dpath}", res), flush=True)
+    # the same state through the Python API on one core, same minutes, for reference
+    api = measured(_child("scan", path, "count", "1"))
+    bench_vs_flink._check("statequery", api, {"count": keys})
+    out["api"] = api
+    print(_line("Python API, 1 worker", api), flush=True)
+    return out
+
+
+def _mb(size: str) -> int:
+    """``768m`` / ``2g`` -> MB."""
+    units = {"m": 1, "g": 1024}
+    return int(float(size[:-1]) * units[size[-1].lower()]) if size[-1].lower() in units \
+        else int(size)
+
+
+def part_cluster(keys: int, path: str, executor_memory: str,
+                 extra: dict[str, str]) -> dict[str, Any]:
+    """The ``spark`` part's scan on a standalone cluster on loopback (tests/support/cluster.py):
+    a master and two workers of one core each, one executor per worker, started for this
+    savepoint and stopped after it. CPU: the executors (JVMs) and their Python workers, and the
+    driver (its JVM and Python) apart."""
+    import bench_spark
+
+    sys.path.insert(0, REPO)
+    from tests.support.cluster import StandaloneCluster
+
+    out: dict[str, Any] = {}
+    load = loadavg()
+    t = time.perf_counter()
+    with StandaloneCluster(workers=2, cores=1, worker_memory=f"{_mb(executor_memory) + 256}m",
+                           lifetime=2400) as c:
+        out["cluster_start_s"] = time.perf_counter() - t
+        out["cluster_start_loadavg"] = load
+        print(f"  cluster {c.master_url}: master and 2 workers of 1 core up in "
+              f"{out['cluster_start_s']:.1f} s (load {load})", flush=True)
+        env = dict(c.env, STATEQUERY_BENCH_CPU_ROOTS=",".join(str(p.pid) for p in c.procs))
+        for dpath in ("jvm", "python"):
+            conf = bench_spark._spark_conf(c.master_url, {
+                **c.spark_conf(executor_memory=executor_memory),
+                **bench_spark._path_conf(dpath), **extra,
+            })
+            load = loadavg()
+            t = time.perf_counter()
+            res = bench_spark._run_child([json.dumps(conf), path, OPERATOR, "count", "2", "5",
+                                          "7", str(keys)], env=env)
+            res["child_wall_s"] = time.perf_counter() - t
+            res["loadavg"] = load
+            out[dpath] = res
+            print(_spark_line(f"spark cluster 2x1 {dpath}", res), flush=True)
     return out
 
 
@@ -344,11 +412,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--native", action="append", default=[], help="KEYS=PATH (--append-every 10)")
     ap.add_argument("--chain", action="append", default=[],
                     help="KEYS=PATH of the last incremental checkpoint (--append-every 10)")
-    ap.add_argument("--only", default="full,single,lookup,workers,spark")
+    ap.add_argument("--only", default="full,single,lookup,workers,spark,cluster")
     ap.add_argument("--flink", default="disk,preload", help="Flink variants: disk, preload")
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--java-opt", action="append", default=[])
     ap.add_argument("--flink-python", default=os.environ.get("FLINK_PYTHON", sys.executable))
+    ap.add_argument("--spark-conf", action="append", default=[],
+                    help="KEY=VALUE added to the Spark settings of the spark and cluster parts "
+                         "(spark.driver.memory=2g, ...)")
+    ap.add_argument("--executor-memory", default="768m",
+                    help="cluster part: each executor's memory (each worker offers 256m more)")
     ap.add_argument("--json", default="", help="append the results to this JSON file")
     ap.add_argument("--plot", default="", help="plot this JSON file (docs/img/scale.png)")
     ap.add_argument("--png", default=os.path.join(REPO, "docs", "img", "scale.png"))
@@ -361,6 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         table(args.table)
         return 0
     only = set(filter(None, args.only.split(",")))
+    spark_extra = dict(kv.split("=", 1) for kv in args.spark_conf)
     flink_sides = [f"flink-{v.strip()}" for v in args.flink.split(",") if v.strip()]
     commit = subprocess.run(["git", "-C", REPO, "log", "-1", "--format=%h"],
                             capture_output=True, text=True).stdout.strip()
@@ -388,7 +462,11 @@ def main(argv: list[str] | None = None) -> int:
             rec["workers"] = part_workers(keys, path, max(args.runs, 2))
         if "spark" in only and kind == "canonical":
             print(f"\nspark, canonical {keys:,} keys: {path}", flush=True)
-            rec["spark"] = part_spark(keys, path)
+            rec["spark"] = part_spark(keys, path, spark_extra)
+        if "cluster" in only and kind == "canonical":
+            print(f"\nspark cluster (2 workers x 1 core), canonical {keys:,} keys: {path}",
+                  flush=True)
+            rec["cluster"] = part_cluster(keys, path, args.executor_memory, spark_extra)
         results.append(rec)
         if args.json:
             old: list[Any] = []
@@ -477,13 +555,35 @@ def table(json_path: str) -> None:
                       f"{x['proc_cpu_s']:.2f} + {x['pool_cpu_s']:.2f} | {x['hwm_mb']:.0f} / "
                       f"{'/'.join(f'{h:.0f}' for h in x['pool_hwm_mb']) or '-'} | "
                       f"{x['loadavg'].split()[0]} |")
-    for r in records:
-        for dpath, x in r.get("spark", {}).items():
-            cpu = x["scan_cpu_s"]
-            print(f"spark local[2] {dpath}, {r['keys'] / 1e6:g}M {r['kind']} `count`: "
-                  f"{x['rows']:,} rows, scans {', '.join(f'{s:.1f}' for s in x['scan_s'])} s "
-                  f"wall, best scan CPU {cpu['python'] + cpu['jvm']:.2f} s, load "
-                  f"{x['loadavg'].split()[0]}")
+    spark_rows = [(r, part, dpath, x) for r in records for part in ("spark", "cluster")
+                  for dpath, x in r.get(part, {}).items()
+                  if isinstance(x, dict) and "scan_cpu_s" in x]
+    if spark_rows:
+        print()
+        print("| savepoint, `count` | Spark, source | rows | scans, wall s | best scan CPU s: "
+              "JVMs + Python workers | driver JVM + Python CPU s | total CPU s | count(*) "
+              "wall s | VmHWM MB: JVMs / Python workers | load |")
+        print("|---|---|---:|---|---|---|---:|---|---|---|")
+    for r, part, dpath, x in spark_rows:
+        cpu = x["scan_cpu_s"]
+        where = "`local[2]`" if part == "spark" else "cluster 2×1"
+        driver = (f"{cpu['driver_jvm']:.2f} + {cpu['driver_python']:.2f}"
+                  if "driver_jvm" in cpu else "(the same JVM)")
+        total = sum(cpu.values())
+        hwm = x.get("hwm_mb", {}).get("work", {})
+        mem = (f"{'/'.join(f'{h:.0f}' for h in hwm.get('jvm', [])) or '-'} / "
+               f"{'/'.join(f'{h:.0f}' for h in hwm.get('python', [])) or '-'}")
+        print(f"| {r['keys'] / 1e6:g}M | {where}, {dpath} | {x['rows']:,} | "
+              f"{', '.join(f'{s:.1f}' for s in x['scan_s'])} | {cpu['jvm']:.2f} + "
+              f"{cpu['python']:.2f} | {driver} | {total:.2f} | "
+              f"{', '.join(f'{s:.1f}' for s in x['count_s'])} | {mem} | "
+              f"{x['loadavg'].split()[0]} |")
+        if part == "spark" and dpath == "python" and "api" in r["spark"]:
+            a = r["spark"]["api"]
+            print(f"| {r['keys'] / 1e6:g}M | none: Python API, 1 worker | {a['entries']:,} | "
+                  f"{a['scan_s']:.1f} | (process) | | {total_cpu(a):.2f} (open "
+                  f"and scan {a['work_cpu_s']:.2f}) | | {a['hwm_mb']:.0f} | "
+                  f"{a['loadavg'].split()[0]} |")
 
 
 # -- the plot -------------------------------------------------------------------------------------

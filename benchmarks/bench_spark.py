@@ -80,6 +80,36 @@ def _tree_cpu(roots: list[int]) -> dict[str, float]:
     return out
 
 
+def _tree_hwm(roots: list[int]) -> dict[str, list[float]]:
+    """Peak resident set (``VmHWM``, MB) of each live descendant of ``roots``, by kind (``jvm``,
+    ``python``), largest first."""
+    parent: dict[int, tuple[int, str]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                head, tail = f.read().rsplit(")", 1)
+        except OSError:
+            continue
+        parent[int(entry)] = (int(tail.split()[1]), head.split("(", 1)[1])
+    out: dict[str, list[float]] = {"jvm": [], "python": []}
+    for pid, (_, comm) in parent.items():
+        node = pid
+        while node and node not in roots:
+            node = parent.get(node, (0, ""))[0]
+        if not node or pid in roots:
+            continue
+        try:
+            with open(f"/proc/{pid}/status", encoding="ascii") as f:
+                hwm = next((int(x.split()[1]) / 1024 for x in f if x.startswith("VmHWM:")), 0.0)
+        except OSError:
+            continue
+        if hwm:  # kernel threads and exited processes have none
+            out["jvm" if comm == "java" else "python"].append(round(hwm, 1))
+    return {k: sorted(v, reverse=True) for k, v in out.items()}
+
+
 def child_spark(
     conf: dict[str, str], path: str, operator: str, state: str, repeat: int, lookups: int,
     seed: int, keys_total: int,
@@ -109,16 +139,25 @@ def child_spark(
     # cluster's workers with their executors (STATEQUERY_BENCH_CPU_ROOTS)
     roots = [int(p) for p in os.environ.get("STATEQUERY_BENCH_CPU_ROOTS", "").split(",") if p]
     roots = roots or [os.getpid()]
+    me = [os.getpid()]
 
     def timed(run: Any) -> tuple[list[float], list[dict[str, float]]]:
+        """Wall and CPU of each run: the work's processes (``jvm``, ``python``; in local mode
+        the driver's JVM is the executor) and, on a cluster, the driver's apart (``driver_jvm``:
+        its JVM; ``driver_python``: this process and its Python children, the JVM data
+        source's planning worker)."""
         walls, cpu = [], []
         for _ in range(repeat):
-            before = _tree_cpu(roots)
+            before, dbefore, c0 = _tree_cpu(roots), _tree_cpu(me), time.process_time()
             t = time.perf_counter()
             run()
             walls.append(time.perf_counter() - t)
-            after = _tree_cpu(roots)
+            after, dafter = _tree_cpu(roots), _tree_cpu(me)
             cpu.append({k: after[k] - before[k] for k in after})
+            if roots != me:
+                cpu[-1]["driver_jvm"] = dafter["jvm"] - dbefore["jvm"]
+                cpu[-1]["driver_python"] = (dafter["python"] - dbefore["python"]
+                                            + time.process_time() - c0)
         return walls, cpu
 
     def count() -> None:
@@ -139,6 +178,7 @@ def child_spark(
         assert [r["key"] for r in got] == [key], (key, got)
         if i:  # the first one is the warm-up
             latencies.append(dt)
+    hwm = {"work": _tree_hwm(roots), "driver": _tree_hwm(me) if roots != me else {}}
     spark.stop()
     best = min(scans)
     return {
@@ -160,6 +200,7 @@ def child_spark(
         "lookup_ms_min": 1000 * min(latencies),
         "lookup_ms_max": 1000 * max(latencies),
         "lookups": len(latencies),
+        "hwm_mb": hwm,
     }
 
 
@@ -330,7 +371,7 @@ def _print_spark(label: str, res: dict[str, Any]) -> None:
     )
     cpu = res["scan_cpu_s"]
     print(f"  best scan CPU: Python workers {cpu['python']:.2f} s, JVMs {cpu['jvm']:.2f} s "
-          f"(local: the driver; cluster: the executors and worker daemons); "
+          f"(local: the driver; cluster: the executors, the daemons not counted); "
           f"median scan {res['scan_s_median']:.2f} s")
     cpu = res["count_cpu_s"]
     counts = ", ".join(f"{s:.2f}" for s in res["count_s"])
