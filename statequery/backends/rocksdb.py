@@ -1258,19 +1258,23 @@ class RocksDBKeyedBackend:
         scan = None if table_scan is None else table_scan(layout.name, bounds, key_prefix=seek)
         if scan is not None:
             # the compiled table scan: one key group's entries packed per call, fed to the
-            # compiled sink in one call (no pair, no Python object per entry)
+            # compiled sink in one call (no pair, no Python object per entry), as a view of
+            # the scan's own buffer (released before the next call reuses it)
             read_module = compiled_module_read()
             assert read_module is not None  # a compiled sink: the module is there
             packed = read_module.feed_packed
+            chunk = getattr(scan, "next_view", None) or scan.next_chunk
             while True:
                 try:
-                    kg, _n, buf, ends = scan.next_chunk()
+                    kg, _n, buf, ends = chunk()
                     if kg < 0:
                         return
                     packed(on_entry, buf, prefix, ends)
                 except DecodeError as e:
                     raise CorruptStateError(f"state {layout.name!r}, {e.message}",
                                             db.describe(layout.name)) from e
+                if isinstance(buf, memoryview):
+                    buf.release()
                 if ends:
                     yield kg
         if feed is not None:
