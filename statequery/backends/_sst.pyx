@@ -583,6 +583,7 @@ cdef class _TableCursor:
     cdef int fd
     cdef Py_ssize_t file_size, max_block
     cdef object checksum, decompress, mismatch, snappy_into
+    cdef object xxh3  # the XXH3 digest when ``checksum`` is RocksDB's XXH3 (computed here)
     cdef uint64_t base_context, gseq
     cdef bint has_global
     cdef str source
@@ -590,6 +591,7 @@ cdef class _TableCursor:
     cdef Py_ssize_t next_block
     cdef object block  # the current block's bytes when ``decompress`` made them, kept alive
     cdef object runbuf  # bytearray: the raw bytes of a run of blocks, file bytes [run_off, +run_len)
+    cdef object runview  # memoryview of runbuf (sliced per block for the checksum and snappy)
     cdef Py_ssize_t run_off, run_len, run_want
     cdef object inflated  # bytearray: the current snappy block inflated
     cdef const uint8_t* p
@@ -652,8 +654,11 @@ cdef class _TableCursor:
                                                   + (<uint64_t>off >> 32)) & 0xFFFFFFFF)) \
                     & 0xFFFFFFFF
                 stored = (stored - modifier) & 0xFFFFFFFF
-            computed = self.checksum(memoryview(self.runbuf)[at:at + size + 1], size + 1)
-            raw = <const uint8_t*>PyByteArray_AS_STRING(self.runbuf) + at  # (the same buffer)
+            if self.xxh3 is not None:  # ``checksums.checksum_function(XXH3)`` of raw[:size + 1]
+                computed = ((<uint64_t>self.xxh3(self.runview[at:at + size]) & 0xFFFFFFFF)
+                            ^ ((<uint64_t>raw[size] * 0x6B9083D9) & 0xFFFFFFFF))
+            else:
+                computed = self.checksum(self.runview[at:at + size + 1], size + 1)
             if stored != computed:
                 raise self.mismatch("data", h, stored, computed)
         kind = raw[size]
@@ -667,7 +672,7 @@ cdef class _TableCursor:
                 self.inflated = bytearray(<Py_ssize_t>declared + 1 if declared >= 65536
                                           else 65536)
             try:
-                got = self.snappy_into(memoryview(self.runbuf)[at:at + size], self.inflated)
+                got = self.snappy_into(self.runview[at:at + size], self.inflated)
             except Exception:
                 got = None
             if got is not None and got == declared:
@@ -717,8 +722,10 @@ cdef class _TableCursor:
             j += 1
         self.run_want = target * 2 if target < _RUN_BYTES else _RUN_BYTES
         if self.runbuf is None or PyByteArray_GET_SIZE(self.runbuf) < want:
+            self.runview = None
             self.runbuf = None
             self.runbuf = bytearray(want if want > _FIRST_RUN else _FIRST_RUN)
+            self.runview = memoryview(self.runbuf)
         self.run_off = off
         self.run_len = 0
         cdef char* buf = PyByteArray_AS_STRING(self.runbuf)
@@ -860,6 +867,7 @@ cdef class _TableCursor:
         """The end of the table's range: no current entry, its buffers freed."""
         self.valid = False
         self.block = None
+        self.runview = None
         self.runbuf = None
         self.inflated = None
         self.run_len = 0
@@ -1002,6 +1010,7 @@ cdef class TableScan:
             c.has_global = gseq is not None
             c.gseq = gseq if gseq is not None else 0
             c.snappy_into = cramjam.snappy.decompress_raw_into
+            c.xxh3 = getattr(c.checksum, "xxh3_64", None)
             c.start = start
             c.stop = stop
             c.before_start = start is not None
@@ -1108,18 +1117,21 @@ cdef class TableScan:
         self.outcap = want
         return 0
 
-    cdef int _emit(self, const uint8_t* v, Py_ssize_t vlen) except -1:
-        """Append the current user key and the value ``v[:vlen]``."""
-        self._grow(16 + self.curlen + vlen)
+    cdef inline int _emit(self, const uint8_t* k, Py_ssize_t klen, const uint8_t* v,
+                          Py_ssize_t vlen) except -1:
+        """Append the key ``k[:klen]`` and the value ``v[:vlen]``."""
+        cdef Py_ssize_t need = 16 + klen + vlen
+        if need > self.outcap - self.outlen:
+            self._grow(need)
         cdef uint8_t* o = self.out + self.outlen
-        cdef int64_t kl = self.curlen, vl = vlen
+        cdef int64_t kl = klen, vl = vlen
         memcpy(o, &kl, 8)
         memcpy(o + 8, &vl, 8)
-        if self.curlen:
-            memcpy(o + 16, self.cur, self.curlen)
+        if klen:
+            memcpy(o + 16, k, klen)
         if vlen:
-            memcpy(o + 16 + self.curlen, v, vlen)
-        self.outlen += 16 + self.curlen + vlen
+            memcpy(o + 16 + klen, v, vlen)
+        self.outlen += need
         return 0
 
     def next_chunk(self):
@@ -1146,6 +1158,7 @@ cdef class TableScan:
         cdef object base
         cdef bint done, wrote
         cdef bytes joined
+        cdef const uint8_t* ck  # the current user key (in ``cur``, or as emitted in ``out``)
         self.outlen = 0
         while True:
             if self.peek >= 0:
@@ -1171,19 +1184,29 @@ cdef class TableScan:
                 self.open_kg = kg
                 return kg, entries, False
             # the current user key, resolved over every table's entries of it, newest first
-            if c.ulen > self.curcap:
-                grown = <uint8_t*>realloc(self.cur, c.ulen * 2 + 64)
-                if grown == NULL:
-                    raise MemoryError()
-                self.cur = grown
-                self.curcap = c.ulen * 2 + 64
             self.curlen = c.ulen
-            if c.ulen:
-                memcpy(self.cur, c.key, c.ulen)
             operands = None
             base = None
-            done = False
-            wrote = False
+            if c.kind == 1:
+                # a Put first (the common case): emitted now, its key straight from the cursor;
+                # the key emitted (``out`` does not move before the next emit, after this user
+                # key) is what the next entries are compared with
+                self._emit(c.key, c.ulen, c.p + c.vpos, c.vlen)
+                ck = self.out + self.outlen - c.vlen - c.ulen
+                done = True
+                wrote = True
+            else:
+                if c.ulen > self.curcap:
+                    grown = <uint8_t*>realloc(self.cur, c.ulen * 2 + 64)
+                    if grown == NULL:
+                        raise MemoryError()
+                    self.cur = grown
+                    self.curcap = c.ulen * 2 + 64
+                if c.ulen:
+                    memcpy(self.cur, c.key, c.ulen)
+                ck = self.cur
+                done = False
+                wrote = False
             while True:
                 if not done:
                     if c.kind == 2:
@@ -1193,7 +1216,7 @@ cdef class TableScan:
                     else:
                         if c.kind == 1:
                             if operands is None:
-                                self._emit(c.p + c.vpos, c.vlen)
+                                self._emit(self.cur, self.curlen, c.p + c.vpos, c.vlen)
                                 wrote = True
                             else:
                                 base = PyBytes_FromStringAndSize(<char*>c.p + c.vpos, c.vlen)
@@ -1204,13 +1227,13 @@ cdef class TableScan:
                 if j < 0:
                     break
                 if self.cursors[j] is c:  # the same table: its last entry had this user key
-                    if not c.same_user_key(self.cur, self.curlen):
+                    if not c.same_user_key(ck, self.curlen):
                         break
                 else:
                     i = j
                     c = <_TableCursor>self.cursors[i]
                     if c.ulen != self.curlen or (self.curlen and
-                                                 memcmp(c.key, self.cur, self.curlen) != 0):
+                                                 memcmp(c.key, ck, self.curlen) != 0):
                         break
                 self.peek = -1
             if operands is not None:
@@ -1218,7 +1241,8 @@ cdef class TableScan:
                 if base is not None:
                     operands.insert(0, base)
                 joined = self.delimiter.join(operands)
-                self._emit(<const uint8_t*>PyBytes_AS_STRING(joined), PyBytes_GET_SIZE(joined))
+                self._emit(self.cur, self.curlen, <const uint8_t*>PyBytes_AS_STRING(joined),
+                           PyBytes_GET_SIZE(joined))
                 wrote = True
             if wrote:
                 entries += 1

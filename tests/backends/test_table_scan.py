@@ -560,7 +560,8 @@ def test_blocks_read_in_runs_equal_the_pure_reads(tmp_path: Path, kind: int) -> 
     """A table of small and large blocks back to back (runs of growing size, blocks larger
     than a run, snappy and plain) read whole and from seeks: the entries written; the file
     cut short after it was opened (at block boundaries and inside blocks, inside and at the
-    end of a run): the pure path's error, message and all, never a partial read."""
+    end of a run) or a byte changed: the pure path's error, message and all, never a partial
+    read."""
     _check_built()
     rnd = random.Random(kind)
     path = str(tmp_path / "runs.sst")
@@ -585,6 +586,18 @@ def test_blocks_read_in_runs_equal_the_pure_reads(tmp_path: Path, kind: int) -> 
             assert pure[:2] == ("error", "CorruptStateError") and "short read" in pure[2], cut
             with open(path, "wb") as f:
                 f.write(data)
+        for at in sorted({0, end - 1, *(o + 1 for o in offsets[::6]), *rnd.sample(range(end), 8)}):
+            changed = bytearray(data)  # a byte changed after the checksum was computed
+            changed[at] ^= 0x5A
+            with open(path, "wb") as f:
+                f.write(changed)
+            pure, fast = _pure_and_compiled(
+                lambda: _message(lambda: list(sst.merged_entries([table], b"\x00", None))),
+                lambda: _message(lambda: _scan([table], b"\x00", None, 1 << 20)))
+            assert pure == fast, at
+            assert pure[:2] == ("error", "CorruptStateError") and "checksum" in pure[2], at
+        with open(path, "wb") as f:
+            f.write(data)
     finally:
         table.close()
 
