@@ -305,6 +305,13 @@ cdef inline uint64_t _u32(const uint8_t* p) noexcept:
     return <uint64_t>p[0] | (<uint64_t>p[1] << 8) | (<uint64_t>p[2] << 16) | (<uint64_t>p[3] << 24)
 
 
+cdef inline uint64_t _u64(const uint8_t* p) noexcept:
+    """A little-endian fixed64 (an internal key's trailer): one load where the compiler can."""
+    return (<uint64_t>p[0] | (<uint64_t>p[1] << 8) | (<uint64_t>p[2] << 16)
+            | (<uint64_t>p[3] << 24) | (<uint64_t>p[4] << 32) | (<uint64_t>p[5] << 40)
+            | (<uint64_t>p[6] << 48) | (<uint64_t>p[7] << 56))
+
+
 cdef Py_ssize_t _restarts_limit(const uint8_t* p, Py_ssize_t n, str source,
                                 Py_ssize_t base) except -1:
     """The restart-array check of ``_Block.__init__`` (same verdicts, same messages) without
@@ -832,9 +839,7 @@ cdef class _TableCursor:
             if self.ulen < 0:
                 raise CorruptStateError(f"internal key of {self.keylen} bytes", self.source,
                                         self.base)
-            trailer = 0
-            for i in range(7, -1, -1):
-                trailer = (trailer << 8) | self.key[self.ulen + i]
+            trailer = _u64(self.key + self.ulen)
             kind = trailer & 0xFF
             if kind != 0 and kind != 1 and kind != 2 and kind != 7:
                 what = _TYPE_NAMES.get(kind, f"value type {kind:#x}")
@@ -974,6 +979,7 @@ cdef class TableScan:
     cdef Py_ssize_t curlen, curcap
     cdef int open_kg
     cdef Py_ssize_t best, second  # see _smallest (best -1: compare all)
+    cdef _TableCursor bestc, secondc  # cursors[best], cursors[second]
     cdef Py_ssize_t peek  # the cursor _smallest last returned, not consumed yet (-1: none)
     cdef list rest  # per run (see _chain): its tables after the current one, last first
 
@@ -1068,22 +1074,19 @@ cdef class TableScan:
             self.cursors.append((<list>run)[0])
             self.rest.append((<list>run)[:0:-1])
 
-    cdef Py_ssize_t _smallest(self):
+    cdef inline Py_ssize_t _smallest(self) except -2:
         """The cursor holding the smallest entry (-1: all done). The runner-up is kept: after
         the best one advances, one comparison with it decides whether the best one still
-        leads (tables of one level hold disjoint ranges), else all are compared again."""
+        leads (tables of one level hold disjoint ranges), else all are compared again
+        (:meth:`_smallest_all`)."""
+        if self.best >= 0 and self.bestc.valid and (
+                self.second < 0 or _cursor_cmp(self.bestc, self.secondc) < 0):
+            return self.best
+        return self._smallest_all()
+
+    cdef Py_ssize_t _smallest_all(self) except -2:
         cdef Py_ssize_t best = -1, second = -1, i
         cdef _TableCursor c, b = None, s2 = None
-        if self.best >= 0:
-            b = <_TableCursor>self.cursors[self.best]
-            if b.valid:
-                if self.second < 0:
-                    return self.best
-                s2 = <_TableCursor>self.cursors[self.second]
-                if _cursor_cmp(b, s2) < 0:
-                    return self.best
-            b = None
-            s2 = None
         for i in range(self.ncur):
             c = <_TableCursor>self.cursors[i]
             while not c.valid and len(<list>self.rest[i]):
@@ -1098,6 +1101,8 @@ cdef class TableScan:
                 second, s2 = i, c
         self.best = best
         self.second = second
+        self.bestc = b
+        self.secondc = s2
         return best
 
     cdef int _grow(self, Py_ssize_t more) except -1:
@@ -1169,7 +1174,7 @@ cdef class TableScan:
             if i < 0:
                 self.open_kg = -1
                 return kg, entries, True
-            c = <_TableCursor>self.cursors[i]
+            c = self.bestc  # cursors[i]: i is what _smallest returned last
             if c.ulen < self.prefix_len:
                 raise CorruptStateError(
                     f"entry key {PyBytes_FromStringAndSize(<char*>c.key, c.ulen).hex()} "
@@ -1226,12 +1231,12 @@ cdef class TableScan:
                 self.peek = j
                 if j < 0:
                     break
-                if self.cursors[j] is c:  # the same table: its last entry had this user key
+                if self.bestc is c:  # the same table (j is best): its last entry had this key
                     if not c.same_user_key(ck, self.curlen):
                         break
                 else:
                     i = j
-                    c = <_TableCursor>self.cursors[i]
+                    c = self.bestc
                     if c.ulen != self.curlen or (self.curlen and
                                                  memcmp(c.key, ck, self.curlen) != 0):
                         break
