@@ -471,18 +471,22 @@ cdef inline Py_ssize_t _small_varint(const uint8_t* p, Py_ssize_t pos, Py_ssize_
 cdef uint64_t _LIMIT = (<uint64_t>1) << 62  # offsets and sizes the compiled index walk reads
 
 
-def index_handles(bytes data, Py_ssize_t pos, Py_ssize_t limit, bint first_keys, handle):
+def index_handles(bytes data, Py_ssize_t pos, Py_ssize_t limit, bint first_keys, handle,
+                  bint strip=False, Py_ssize_t data_end=-1):
     """The entries of an index block with delta-encoded values from ``pos`` (a restart offset)
     to ``limit``, as ``[(key, handle(offset, size))]``: ``_Block._index_handles`` read whole.
     Returns None for a block it does not read exactly as the pure walk would (a malformed or
     out-of-range entry, a varint longer than 9 bytes, an offset or size outside [0, 2**62)):
     the caller then walks it in Python, which raises the typed error or reads the odd values.
+    ``strip``: each key without its last 8 bytes (``key[:-8]``, an internal key's user key);
+    ``data_end`` >= 0: None as well when a handle's block and trailer end past it (the caller's
+    walk then raises ``SstFile._check_block``'s error).
     """
     cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(data)
     cdef Py_ssize_t n = PyBytes_GET_SIZE(data)
     cdef uint64_t shared, non_shared, off = 0, size = 0, zz, skip
     cdef long long delta, new_size
-    cdef Py_ssize_t keylen = 0, cap = 0, end_key
+    cdef Py_ssize_t keylen = 0, cap = 0, end_key, ulen
     cdef uint8_t* key = NULL
     cdef uint8_t* grown
     cdef bint has_prev = False
@@ -536,7 +540,12 @@ def index_handles(bytes data, Py_ssize_t pos, Py_ssize_t limit, bint first_keys,
                 if pos > limit:
                     return None
             has_prev = True
-            out.append((PyBytes_FromStringAndSize(<char*>key, keylen), handle(off, size)))
+            if data_end >= 0 and off + size + 5 > <uint64_t>data_end:
+                return None
+            ulen = keylen
+            if strip:
+                ulen = keylen - 8 if keylen > 8 else 0
+            out.append((PyBytes_FromStringAndSize(<char*>key, ulen), handle(off, size)))
         return out
     finally:
         free(key)
@@ -1164,6 +1173,8 @@ cdef class TableScan:
         cdef bint done, wrote
         cdef bytes joined
         cdef const uint8_t* ck  # the current user key (in ``cur``, or as emitted in ``out``)
+        operands = None
+        base = None
         self.outlen = 0
         while True:
             if self.peek >= 0:
@@ -1190,8 +1201,10 @@ cdef class TableScan:
                 return kg, entries, False
             # the current user key, resolved over every table's entries of it, newest first
             self.curlen = c.ulen
-            operands = None
-            base = None
+            if operands is not None:  # (no reference counted per key when unused)
+                operands = None
+            if base is not None:
+                base = None
             if c.kind == 1:
                 # a Put first (the common case): emitted now, its key straight from the cursor;
                 # the key emitted (``out`` does not move before the next emit, after this user
