@@ -771,9 +771,10 @@ class SstFile:
             else:
                 # one compiled call: keys stripped and handles checked against the data's end
                 compiled = compiled_module() if top.delta_values else None
-                walked = None if compiled is None else compiled.index_handles(
+                walked: list[tuple[bytes, BlockHandle]] | None = (
+                    None if compiled is None else compiled.index_handles(
                     top.data, top.restarts[0] if top.restarts else top.limit, top.limit,
-                    top.first_keys, BlockHandle, not user_key, self._footer_start)
+                    top.first_keys, BlockHandle, not user_key, self._footer_start))
                 if walked is not None:
                     self._index = walked
                     return walked
