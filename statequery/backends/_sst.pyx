@@ -28,6 +28,11 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 
 from statequery.exceptions import CorruptStateError, UnsupportedFormatError
 
+
+cdef extern from "Python.h":
+    void PyObject_GC_UnTrack(void* op)
+    int _gc_is_tracked "PyObject_GC_IsTracked" (object op)
+
 _TYPE_NAMES = {0x11: "blob index (BlobDB)", 0x16: "wide-column entity",
                0x18: "value with preferred seqno"}
 
@@ -491,6 +496,8 @@ def index_handles(bytes data, Py_ssize_t pos, Py_ssize_t limit, bint first_keys,
     cdef uint8_t* grown
     cdef bint has_prev = False
     cdef list out = []
+    cdef object h
+    cdef tuple entry
     if limit > n or pos < 0:
         return None
     try:
@@ -545,7 +552,15 @@ def index_handles(bytes data, Py_ssize_t pos, Py_ssize_t limit, bint first_keys,
             ulen = keylen
             if strip:
                 ulen = keylen - 8 if keylen > 8 else 0
-            out.append((PyBytes_FromStringAndSize(<char*>key, ulen), handle(off, size)))
+            h = handle(off, size)
+            entry = (PyBytes_FromStringAndSize(<char*>key, ulen), h)
+            # neither can be part of a reference cycle (bytes, and a frozen pair of ints): not
+            # traversed by the cycle collector, whose full passes a large index (tens of
+            # thousands of handles) would otherwise trigger and slow down
+            if _gc_is_tracked(h):
+                PyObject_GC_UnTrack(<void*>h)
+            PyObject_GC_UnTrack(<void*>entry)
+            out.append(entry)
         return out
     finally:
         free(key)
