@@ -100,7 +100,9 @@ def feed_key_group(
     stop: bytes,
     wanted: Container[int] | None,
 ) -> tuple[int, int, tuple[bytes, bytes] | None]: ...
-def feed_packed(sink: EntrySink, buf: bytes, prefix_len: int, finish: bool) -> int: ...
+def feed_packed(
+    sink: EntrySink, buf: bytes | memoryview, prefix_len: int, finish: bool
+) -> int: ...
 
 class KeyFilter:
     """Passes on only the entries whose key starts with one of ``wanted`` (compared in C)."""

@@ -1692,15 +1692,16 @@ def feed_key_group(EntrySink sink, it, int prefix_len, pending, bytes stop, want
         entries += 1
 
 
-def feed_packed(EntrySink sink, bytes buf, int prefix_len, bint finish):
-    """RocksDB bulk feed from the compiled table scan (``_sst.TableScan.next_chunk``): the
-    packed ``(key, value)`` entries of ``buf`` (each an ``int64`` key length, an ``int64`` value
-    length, native order, then the key and the value), all of one key group, into ``sink`` with
-    no Python object per entry; ``finish``: the key group ends with them (its open row is
-    completed, as :func:`feed_key_group` does when the key group changes). A decoding error is a
-    :class:`DecodeError` naming the key group and the entry key. Returns the entries fed."""
-    cdef const uint8_t* p = <const uint8_t*><char*>buf
-    cdef Py_ssize_t n = len(buf), pos = 0, entries = 0
+def feed_packed(EntrySink sink, const uint8_t[::1] buf, int prefix_len, bint finish):
+    """RocksDB bulk feed from the compiled table scan (``_sst.TableScan.next_view`` or
+    ``next_chunk``): the packed ``(key, value)`` entries of ``buf`` (bytes or a buffer; each an
+    ``int64`` key length, an ``int64`` value length, native order, then the key and the value),
+    all of one key group, into ``sink`` with no Python object per entry; ``finish``: the key
+    group ends with them (its open row is completed, as :func:`feed_key_group` does when the key
+    group changes). A decoding error is a :class:`DecodeError` naming the key group and the
+    entry key. Returns the entries fed."""
+    cdef Py_ssize_t n = buf.shape[0], pos = 0, entries = 0
+    cdef const uint8_t* p = &buf[0] if n > 0 else NULL
     cdef int64_t klen, vlen
     cdef const uint8_t* kb
     cdef int kg, i

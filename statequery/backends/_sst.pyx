@@ -19,16 +19,25 @@ from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcmp, memcpy
 
-from cpython.bytearray cimport PyByteArray_AS_STRING
+from libc.errno cimport EINTR, errno
+from posix.unistd cimport pread
+
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
+from cpython.exc cimport PyErr_CheckSignals, PyErr_SetFromErrno
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 
 from statequery.exceptions import CorruptStateError, UnsupportedFormatError
+
+
+cdef extern from "Python.h":
+    void PyObject_GC_UnTrack(void* op)
+    int _gc_is_tracked "PyObject_GC_IsTracked" (object op)
 
 _TYPE_NAMES = {0x11: "blob index (BlobDB)", 0x16: "wide-column entity",
                0x18: "value with preferred seqno"}
 
 
-cdef inline int _cmp(const uint8_t* a, Py_ssize_t na, bytes b):
+cdef inline int _cmp(const uint8_t* a, Py_ssize_t na, bytes b) noexcept:
     """memcmp-order comparison of a[:na] with b: <0, 0, >0."""
     cdef Py_ssize_t nb = PyBytes_GET_SIZE(b)
     cdef Py_ssize_t n = na if na < nb else nb
@@ -41,7 +50,7 @@ cdef inline int _cmp(const uint8_t* a, Py_ssize_t na, bytes b):
 
 
 cdef inline Py_ssize_t _varint32(const uint8_t* p, Py_ssize_t pos, Py_ssize_t limit,
-                                 uint64_t* out):
+                                 uint64_t* out) noexcept:
     """Decode a varint at pos; returns the next position, or -1 when malformed."""
     cdef uint64_t result = 0
     cdef int shift = 0
@@ -297,8 +306,15 @@ cdef class CheckedPairs:
         return item
 
 
-cdef inline uint64_t _u32(const uint8_t* p):
+cdef inline uint64_t _u32(const uint8_t* p) noexcept:
     return <uint64_t>p[0] | (<uint64_t>p[1] << 8) | (<uint64_t>p[2] << 16) | (<uint64_t>p[3] << 24)
+
+
+cdef inline uint64_t _u64(const uint8_t* p) noexcept:
+    """A little-endian fixed64 (an internal key's trailer): one load where the compiler can."""
+    return (<uint64_t>p[0] | (<uint64_t>p[1] << 8) | (<uint64_t>p[2] << 16)
+            | (<uint64_t>p[3] << 24) | (<uint64_t>p[4] << 32) | (<uint64_t>p[5] << 40)
+            | (<uint64_t>p[6] << 48) | (<uint64_t>p[7] << 56))
 
 
 cdef Py_ssize_t _restarts_limit(const uint8_t* p, Py_ssize_t n, str source,
@@ -438,7 +454,7 @@ cdef object _inflate_snappy(bytes raw, Py_ssize_t size, Py_ssize_t max_block,
 
 
 cdef inline Py_ssize_t _small_varint(const uint8_t* p, Py_ssize_t pos, Py_ssize_t n,
-                                     uint64_t* out):
+                                     uint64_t* out) noexcept:
     """A varint of at most 9 bytes (below 2**63) at pos; -1 for anything else (past ``n``,
     longer): the caller then leaves the block to the pure-Python walk."""
     cdef uint64_t result = 0
@@ -460,22 +476,28 @@ cdef inline Py_ssize_t _small_varint(const uint8_t* p, Py_ssize_t pos, Py_ssize_
 cdef uint64_t _LIMIT = (<uint64_t>1) << 62  # offsets and sizes the compiled index walk reads
 
 
-def index_handles(bytes data, Py_ssize_t pos, Py_ssize_t limit, bint first_keys, handle):
+def index_handles(bytes data, Py_ssize_t pos, Py_ssize_t limit, bint first_keys, handle,
+                  bint strip=False, Py_ssize_t data_end=-1):
     """The entries of an index block with delta-encoded values from ``pos`` (a restart offset)
     to ``limit``, as ``[(key, handle(offset, size))]``: ``_Block._index_handles`` read whole.
     Returns None for a block it does not read exactly as the pure walk would (a malformed or
     out-of-range entry, a varint longer than 9 bytes, an offset or size outside [0, 2**62)):
     the caller then walks it in Python, which raises the typed error or reads the odd values.
+    ``strip``: each key without its last 8 bytes (``key[:-8]``, an internal key's user key);
+    ``data_end`` >= 0: None as well when a handle's block and trailer end past it (the caller's
+    walk then raises ``SstFile._check_block``'s error).
     """
     cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(data)
     cdef Py_ssize_t n = PyBytes_GET_SIZE(data)
     cdef uint64_t shared, non_shared, off = 0, size = 0, zz, skip
     cdef long long delta, new_size
-    cdef Py_ssize_t keylen = 0, cap = 0, end_key
+    cdef Py_ssize_t keylen = 0, cap = 0, end_key, ulen
     cdef uint8_t* key = NULL
     cdef uint8_t* grown
     cdef bint has_prev = False
     cdef list out = []
+    cdef object h
+    cdef tuple entry
     if limit > n or pos < 0:
         return None
     try:
@@ -525,7 +547,20 @@ def index_handles(bytes data, Py_ssize_t pos, Py_ssize_t limit, bint first_keys,
                 if pos > limit:
                     return None
             has_prev = True
-            out.append((PyBytes_FromStringAndSize(<char*>key, keylen), handle(off, size)))
+            if data_end >= 0 and off + size + 5 > <uint64_t>data_end:
+                return None
+            ulen = keylen
+            if strip:
+                ulen = keylen - 8 if keylen > 8 else 0
+            h = handle(off, size)
+            entry = (PyBytes_FromStringAndSize(<char*>key, ulen), h)
+            # neither can be part of a reference cycle (bytes, and a frozen pair of ints): not
+            # traversed by the cycle collector, whose full passes a large index (tens of
+            # thousands of handles) would otherwise trigger and slow down
+            if _gc_is_tracked(h):
+                PyObject_GC_UnTrack(<void*>h)
+            PyObject_GC_UnTrack(<void*>entry)
+            out.append(entry)
         return out
     finally:
         free(key)
@@ -534,24 +569,11 @@ def index_handles(bytes data, Py_ssize_t pos, Py_ssize_t limit, bint first_keys,
 # -- the compiled scan of a column family (issue 33, item 3) ------------------------------------
 
 
-cdef object _read_data_block(int fd, object h, Py_ssize_t file_size, object checksum,
-                             uint64_t base_context, object decompress, object mismatch,
-                             str source, Py_ssize_t max_block, object pread, object snappy_into):
-    """One data block of ``check_data_blocks``, read, verified and inflated the same way
-    (same verdicts, same errors): returns its uncompressed bytes (bytes or bytearray), whose
-    restart array the caller checks."""
-    cdef bytes raw = _read_verified(fd, h, file_size, checksum, base_context, mismatch, source,
-                                    pread)
-    cdef Py_ssize_t size = PyBytes_GET_SIZE(raw) - 5
-    cdef int kind = (<const uint8_t*>PyBytes_AS_STRING(raw))[size]
-    cdef object out
-    if kind == 1:
-        out = _inflate_snappy(raw, size, max_block, snappy_into)
-        if out is not None:
-            return out
-    if kind:
-        return decompress(kind, raw[:size], source, h.offset)
-    return raw[:size]
+# a table cursor reads consecutive data blocks in runs of one read each: the first run of a
+# cursor holds about _FIRST_RUN bytes (a seek reads little), each next one twice as much, up to
+# _RUN_BYTES
+cdef Py_ssize_t _FIRST_RUN = 16384
+cdef Py_ssize_t _RUN_BYTES = 262144
 
 
 cdef inline Py_ssize_t _pyvarint(const uint8_t* p, Py_ssize_t pos, Py_ssize_t n, uint64_t* out,
@@ -579,20 +601,30 @@ cdef inline Py_ssize_t _pyvarint(const uint8_t* p, Py_ssize_t pos, Py_ssize_t n,
 
 
 cdef class _TableCursor:
-    """One table of a :class:`TableScan`: its data blocks read in turn (``_read_data_block``)
-    and their entries parsed as ``block_tuples`` does (same checks, same errors), one at a
-    time; the current entry's internal key is copied into ``key`` and its value is a span of
-    the current block."""
+    """One table of a :class:`TableScan`: its data blocks read in turn, checked as
+    ``check_data_blocks`` checks them (same verdicts, same errors), and their entries parsed as
+    ``block_tuples`` does (same checks, same errors), one at a time; the current entry's
+    internal key is copied into ``key`` and its value is a span of the current block.
+
+    Consecutive blocks are read in runs, one ``pread`` into a reused buffer (``runbuf``) per
+    run; an uncompressed block is walked where it was read, a snappy block is inflated into a
+    second reused buffer (``inflated``); a block of another codec, or one snappy refuses, goes
+    to ``decompress`` (the pure path's, with its typed errors)."""
 
     cdef int fd
     cdef Py_ssize_t file_size, max_block
-    cdef object checksum, decompress, mismatch, pread, snappy_into
+    cdef object checksum, decompress, mismatch, snappy_into
+    cdef object xxh3  # the XXH3 digest when ``checksum`` is RocksDB's XXH3 (computed here)
     cdef uint64_t base_context, gseq
     cdef bint has_global
     cdef str source
     cdef list handles
     cdef Py_ssize_t next_block
-    cdef object block  # the current block's bytes (bytes or bytearray), kept alive
+    cdef object block  # the current block's bytes when ``decompress`` made them, kept alive
+    cdef object runbuf  # bytearray: the raw bytes of a run of blocks, file bytes [run_off, +run_len)
+    cdef object runview  # memoryview of runbuf (sliced per block for the checksum and snappy)
+    cdef Py_ssize_t run_off, run_len, run_want
+    cdef object inflated  # bytearray: the current snappy block inflated
     cdef const uint8_t* p
     cdef Py_ssize_t n, pos, limit, base
     cdef uint8_t* key
@@ -619,22 +651,76 @@ cdef class _TableCursor:
 
     cdef int _load(self, Py_ssize_t i, bint seek) except -1:
         """Block ``i`` of ``handles`` becomes the current block; with ``seek``, positioned at
-        the restart point ``SstFile.seek_restart`` picks for ``start``."""
-        cdef object data = _read_data_block(
-            self.fd, (<tuple>self.handles[i])[1], self.file_size, self.checksum,
-            self.base_context, self.decompress, self.mismatch, self.source, self.max_block,
-            self.pread, self.snappy_into)
+        the restart point ``SstFile.seek_restart`` picks for ``start``. Read (from the current
+        run, else a new run from it), verified and inflated as ``check_data_blocks`` does:
+        bounds, short read, checksum (with the format_version 6 context), snappy here when
+        everything about it is in order, else ``decompress``; then the restart array."""
+        cdef object h = (<tuple>self.handles[i])[1]
+        cdef Py_ssize_t off, size, n, at
+        cdef uint64_t stored, modifier, computed, declared
+        cdef const uint8_t* raw
         cdef const uint8_t* p
-        cdef Py_ssize_t n
-        if isinstance(data, bytearray):
-            p = <const uint8_t*>PyByteArray_AS_STRING(data)
-            n = len(<bytearray>data)
-        else:
-            p = <const uint8_t*>PyBytes_AS_STRING(data)
-            n = PyBytes_GET_SIZE(data)
-        self.base = (<tuple>self.handles[i])[1].offset
+        cdef int kind
+        cdef object data
+        cdef object got
+        ho, hs = h.offset, h.size  # Python ints first: a forged varint can exceed 2**63
+        if ho < 0 or hs + 5 < 0 or ho + hs + 5 > self.file_size:
+            raise CorruptStateError(
+                f"block [{ho}, {ho + hs + 5}) lies outside the {self.file_size}-byte file "
+                "(truncated?)", self.source, ho)
+        off = ho
+        size = hs
+        n = size + 5
+        if self.runbuf is None or off < self.run_off or off - self.run_off > self.run_len - n:
+            self._read_run(i, off, n)
+            if self.run_len < n:
+                raise CorruptStateError(f"short read of {n} bytes (truncated?)", self.source,
+                                        off)
+        at = off - self.run_off
+        raw = <const uint8_t*>PyByteArray_AS_STRING(self.runbuf) + at
+        if self.checksum is not None:
+            stored = _u32(raw + size + 1)
+            if self.base_context:
+                modifier = (self.base_context ^ (((<uint64_t>off & 0xFFFFFFFF)
+                                                  + (<uint64_t>off >> 32)) & 0xFFFFFFFF)) \
+                    & 0xFFFFFFFF
+                stored = (stored - modifier) & 0xFFFFFFFF
+            if self.xxh3 is not None:  # ``checksums.checksum_function(XXH3)`` of raw[:size + 1]
+                computed = ((<uint64_t>self.xxh3(self.runview[at:at + size]) & 0xFFFFFFFF)
+                            ^ ((<uint64_t>raw[size] * 0x6B9083D9) & 0xFFFFFFFF))
+            else:
+                computed = self.checksum(self.runview[at:at + size + 1], size + 1)
+            if stored != computed:
+                raise self.mismatch("data", h, stored, computed)
+        kind = raw[size]
+        self.block = None
+        p = NULL
+        if kind == 1 and self.max_block > 0 and _small_varint(raw, 0, size, &declared) > 0 \
+                and declared <= <uint64_t>self.max_block \
+                and declared <= <uint64_t>(22 * size + 64):
+            # snappy, inflated here (as ``_inflate_snappy``) into the reused buffer
+            if self.inflated is None or PyByteArray_GET_SIZE(self.inflated) <= <Py_ssize_t>declared:
+                self.inflated = bytearray(<Py_ssize_t>declared + 1 if declared >= 65536
+                                          else 65536)
+            try:
+                got = self.snappy_into(self.runview[at:at + size], self.inflated)
+            except Exception:
+                got = None
+            if got is not None and got == declared:
+                p = <const uint8_t*>PyByteArray_AS_STRING(self.inflated)
+                n = <Py_ssize_t>declared
+        if p == NULL:
+            if kind:
+                data = self.decompress(kind, PyBytes_FromStringAndSize(<const char*>raw, size),
+                                       self.source, off)
+                self.block = data
+                p = <const uint8_t*>PyBytes_AS_STRING(data)
+                n = PyBytes_GET_SIZE(data)
+            else:
+                p = raw  # walked where it was read
+                n = size
+        self.base = off
         self.limit = _restarts_limit(p, n, self.source, self.base)
-        self.block = data
         self.p = p
         self.n = n
         self.keylen = 0
@@ -644,6 +730,49 @@ cdef class _TableCursor:
         if seek and self.start is not None:
             restart = self._seek_restart(self._num_restarts())
         self.pos = <Py_ssize_t>_u32(p + self.limit + 4 * restart)
+        return 0
+
+    cdef int _read_run(self, Py_ssize_t i, Py_ssize_t off, Py_ssize_t n) except -1:
+        """Read block ``i`` (``n`` bytes with its trailer at ``off``, inside the file) and the
+        blocks that follow it back to back, up to ``run_want`` bytes, in one ``pread`` into
+        ``runbuf``; ``run_len``: the bytes read (fewer at the end of a truncated file)."""
+        cdef Py_ssize_t want = n, end = off + n, j = i + 1, nh = len(self.handles)
+        cdef Py_ssize_t target = self.run_want if self.run_want > 0 else _FIRST_RUN
+        cdef Py_ssize_t got = 0
+        cdef Py_ssize_t r
+        cdef object h
+        cdef object o2
+        cdef object s2
+        while want < target and j < nh:
+            h = (<tuple>self.handles[j])[1]
+            o2, s2 = h.offset, h.size
+            if o2 != end or s2 < 0 or s2 + 5 > target - want or end + s2 + 5 > self.file_size:
+                break  # not back to back, or past the run or the file: read on its own
+            want += <Py_ssize_t>s2 + 5
+            end += <Py_ssize_t>s2 + 5
+            j += 1
+        self.run_want = target * 2 if target < _RUN_BYTES else _RUN_BYTES
+        if self.runbuf is None or PyByteArray_GET_SIZE(self.runbuf) < want:
+            self.runview = None
+            self.runbuf = None
+            self.runbuf = bytearray(want if want > _FIRST_RUN else _FIRST_RUN)
+            self.runview = memoryview(self.runbuf)
+        self.run_off = off
+        self.run_len = 0
+        cdef char* buf = PyByteArray_AS_STRING(self.runbuf)
+        while got < want:
+            r = pread(self.fd, buf + got, want - got, off + got)
+            if r < 0:
+                if errno == EINTR:
+                    if PyErr_CheckSignals() < 0:
+                        return -1
+                    continue
+                PyErr_SetFromErrno(OSError)
+                return -1
+            if r == 0:
+                break  # the end of the file
+            got += r
+        self.run_len = got
         return 0
 
     cdef Py_ssize_t _num_restarts(self):
@@ -691,8 +820,7 @@ cdef class _TableCursor:
                 if self.check_seps and self.keylen >= 8:
                     self._check_sep()
                 if self.next_block >= len(self.handles):
-                    self.valid = False
-                    self.block = None
+                    self._release()
                     return 0
                 self.next_block += 1
                 self._load(self.next_block - 1, False)
@@ -735,9 +863,7 @@ cdef class _TableCursor:
             if self.ulen < 0:
                 raise CorruptStateError(f"internal key of {self.keylen} bytes", self.source,
                                         self.base)
-            trailer = 0
-            for i in range(7, -1, -1):
-                trailer = (trailer << 8) | self.key[self.ulen + i]
+            trailer = _u64(self.key + self.ulen)
             kind = trailer & 0xFF
             if kind != 0 and kind != 1 and kind != 2 and kind != 7:
                 what = _TYPE_NAMES.get(kind, f"value type {kind:#x}")
@@ -754,8 +880,7 @@ cdef class _TableCursor:
                 # bytes changed (checksum recomputed) would end the table early, dropping the
                 # keys after it
                 self._check_sep()
-                self.valid = False
-                self.block = None
+                self._release()
                 return 0
             self.seq = trailer >> 8
             if self.seq == 0 and self.has_global:
@@ -766,6 +891,15 @@ cdef class _TableCursor:
             self.valid = True
             return 0
         return 0
+
+    cdef void _release(self) noexcept:
+        """The end of the table's range: no current entry, its buffers freed."""
+        self.valid = False
+        self.block = None
+        self.runview = None
+        self.runbuf = None
+        self.inflated = None
+        self.run_len = 0
 
     cdef int _check_sep(self) except -1:
         """The current (last parsed) user key must not pass its block's index separator (which
@@ -781,7 +915,7 @@ cdef class _TableCursor:
     cdef bytes user_key(self):
         return PyBytes_FromStringAndSize(<char*>self.key, self.ulen)
 
-    cdef inline bint same_user_key(self, const uint8_t* key, Py_ssize_t n):
+    cdef inline bint same_user_key(self, const uint8_t* key, Py_ssize_t n) noexcept:
         """Whether the current entry's user key is ``key[:n]``, knowing that the previous
         entry of this cursor had that user key: from the shared-prefix length when both are in
         one block (no comparison), else compared."""
@@ -799,7 +933,8 @@ cdef class _TableCursor:
         return memcmp(self.key + sh, key + sh, n - sh) == 0
 
 
-cdef inline int _bcmp(const uint8_t* a, Py_ssize_t na, const uint8_t* b, Py_ssize_t nb):
+cdef inline int _bcmp(const uint8_t* a, Py_ssize_t na, const uint8_t* b,
+                      Py_ssize_t nb) noexcept:
     """memcmp order of a[:na] and b[:nb]: <0, 0, >0; the first bytes compared inline (keys
     of one key group share their first bytes; a call to memcmp per entry cost more)."""
     cdef Py_ssize_t n = na if na < nb else nb
@@ -826,12 +961,29 @@ cdef bytes _max_separator(list handles):
     return best
 
 
-cdef inline int _cursor_cmp(_TableCursor a, _TableCursor b):
-    """Internal-key order of two cursors' entries: user key bytewise, then newest first."""
+cdef inline uint64_t _be64(const uint8_t* p) noexcept:
+    return ((<uint64_t>p[0] << 56) | (<uint64_t>p[1] << 48) | (<uint64_t>p[2] << 40)
+            | (<uint64_t>p[3] << 32) | (<uint64_t>p[4] << 24) | (<uint64_t>p[5] << 16)
+            | (<uint64_t>p[6] << 8) | <uint64_t>p[7])
+
+
+cdef inline int _cursor_cmp(_TableCursor a, _TableCursor b) noexcept:
+    """Internal-key order of two cursors' entries: user key bytewise (8 bytes at a time, as
+    big-endian words: keys of one key group share long prefixes and a call to memcmp per
+    comparison cost more), then newest first."""
     cdef Py_ssize_t n = a.ulen if a.ulen < b.ulen else b.ulen
-    cdef int c = memcmp(a.key, b.key, n) if n > 0 else 0
-    if c != 0:
-        return c
+    cdef Py_ssize_t i = 0
+    cdef uint64_t x, y
+    while i + 8 <= n:
+        x = _be64(a.key + i)
+        y = _be64(b.key + i)
+        if x != y:
+            return -1 if x < y else 1
+        i += 8
+    while i < n:
+        if a.key[i] != b.key[i]:
+            return -1 if a.key[i] < b.key[i] else 1
+        i += 1
     if a.ulen != b.ulen:
         return -1 if a.ulen < b.ulen else 1
     if a.seq != b.seq:
@@ -861,12 +1013,14 @@ cdef class TableScan:
     cdef Py_ssize_t ncur
     cdef int prefix_len
     cdef bytes delimiter
-    cdef uint8_t* out
+    cdef object outbuf  # bytearray: the packed entries of the current chunk (reused)
+    cdef uint8_t* out  # its storage
     cdef Py_ssize_t outlen, outcap, chunk_bytes
     cdef uint8_t* cur
     cdef Py_ssize_t curlen, curcap
     cdef int open_kg
     cdef Py_ssize_t best, second  # see _smallest (best -1: compare all)
+    cdef _TableCursor bestc, secondc  # cursors[best], cursors[second]
     cdef Py_ssize_t peek  # the cursor _smallest last returned, not consumed yet (-1: none)
     cdef list rest  # per run (see _chain): its tables after the current one, last first
 
@@ -878,7 +1032,6 @@ cdef class TableScan:
         self.peek = -1
 
     def __dealloc__(self):
-        free(self.out)
         free(self.cur)
 
     def __init__(self, list tables, bytes start, bytes stop, int prefix_len,
@@ -903,8 +1056,8 @@ cdef class TableScan:
             c.handles = handles
             c.has_global = gseq is not None
             c.gseq = gseq if gseq is not None else 0
-            c.pread = os.pread
             c.snappy_into = cramjam.snappy.decompress_raw_into
+            c.xxh3 = getattr(c.checksum, "xxh3_64", None)
             c.start = start
             c.stop = stop
             c.before_start = start is not None
@@ -962,22 +1115,19 @@ cdef class TableScan:
             self.cursors.append((<list>run)[0])
             self.rest.append((<list>run)[:0:-1])
 
-    cdef Py_ssize_t _smallest(self):
+    cdef inline Py_ssize_t _smallest(self) except -2:
         """The cursor holding the smallest entry (-1: all done). The runner-up is kept: after
         the best one advances, one comparison with it decides whether the best one still
-        leads (tables of one level hold disjoint ranges), else all are compared again."""
+        leads (tables of one level hold disjoint ranges), else all are compared again
+        (:meth:`_smallest_all`)."""
+        if self.best >= 0 and self.bestc.valid and (
+                self.second < 0 or _cursor_cmp(self.bestc, self.secondc) < 0):
+            return self.best
+        return self._smallest_all()
+
+    cdef Py_ssize_t _smallest_all(self) except -2:
         cdef Py_ssize_t best = -1, second = -1, i
         cdef _TableCursor c, b = None, s2 = None
-        if self.best >= 0:
-            b = <_TableCursor>self.cursors[self.best]
-            if b.valid:
-                if self.second < 0:
-                    return self.best
-                s2 = <_TableCursor>self.cursors[self.second]
-                if _cursor_cmp(b, s2) < 0:
-                    return self.best
-            b = None
-            s2 = None
         for i in range(self.ncur):
             c = <_TableCursor>self.cursors[i]
             while not c.valid and len(<list>self.rest[i]):
@@ -992,39 +1142,60 @@ cdef class TableScan:
                 second, s2 = i, c
         self.best = best
         self.second = second
+        self.bestc = b
+        self.secondc = s2
         return best
 
     cdef int _grow(self, Py_ssize_t more) except -1:
         cdef Py_ssize_t want
-        cdef uint8_t* grown
         if more > (<Py_ssize_t>1 << 60) - self.outlen:
             raise MemoryError()
         want = self.outlen + more
         if want <= self.outcap:
             return 0
         want = want * 2 if want < (<Py_ssize_t>1 << 59) else want
-        grown = <uint8_t*>realloc(self.out, want)
-        if grown == NULL:
-            raise MemoryError()
-        self.out = grown
+        if self.outbuf is None:
+            self.outbuf = bytearray(want)
+        else:
+            # a BufferError while a view of the last chunk (next_view) is still held
+            PyByteArray_Resize(self.outbuf, want)
+        self.out = <uint8_t*>PyByteArray_AS_STRING(self.outbuf)
         self.outcap = want
         return 0
 
-    cdef int _emit(self, const uint8_t* v, Py_ssize_t vlen) except -1:
-        """Append the current user key and the value ``v[:vlen]``."""
-        self._grow(16 + self.curlen + vlen)
+    cdef inline int _emit(self, const uint8_t* k, Py_ssize_t klen, const uint8_t* v,
+                          Py_ssize_t vlen) except -1:
+        """Append the key ``k[:klen]`` and the value ``v[:vlen]``."""
+        cdef Py_ssize_t need = 16 + klen + vlen
+        if need > self.outcap - self.outlen:
+            self._grow(need)
         cdef uint8_t* o = self.out + self.outlen
-        cdef int64_t kl = self.curlen, vl = vlen
+        cdef int64_t kl = klen, vl = vlen
         memcpy(o, &kl, 8)
         memcpy(o + 8, &vl, 8)
-        if self.curlen:
-            memcpy(o + 16, self.cur, self.curlen)
+        if klen:
+            memcpy(o + 16, k, klen)
         if vlen:
-            memcpy(o + 16 + self.curlen, v, vlen)
-        self.outlen += 16 + self.curlen + vlen
+            memcpy(o + 16 + klen, v, vlen)
+        self.outlen += need
         return 0
 
     def next_chunk(self):
+        """``(key group, entries, packed bytes, ends)``: see the class docstring."""
+        cdef tuple r = self._next()
+        return r[0], r[1], PyBytes_FromStringAndSize(<char*>self.out, self.outlen), r[2]
+
+    def next_view(self):
+        """:meth:`next_chunk` with the packed entries as a read-only view of the scan's own
+        buffer instead of a copy: valid until the next call, which reuses the buffer (release
+        the view first: while it is held the buffer cannot grow, a ``BufferError``)."""
+        cdef tuple r = self._next()
+        if self.outbuf is None:
+            return r[0], r[1], memoryview(b""), r[2]
+        return r[0], r[1], memoryview(self.outbuf)[:self.outlen].toreadonly(), r[2]
+
+    cdef tuple _next(self):
+        """The next chunk into ``out[:outlen]``: ``(key group, entries, ends)``."""
         cdef Py_ssize_t i, entries = 0, j
         cdef _TableCursor c
         cdef int kg = self.open_kg, k2
@@ -1033,6 +1204,9 @@ cdef class TableScan:
         cdef object base
         cdef bint done, wrote
         cdef bytes joined
+        cdef const uint8_t* ck  # the current user key (in ``cur``, or as emitted in ``out``)
+        operands = None
+        base = None
         self.outlen = 0
         while True:
             if self.peek >= 0:
@@ -1042,8 +1216,8 @@ cdef class TableScan:
                 i = self._smallest()
             if i < 0:
                 self.open_kg = -1
-                return kg, entries, PyBytes_FromStringAndSize(<char*>self.out, self.outlen), True
-            c = <_TableCursor>self.cursors[i]
+                return kg, entries, True
+            c = self.bestc  # cursors[i]: i is what _smallest returned last
             if c.ulen < self.prefix_len:
                 raise CorruptStateError(
                     f"entry key {PyBytes_FromStringAndSize(<char*>c.key, c.ulen).hex()} "
@@ -1053,24 +1227,36 @@ cdef class TableScan:
                 k2 = (k2 << 8) | c.key[1]
             if kg >= 0 and k2 != kg:
                 self.open_kg = -1
-                return kg, entries, PyBytes_FromStringAndSize(<char*>self.out, self.outlen), True
+                return kg, entries, True
             if kg >= 0 and self.outlen >= self.chunk_bytes:
                 self.open_kg = kg
-                return kg, entries, PyBytes_FromStringAndSize(<char*>self.out, self.outlen), False
+                return kg, entries, False
             # the current user key, resolved over every table's entries of it, newest first
-            if c.ulen > self.curcap:
-                grown = <uint8_t*>realloc(self.cur, c.ulen * 2 + 64)
-                if grown == NULL:
-                    raise MemoryError()
-                self.cur = grown
-                self.curcap = c.ulen * 2 + 64
             self.curlen = c.ulen
-            if c.ulen:
-                memcpy(self.cur, c.key, c.ulen)
-            operands = None
-            base = None
-            done = False
-            wrote = False
+            if operands is not None:  # (no reference counted per key when unused)
+                operands = None
+            if base is not None:
+                base = None
+            if c.kind == 1:
+                # a Put first (the common case): emitted now, its key straight from the cursor;
+                # the key emitted (``out`` does not move before the next emit, after this user
+                # key) is what the next entries are compared with
+                self._emit(c.key, c.ulen, c.p + c.vpos, c.vlen)
+                ck = self.out + self.outlen - c.vlen - c.ulen
+                done = True
+                wrote = True
+            else:
+                if c.ulen > self.curcap:
+                    grown = <uint8_t*>realloc(self.cur, c.ulen * 2 + 64)
+                    if grown == NULL:
+                        raise MemoryError()
+                    self.cur = grown
+                    self.curcap = c.ulen * 2 + 64
+                if c.ulen:
+                    memcpy(self.cur, c.key, c.ulen)
+                ck = self.cur
+                done = False
+                wrote = False
             while True:
                 if not done:
                     if c.kind == 2:
@@ -1080,7 +1266,7 @@ cdef class TableScan:
                     else:
                         if c.kind == 1:
                             if operands is None:
-                                self._emit(c.p + c.vpos, c.vlen)
+                                self._emit(self.cur, self.curlen, c.p + c.vpos, c.vlen)
                                 wrote = True
                             else:
                                 base = PyBytes_FromStringAndSize(<char*>c.p + c.vpos, c.vlen)
@@ -1090,14 +1276,14 @@ cdef class TableScan:
                 self.peek = j
                 if j < 0:
                     break
-                if self.cursors[j] is c:  # the same table: its last entry had this user key
-                    if not c.same_user_key(self.cur, self.curlen):
+                if self.bestc is c:  # the same table (j is best): its last entry had this key
+                    if not c.same_user_key(ck, self.curlen):
                         break
                 else:
                     i = j
-                    c = <_TableCursor>self.cursors[i]
+                    c = self.bestc
                     if c.ulen != self.curlen or (self.curlen and
-                                                 memcmp(c.key, self.cur, self.curlen) != 0):
+                                                 memcmp(c.key, ck, self.curlen) != 0):
                         break
                 self.peek = -1
             if operands is not None:
@@ -1105,7 +1291,8 @@ cdef class TableScan:
                 if base is not None:
                     operands.insert(0, base)
                 joined = self.delimiter.join(operands)
-                self._emit(<const uint8_t*>PyBytes_AS_STRING(joined), PyBytes_GET_SIZE(joined))
+                self._emit(self.cur, self.curlen, <const uint8_t*>PyBytes_AS_STRING(joined),
+                           PyBytes_GET_SIZE(joined))
                 wrote = True
             if wrote:
                 entries += 1

@@ -495,8 +495,10 @@ def _check_size(key: CacheKey, actual: int) -> None:
 
 def _place_local(io: FileIO, key: CacheKey, dest: str) -> None:
     """Put the current bytes of the local file ``key.location`` at ``dest``: opened once through
-    ``io`` (so its confinement holds), then that very file hard-linked (``/proc/self/fd``) or,
-    for segments, across devices or with a checksum to verify, copied. No cache entry."""
+    ``io`` (so its confinement holds), then that very file hard-linked (``/proc/self/fd``, else
+    the path it was opened by when that names the same inode: :func:`_link_open_file`) or, for
+    segments, across devices or with a checksum to verify, copied. No cache entry: a linked
+    file costs an open through ``io`` and no byte read."""
     with io.new_input(key.location).open() as src:
         try:
             fd = src.fileno()
@@ -509,7 +511,9 @@ def _place_local(io: FileIO, key: CacheKey, dest: str) -> None:
                 os.link(f"/proc/self/fd/{fd}", dest, follow_symlinks=True)
                 return
             except OSError:
-                pass  # no /proc, another device, not permitted: copy
+                pass  # no /proc, another device, not permitted: the path, else copy
+            if _link_open_file(fd, dest):
+                return
         try:
             with open(dest, "wb") as out:
                 if key.offset:
@@ -523,6 +527,31 @@ def _place_local(io: FileIO, key: CacheKey, dest: str) -> None:
             key.location)
     if key.checksum and not _checksum_of(dest, key.checksum):
         raise CorruptStateError(f"checksum mismatch (expected {key.checksum})", key.location)
+
+
+def _link_open_file(fd: int, dest: str) -> bool:
+    """Hard-link the file open as ``fd`` to ``dest`` through the path it was opened by (where
+    linking ``/proc/self/fd`` itself fails: EXDEV in some containers), keeping the link only
+    when it is that very file (same device and inode: the path may name another file by now,
+    or a symbolic link, which is linked as itself and refused). False (nothing left at
+    ``dest``) when it cannot: the caller copies. Nothing is written to the file or its
+    directory (a link adds a name in the DB directory; RocksDB opens the DB read-only)."""
+    try:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if not os.path.isabs(path):
+            return False
+        os.link(path, dest, follow_symlinks=False)
+    except OSError:
+        return False
+    try:
+        want, got = os.fstat(fd), os.lstat(dest)
+        if (want.st_dev, want.st_ino) == (got.st_dev, got.st_ino):
+            return True
+        os.unlink(dest)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(dest)
+    return False
 
 
 def _listdir(path: str) -> list[str]:

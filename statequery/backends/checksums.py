@@ -115,10 +115,13 @@ def masked_crc32c(data: bytes) -> int:
 
 def checksum_function(kind: int) -> Callable[[bytes, int], int] | None:
     """``ComputeBuiltinChecksum`` of checksum type ``kind`` as a function of ``(buf, n)``: the
-    checksum of ``buf[:n]``. None for ``kNoChecksum`` and unknown types (the caller names them)."""
+    checksum of ``buf[:n]`` (``buf`` bytes or any byte buffer, e.g. a memoryview). None for
+    ``kNoChecksum`` and unknown types (the caller names them)."""
     if kind == CRC32C:
         crc = _load_crc()
-        return lambda buf, n: mask(crc(buf[:n]))
+        # any buffer (the compiled table scan hands a view of its read buffer); google-crc32c
+        # takes bytes only: bytes(b) of bytes is b itself, no copy
+        return lambda buf, n: mask(crc(bytes(buf[:n])))
     if kind in (XXHASH, XXHASH64, XXH3):
         xx = _load_xxhash()
         if kind == XXHASH:
@@ -135,6 +138,9 @@ def checksum_function(kind: int) -> Callable[[bytes, int], int] | None:
             v: int = h3(memoryview(buf)[: n - 1]) & _M32
             return v ^ ((buf[n - 1] * _LAST_BYTE_PRIME) & _M32)
 
+        # the compiled table scan computes the same from the digest itself (no call of this
+        # function, no view made per block): _sst._TableCursor._load
+        xxh3.xxh3_64 = h3  # type: ignore[attr-defined]
         return xxh3
     return None
 

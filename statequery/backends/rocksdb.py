@@ -226,6 +226,11 @@ class RocksDBState(_HandleReader):
     ``state_names`` (from the handle's ``KeyedBackendSerializationProxy``) are checked against the
     column families: a column family that is not a state is an error naming the file that holds
     it. Use as a context manager, or call :meth:`close`.
+
+    The restore checks the MANIFEST (replayed by ``manifest.py``: column families, live tables
+    and their sizes against the handle) and every table's index; RocksDB itself (rocksdict) is
+    opened on first use only (:attr:`_db`: rocksdict's reads, which the compiled table scan
+    does not need), and checks the same again from its own view.
     """
 
     def __init__(
@@ -239,7 +244,10 @@ class RocksDBState(_HandleReader):
     ) -> None:
         super().__init__(handle, io, max_parallelism=max_parallelism, cache=cache,
                          state_names=state_names)
-        self._db: Any = None
+        self._rdict: Any = None  # rocksdict's DB, opened on first use (_db)
+        self._closed = False
+        self._cf_names: list[str] = []
+        self._replayed = False  # the MANIFEST replayed and checked at the restore
         self._cfs: dict[str, _ColumnFamily] = {}
         self._data_checked: set[str] = set()  # tables whose data blocks RocksDB may read
         try:
@@ -261,14 +269,21 @@ class RocksDBState(_HandleReader):
         self._manifest = manifest
         opened = [(f, self._load_table(f, os.path.join(root, f.local_path)))
                   for f in self.handle.sst_files]
+        from statequery.backends.manifest import read_manifest
+
+        meta: Any = None
+        try:
+            with open(os.path.join(root, manifest.local_path), "rb") as fh:
+                meta = read_manifest(fh.read(), manifest.source)
+        except StatequeryError:
+            if any(t.external for _, t in opened):
+                raise
+            # a MANIFEST the replay does not read (a feature it does not support): RocksDB's
+            # own open decides, now, as it always did
         ingested: dict[str, Any] = {}
         if any(t.external for _, t in opened):
             # ingested tables (SstFileWriter): their column family and global sequence number
             # may be recorded in the MANIFEST only (RocksDB itself reads them from there)
-            from statequery.backends.manifest import read_manifest
-
-            with open(os.path.join(root, manifest.local_path), "rb") as fh:
-                meta = read_manifest(fh.read(), manifest.source)
             ingested = {t.name: t for t in meta.tables.values()}
         for f, table in opened:
             m = ingested.get(f.local_path) if table.external else None
@@ -285,13 +300,38 @@ class RocksDBState(_HandleReader):
             # opens the table); data blocks before RocksDB first iterates the column family
             # (``_check_data``): the compiled table scan reads them itself, checked the same way
             table.check_index_blocks()
-        self._open_db(root, manifest)
+        if meta is not None:
+            self._check_manifest(meta, manifest)  # RocksDB opened on first use (_db)
+        else:
+            self._open_db(root, manifest)
         self.cache.evict()
 
     @property
     def is_open(self) -> bool:
-        return self._db is not None
+        return not self._closed
 
+    @property
+    def _db(self) -> Any:
+        """rocksdict's read-only DB over the restored directory, opened on first use (the
+        compiled table scan reads the tables itself); None once closed."""
+        if self._rdict is None and not self._closed and self._dir is not None:
+            self._open_db(self._dir.path, self._manifest)
+        return self._rdict
+
+    def _check_manifest(self, m: Any, manifest: DbFile) -> None:
+        """What RocksDB's open of the DB checks against the handle and the metadata (and
+        :meth:`_open_db` checks again from RocksDB's own view), from the replayed MANIFEST
+        ``m``: a bytewise comparator, every column family a state and every state a column
+        family, the live tables exactly the handle's SSTs with the handle's sizes, every
+        table's column family known to the MANIFEST. Same errors as :meth:`_open_db`."""
+        if m.comparator and m.comparator not in ("leveldb.BytewiseComparator",
+                                                 "rocksdb.BytewiseComparator"):
+            raise UnsupportedFormatError(f"{manifest.source}: comparator {m.comparator} is not "
+                                         "supported (Flink uses leveldb.BytewiseComparator)")
+        self._cf_names = [n for _, n in sorted(m.column_families.items()) if n != DEFAULT_CF]
+        self._replayed = True
+        self._check_names(manifest)
+        self._check_live({t.name: t.size for t in m.tables.values()}, manifest)
     def _load_table(self, f: DbFile, path: str) -> SstFile:
         try:
             table = SstFile(path, source=f.source)
@@ -331,16 +371,35 @@ class RocksDBState(_HandleReader):
 
         opts = options()
         opts.create_if_missing(False)
+        db = None
         try:
             names = Rdict.list_cf(root, opts)
-            self._db = Rdict(
+            db = Rdict(
                 root, opts,
                 column_families={n: options() for n in names},
                 access_type=AccessType.read_only())
-            live = self._db.live_files()
+            live = db.live_files()
         except Exception as e:  # rocksdict raises plain Exception with RocksDB's status text
+            if db is not None:
+                db.close()
             raise self._rocksdb_error("RocksDB cannot open the restored DB", e) from e
-        self._cf_names = [n for n in names if n != DEFAULT_CF]
+        try:
+            opened = [n for n in names if n != DEFAULT_CF]
+            if not self._replayed:  # the MANIFEST was not replayed: RocksDB's view only
+                self._cf_names = opened
+                self._check_names(manifest)
+            elif sorted(opened) != sorted(self._cf_names):
+                raise CorruptStateError(
+                    f"RocksDB opens column families {sorted(opened)}, the replayed MANIFEST "
+                    f"names {sorted(self._cf_names)}", manifest.source)
+            self._check_live({os.path.basename(lf["name"]): lf["size"] for lf in live},
+                             manifest)
+        except BaseException:
+            db.close()
+            raise
+        self._rdict = db
+
+    def _check_names(self, manifest: DbFile) -> None:
         for n in self._cf_names:
             if self.state_names is not None and n not in self.state_names:
                 raise CorruptStateError(
@@ -352,21 +411,22 @@ class RocksDBState(_HandleReader):
                 raise CorruptStateError(
                     f"the MANIFEST has no column family for state(s) {', '.join(missing)} "
                     "(truncated MANIFEST?)", manifest.source)
-        live_names = {os.path.basename(lf["name"]): lf for lf in live}
+
+    def _check_live(self, live_names: dict[str, int], manifest: DbFile) -> None:
+        """The live tables (name: size) are exactly the handle's SSTs, with its sizes."""
         for f in self.handle.sst_files:
-            lf = live_names.get(f.local_path)
-            if lf is None:
+            if f.local_path not in live_names:
                 raise CorruptStateError(
                     f"table {f.local_path} is not live in {manifest.local_path} "
                     "(truncated or mismatched MANIFEST)", manifest.source)
-        for name, lf in live_names.items():
+        for name, size in live_names.items():
             if name not in self._by_name:
                 raise CorruptStateError(
                     f"{manifest.local_path} names table {name}, which the state handle does not "
                     "include (missing SST)", manifest.source)
-            if lf["size"] != self._by_name[name].size and self._by_name[name].size >= 0:
+            if size != self._by_name[name].size and self._by_name[name].size >= 0:
                 raise CorruptStateError(
-                    f"{manifest.local_path} says {name} has {lf['size']} bytes, its handle says "
+                    f"{manifest.local_path} says {name} has {size} bytes, its handle says "
                     f"{self._by_name[name].size}", self._by_name[name].source)
         for cf in self._cfs:
             if cf != DEFAULT_CF and cf not in self._cf_names:
@@ -398,7 +458,7 @@ class RocksDBState(_HandleReader):
         ``key_prefix`` (bytes after the key-group prefix; ``key_groups`` must then name one key
         group) restricts the entries to keys starting with it: a seek, not a filter.
         """
-        if self._db is None:
+        if self._closed:
             raise StatequeryError("the RocksDB state is closed")
         if state == DEFAULT_CF or state not in self._cf_names:
             if self.state_names is not None and state in self.state_names:
@@ -422,9 +482,10 @@ class RocksDBState(_HandleReader):
         entry) and the exclusive upper bound the consumer stops at. Errors of the underlying
         iterator surface while iterating; the caller wraps them (see :meth:`wrap_error`).
         ``match = (bytes, offset)``: only keys holding those bytes at that offset."""
-        if self._db is None:
+        if self._closed:
             raise StatequeryError("the RocksDB state is closed")
-        if state == DEFAULT_CF or state not in self._cf_names:
+        if state == DEFAULT_CF or state not in self._cf_names or state not in self._cfs:
+            # (a column family no table holds is empty: RocksDB reads nothing but the tables)
             return iter(()), b""
         rng = self._range(state, key_groups, "auto", key_prefix)
         if rng is None:
@@ -453,7 +514,7 @@ class RocksDBState(_HandleReader):
         RocksDB's read rules, no rocksdict iterator and no Python object per entry), or None
         when it does not apply (not built, range tombstones, nothing to read): then
         :meth:`items`."""
-        if self._db is None:
+        if self._closed:
             raise StatequeryError("the RocksDB state is closed")
         cf = self._cfs.get(state)
         if state == DEFAULT_CF or state not in self._cf_names or cf is None:
@@ -583,12 +644,13 @@ class RocksDBState(_HandleReader):
     # -- lifecycle -----------------------------------------------------------------------------
 
     def close(self) -> None:
+        self._closed = True
         try:
-            if self._db is not None:
+            if self._rdict is not None:
                 try:
-                    self._db.close()
+                    self._rdict.close()
                 finally:
-                    self._db = None
+                    self._rdict = None
         finally:
             self._close_files()
 
@@ -1258,19 +1320,23 @@ class RocksDBKeyedBackend:
         scan = None if table_scan is None else table_scan(layout.name, bounds, key_prefix=seek)
         if scan is not None:
             # the compiled table scan: one key group's entries packed per call, fed to the
-            # compiled sink in one call (no pair, no Python object per entry)
+            # compiled sink in one call (no pair, no Python object per entry), as a view of
+            # the scan's own buffer (released before the next call reuses it)
             read_module = compiled_module_read()
             assert read_module is not None  # a compiled sink: the module is there
             packed = read_module.feed_packed
+            chunk = getattr(scan, "next_view", None) or scan.next_chunk
             while True:
                 try:
-                    kg, _n, buf, ends = scan.next_chunk()
+                    kg, _n, buf, ends = chunk()
                     if kg < 0:
                         return
                     packed(on_entry, buf, prefix, ends)
                 except DecodeError as e:
                     raise CorruptStateError(f"state {layout.name!r}, {e.message}",
                                             db.describe(layout.name)) from e
+                if isinstance(buf, memoryview):
+                    buf.release()
                 if ends:
                     yield kg
         if feed is not None:

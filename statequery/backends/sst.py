@@ -768,10 +768,19 @@ class SstFile:
                 for _, top_handle in top.handles():
                     part = self.read_block(top_handle, delta, what="index partition")
                     out += [(key if user_key else key[:-8], h) for key, h in part.all_handles()]
-            elif user_key:
-                out = top.all_handles()
             else:
-                out = [(key[:-8], h) for key, h in top.all_handles()]
+                # one compiled call: keys stripped and handles checked against the data's end
+                compiled = compiled_module() if top.delta_values else None
+                walked: list[tuple[bytes, BlockHandle]] | None = (
+                    None if compiled is None else compiled.index_handles(
+                    top.data, top.restarts[0] if top.restarts else top.limit, top.limit,
+                    top.first_keys, BlockHandle, not user_key, self._footer_start))
+                if walked is not None:
+                    self._index = walked
+                    return walked
+                out = top.all_handles()
+                if not user_key:
+                    out = [(key[:-8], h) for key, h in out]
             for _, h in out:
                 self._check_block(h)
             self._index = out

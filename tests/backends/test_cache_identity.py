@@ -57,6 +57,48 @@ def test_local_file_rewritten_with_kept_mtime_is_read_as_it_is_now(tmp_path: Pat
     assert (tmp_path / "segment").read_bytes() == b"B" * 100
 
 
+def test_local_file_is_linked_in_place_not_copied(tmp_path: Path) -> None:
+    """A local file is placed in a DB directory as itself (a hard link to the very file opened
+    through the seam): one open, no byte read, nothing written to the file."""
+    src = tmp_path / "savepoint" / "state-file"
+    src.parent.mkdir()
+    src.write_bytes(b"A" * 4096)
+    before = os.stat(src)
+    cache = FileCache(tmp_path / "cache")
+    io = FileIO()
+    dest = tmp_path / "db-file"
+    cache.link(io, CacheKey(str(src), 4096), str(dest))
+    assert (os.stat(dest).st_dev, os.stat(dest).st_ino) == (before.st_dev, before.st_ino)
+    assert io.stats.opens[str(src)] == 1
+    assert io.stats.bytes_read[str(src)] == 0
+    after = os.stat(src)
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    assert sorted(os.listdir(src.parent)) == ["state-file"]
+    assert cache.entries() == []
+
+
+def test_a_path_that_names_another_file_by_now_is_not_linked(tmp_path: Path) -> None:
+    """The link goes through the path the kernel gives for the opened file, and is kept only
+    when it is that very file: an opened file removed since is reported as ``<path>
+    (deleted)``, and another file under that name is not linked in its place."""
+    from statequery.backends.cache import _link_open_file
+
+    src = tmp_path / "state-file"
+    src.write_bytes(b"A" * 4096)
+    dest = tmp_path / "db-file"
+    with open(src, "rb") as opened:
+        assert _link_open_file(opened.fileno(), str(dest))
+        assert os.stat(dest).st_ino == os.fstat(opened.fileno()).st_ino
+        dest.unlink()
+        src.unlink()
+        impostor = tmp_path / "state-file (deleted)"
+        impostor.write_bytes(b"B" * 4096)
+        assert os.readlink(f"/proc/self/fd/{opened.fileno()}") == str(impostor)
+        assert not _link_open_file(opened.fileno(), str(dest))
+        assert not dest.exists()
+        assert impostor.read_bytes() == b"B" * 4096
+
+
 def test_endpoint_is_part_of_the_identity() -> None:
     a = FileIO({"endpoint_url": "http://127.0.0.1:9001"})
     b = FileIO({"client_kwargs": {"endpoint_url": "http://127.0.0.1:9002"}})

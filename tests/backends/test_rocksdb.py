@@ -339,6 +339,33 @@ def _read_all(handle: RocksDBHandle, snap: _Snapshot, cache: FileCache,
         return [kv for s in db.column_families for kv in db.entries(s)]
 
 
+def test_the_compiled_scan_restores_without_opening_rocksdb(cache: FileCache) -> None:
+    """The compiled table scan reads the tables itself: the restore checks the replayed
+    MANIFEST against the handle and the tables' indexes, and RocksDB is opened only when
+    rocksdict reads (here ``reader='rocksdb'``), which gives the scan's pairs."""
+    from statequery.backends import sst as sst_module
+    from tests.backends.test_differential import _check_built
+
+    _check_built()
+    snap = _Snapshot(fixture_dir(NATIVE))
+    _, names, handle = _user_state(snap)
+    with RocksDBState(handle, snap.io, max_parallelism=128, cache=cache,
+                      state_names=names) as db:
+        assert db.is_open and db._rdict is None
+        scanned = {}
+        for state in db.column_families:
+            scan = db.table_scan(state)
+            if scan is not None:
+                scanned[state] = list(sst_module.scanned_pairs(scan))
+        assert any(scanned.values()) and db._rdict is None
+        for state, pairs in scanned.items():
+            if not db.uses_merge_reader(state):
+                assert [(kv.key, kv.value) for kv in db.entries(state, reader="rocksdb")] == pairs
+        assert db._rdict is not None
+    assert not db.is_open and db._rdict is None
+    _assert_cache_clean(cache)
+
+
 @pytest.mark.parametrize("victim", ["sst", "MANIFEST"])
 def test_truncated_file_is_named_and_never_cached(tmp_path: Path, cache: FileCache,
                                                   victim: str) -> None:

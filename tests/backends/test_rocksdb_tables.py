@@ -185,7 +185,12 @@ def test_cold_lookup_fetches_only_the_tables_that_can_hold_the_key(
     io.stats.reset()
     got = sp.lookup(key, "user-state")
     assert got[("user-state", "count")].column("key").to_pylist() == [key]
-    fetched = set(io.stats.bytes_read)
+    # a file the lookup needs is opened through the seam once, never one it does not need:
+    # the tables read in ranges, CURRENT and the MANIFEST linked into the DB directory (no
+    # byte read through the seam) or copied once where they cannot be linked (another device)
+    fetched = {loc for loc, n in io.stats.opens.items() if n} | {
+        loc for loc, n in io.stats.bytes_read.items() if n}
+    assert all(n == 1 for n in io.stats.opens.values())
     # what RocksDB's own view of the restored DB says can hold the key
     from statequery.backends.keygroups import serialized_key
 
@@ -204,6 +209,18 @@ def test_cold_lookup_fetches_only_the_tables_that_can_hold_the_key(
     manifest = next(loc for n, loc in by_name.items() if n.startswith("MANIFEST"))
     assert needed
     assert fetched == {current, manifest} | {by_name[n] for n in needed}
+    sizes = {f.location: f.size for f in handle.files}
+    probe = tmp_path / "link-probe"
+    try:  # whether a file of the fixture can be hard-linked next to the cache
+        os.link(current, probe)
+        linkable = True
+        probe.unlink()
+    except OSError:
+        linkable = False
+    for loc in (current, manifest):
+        assert io.stats.bytes_read[loc] == (0 if linkable else sizes[loc])
+    for n in needed:
+        assert 0 < io.stats.bytes_read[by_name[n]] <= sizes[by_name[n]]  # its blocks, once
     assert not any(n.startswith("OPTIONS") and loc in fetched for n, loc in by_name.items())
     # warm: the same Savepoint serves the next lookup without fetching anything
     io.stats.reset()

@@ -491,3 +491,175 @@ def test_a_block_past_its_separator_is_refused_in_a_run(tmp_path: Path) -> None:
     finally:
         a.close()
         b.close()
+
+
+# -- blocks read in runs (one read per run of back-to-back blocks) -----------------------------
+
+
+def _run_table(path: str, rnd: random.Random, kind: int) -> tuple[Any, list[Any], int]:
+    """A checksummed table (``kind``: crc32c or XXH3, a base context) of many blocks back to
+    back, snappy and uncompressed, a few larger than a whole run (256 KiB) among small ones;
+    the table, its entries and where its blocks' bytes end."""
+    import cramjam
+
+    from statequery.backends import checksums
+
+    fn = checksums.checksum_function(kind)
+    assert fn is not None
+    base = 0x13572468
+    entries = []
+    out = bytearray()
+    handles = []
+    n = 0
+    for b in range(60):
+        big = b in (5, 6, 31)
+        count = 700 if big else rnd.randrange(1, 30)
+        size = 600 if big else rnd.randrange(0, 200)
+        chunk = []
+        for _ in range(count):
+            key = b"\x01" + n.to_bytes(4, "big")
+            chunk.append((key, n + 1, 1, rnd.randbytes(size)))
+            n += 1
+        entries += chunk
+        data = _data_block([(k + struct.pack("<Q", seq << 8 | t), v)
+                            for k, seq, t, v in chunk], rnd.choice([1, 16]))
+        compression = rnd.choice([0, 1])
+        if compression:
+            data = bytes(cramjam.snappy.compress_raw(data))
+        offset = len(out)
+        body = data + bytes([compression])
+        stored = (fn(body, len(body)) + checksums.context_modifier(base, offset)) & 0xFFFFFFFF
+        out += body + struct.pack("<I", stored)
+        handles.append((chunk[-1][0], sst.BlockHandle(offset, len(data))))
+    with open(path, "wb") as f:
+        f.write(out)
+    table = object.__new__(sst.SstFile)
+    table.path = table.source = path
+    table._f = open(path, "rb")
+    table.size = len(out)
+    table.checksum_type = kind
+    table._checksum = fn
+    table._base_context = base
+    table._footer_start = len(out)
+    table._index = handles
+    table._top_index = None
+    table.meta_blocks = {}
+    table._global_seqno = None
+    return table, entries, len(out)
+
+
+def _message(read: Callable[[], Any]) -> Any:
+    try:
+        return read()
+    except StatequeryError as e:
+        return ("error", type(e).__name__, str(e))
+
+
+@pytest.mark.parametrize("kind", [1, 4])  # crc32c, XXH3
+def test_blocks_read_in_runs_equal_the_pure_reads(tmp_path: Path, kind: int) -> None:
+    """A table of small and large blocks back to back (runs of growing size, blocks larger
+    than a run, snappy and plain) read whole and from seeks: the entries written; the file
+    cut short after it was opened (at block boundaries and inside blocks, inside and at the
+    end of a run) or a byte changed: the pure path's error, message and all, never a partial
+    read."""
+    _check_built()
+    rnd = random.Random(kind)
+    path = str(tmp_path / "runs.sst")
+    table, entries, end = _run_table(path, rnd, kind)
+    want = [(k, v) for k, _, _, v in entries]
+    try:
+        assert _scan([table], b"\x00", None, 1 << 20) == want
+        assert _scan([table], b"\x00", None, 100) == want
+        for lo in [entries[i][0] for i in (0, 1, 700, 2000, len(entries) - 1)]:
+            assert _scan([table], lo, b"\x02", 1 << 20) == [kv for kv in want if kv[0] >= lo]
+        data = open(path, "rb").read()
+        offsets = [h.offset for _, h in table._index]
+        cuts = sorted({0, 1, end - 1, *offsets[1::7], *(o + 3 for o in offsets[::5]),
+                       *rnd.sample(range(end), 20)})
+        for cut in cuts:
+            with open(path, "r+b") as f:
+                f.truncate(cut)
+            pure, fast = _pure_and_compiled(
+                lambda: _message(lambda: list(sst.merged_entries([table], b"\x00", None))),
+                lambda: _message(lambda: _scan([table], b"\x00", None, 1 << 20)))
+            assert pure == fast, cut
+            assert pure[:2] == ("error", "CorruptStateError") and "short read" in pure[2], cut
+            with open(path, "wb") as f:
+                f.write(data)
+        for at in sorted({0, end - 1, *(o + 1 for o in offsets[::6]), *rnd.sample(range(end), 8)}):
+            changed = bytearray(data)  # a byte changed after the checksum was computed
+            changed[at] ^= 0x5A
+            with open(path, "wb") as f:
+                f.write(changed)
+            pure, fast = _pure_and_compiled(
+                lambda: _message(lambda: list(sst.merged_entries([table], b"\x00", None))),
+                lambda: _message(lambda: _scan([table], b"\x00", None, 1 << 20)))
+            assert pure == fast, at
+            assert pure[:2] == ("error", "CorruptStateError") and "checksum" in pure[2], at
+        with open(path, "wb") as f:
+            f.write(data)
+    finally:
+        table.close()
+
+
+def test_a_view_of_the_chunk_equals_its_copy_and_holds_the_buffer(tmp_path: Path) -> None:
+    """``next_view`` gives the bytes ``next_chunk`` copies; while a view is held the scan's
+    buffer cannot grow under it (a BufferError, never a write to freed memory)."""
+    _check_built()
+    rnd = random.Random(3)
+    table, entries, _ = _run_table(str(tmp_path / "t.sst"), rnd, 4)
+    try:
+        copies = sst.table_scan([table], b"\x00", None, 1, chunk_bytes=4096)
+        views = sst.table_scan([table], b"\x00", None, 1, chunk_bytes=4096)
+        assert copies is not None and views is not None
+        while True:
+            kg, n, buf, ends = copies.next_chunk()
+            kg2, n2, view, ends2 = views.next_view()
+            assert (kg, n, ends) == (kg2, n2, ends2)
+            assert bytes(view) == buf and view.readonly
+            view.release()
+            if kg < 0:
+                break
+        held = sst.table_scan([table], b"\x00", None, 1, chunk_bytes=64)
+        assert held is not None
+        _, _, first, _ = held.next_view()
+        small = bytes(first)
+        with pytest.raises(BufferError):  # the next chunk needs more room than the first
+            while True:
+                kg, _, _, _ = held.next_view()
+                assert kg >= 0
+        assert bytes(first) != b"" and len(first) == len(small)
+    finally:
+        table.close()
+
+
+def test_overlapping_tables_of_long_keys_merge_in_key_order(tmp_path: Path) -> None:
+    """Overlapping tables whose keys share long prefixes and differ at any byte (the merge
+    compares 8 bytes at a time), some keys prefixes of others, overwritten across tables: the
+    compiled scan gives the pure merge's pairs, which are the newest value of each key."""
+    _check_built()
+    rnd = random.Random(11)
+    common = rnd.randbytes(40)
+    keys = sorted({b"\x01" + common[: rnd.randrange(0, 40)] + rnd.randbytes(rnd.randrange(0, 3))
+                   for _ in range(300)})
+    newest: dict[bytes, tuple[int, bytes]] = {}
+    per_table: list[list[tuple[bytes, int, int, bytes]]] = [[], [], []]
+    seq = 0
+    for key in keys:
+        for t in rnd.sample(range(3), rnd.randrange(1, 4)):
+            seq += 1
+            value = rnd.randbytes(rnd.randrange(0, 6))
+            per_table[t].append((key, seq, 1, value))
+            newest[key] = (seq, value)
+    tables = [_plain_table(str(tmp_path / f"{i}.sst"),
+                           sorted(e, key=lambda x: (x[0], -x[1])), 16, 7)
+              for i, e in enumerate(per_table)]
+    try:
+        want = [(k, newest[k][1]) for k in keys]
+        assert _scan(tables, b"\x00", None, 1 << 20) == want
+        assert list(sst.merged_entries(tables, b"\x00", None)) == want
+        for lo in keys[::37]:
+            assert _scan(tables, lo, b"\x02", 64) == [kv for kv in want if kv[0] >= lo]
+    finally:
+        for t in tables:
+            t.close()

@@ -7,6 +7,7 @@ import itertools
 
 import pyarrow as pa
 import pytest
+from support.readcost import bytes_read
 from support.series import FIXTURES
 
 import statequery
@@ -27,7 +28,7 @@ def _feed(fixture: str, enabled: bool, monkeypatch: pytest.MonkeyPatch) -> tuple
         for v in job.complete_versions():
             job.version(v.checkpoint_id)  # opened before counting: _metadata is not the diff's
         io.stats.reset()
-        return job.changes(), io.stats.total_bytes
+        return job.changes(), bytes_read(io)
 
 
 @pytest.mark.parametrize("fixture", INCREMENTAL)
