@@ -122,9 +122,43 @@ def _warm_up(modules: tuple[str, ...]) -> int:
 
     import pyarrow  # noqa: F401
 
+    _keep_memory()
     for name in modules:
         importlib.import_module(name)
     return os.getpid()
+
+
+#: glibc ``mallopt`` parameters (malloc.h)
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+
+_kept = False
+
+
+def _keep_memory() -> None:
+    """In a worker (glibc only): keep freed memory for the next piece. A worker builds a piece's
+    buffers and frees them all at its end; glibc's defaults hand large blocks back to the
+    kernel (``munmap``, heap trimming) and the next piece faults every page in again, a
+    third of a piece's CPU on a virtual machine where a page fault is dear (10M keys: 7.2
+    CPU-s for the pieces one after the other in one process, 5.6 with this). The mmap
+    threshold fixed at glibc's maximum (32 MiB) and trimming above 256 MiB free: a worker's
+    resident memory stays at what one piece needs. The calling process is left as it is."""
+    global _kept
+    if _kept:
+        return
+    _kept = True
+    import platform
+
+    if sys.platform != "linux" or platform.libc_ver()[0] != "glibc":
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(_M_MMAP_THRESHOLD, 32 << 20)
+        libc.mallopt(_M_TRIM_THRESHOLD, 256 << 20)
+    except (OSError, AttributeError):
+        pass
 
 
 def _module_of(fn: Callable[..., Any]) -> tuple[str, ...]:
@@ -413,6 +447,7 @@ def _run_piece(fn: Pairs, item: Any, slot: str, pure: str | None) -> _Result:
 
     global _in_worker
     _in_worker = True
+    _keep_memory()
     if pure is None:
         os.environ.pop(PURE_ENV, None)
     else:
