@@ -13,8 +13,12 @@ as they go), so each finds the other's items done when it gets there. A worker w
 batches as Arrow IPC into a **result slot**: a file in shared memory (``/dev/shm``) it keeps
 mapped, which this process maps and reads in place (no copy, no unpickling); the slot is
 reused once every batch read from it is gone (:class:`_Lease`), so writing is a ``memcpy``
-into pages that are already there. ``workers=1`` is the in-process path; so is any read too
-small to pay for a pool (a lookup, a key, fewer than :data:`MIN_PARALLEL_BYTES` of state files).
+into pages that are already there (allocated up front: a full ``/dev/shm`` is an error the
+worker reports, and the caller computes that item, never a ``SIGBUS``). A worker that dies, a
+pool shut down during a read, a slot that cannot be mapped: the caller computes those items
+itself, so a read gives the same rows whatever happens to the pool. ``workers=1`` is the
+in-process path; so is any read too small to pay for a pool (a lookup, a key, fewer than
+:data:`MIN_PARALLEL_BYTES` of state files).
 
 The number of workers: the ``workers=`` option, else ``$STATEQUERY_WORKERS``, else every core
 this process may run on. The pool is started once per process, with the ``forkserver`` method
@@ -35,7 +39,7 @@ import threading
 import time
 import types
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import BrokenExecutor, CancelledError, Future, ProcessPoolExecutor
 from contextlib import contextmanager, nullcontext
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -175,16 +179,40 @@ def _context() -> Any:
     return multiprocessing.get_context("spawn")
 
 
-def _get_pool(workers: int) -> ProcessPoolExecutor:
-    global _pool, _pool_size
+#: reads using the pool now (a pool in use is never resized under them)
+_active = 0
+
+
+def _get_pool(workers: int) -> tuple[ProcessPoolExecutor, int]:
+    """The pool and its size: ``workers`` processes, or the pool in use by another read of this
+    process whatever its size (a nested read never stops an outer read's pool). A broken pool
+    (a worker died) is replaced. The pool replaced is shut down outside the lock (its result
+    thread may be waiting for it)."""
+    global _pool, _pool_size, _ready_pool
+    old = None
     with _lock:
-        if _pool is not None and _pool_size != workers:
-            _pool.shutdown(wait=True, cancel_futures=True)
-            _pool = None
+        broken = _pool is not None and bool(getattr(_pool, "_broken", False))
+        if _pool is not None and (broken or (_pool_size != workers and _active == 0)):
+            old, _pool, _ready_pool = _pool, None, None
         if _pool is None:
             _pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context())
             _pool_size = workers
-        return _pool
+        pool, size = _pool, _pool_size
+    if old is not None:
+        old.shutdown(wait=True, cancel_futures=True)
+    return pool, size
+
+
+@contextmanager
+def _using_pool() -> Iterator[None]:
+    global _active
+    with _lock:
+        _active += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _active -= 1
 
 
 @contextmanager
@@ -193,13 +221,31 @@ def _main_hidden() -> Iterator[None]:
     child runs the parent's main script again (only ``if __name__ == "__main__"`` stops it), and
     a library cannot ask every script that reads a savepoint for that guard; the workers need
     nothing from ``__main__``. (Processes start inside ``submit``; the pool replaces none.)"""
-    main = sys.modules.get("__main__")
-    sys.modules["__main__"] = types.ModuleType("__main__")
+    global _hidden_depth, _hidden_main
+    with _hidden_lock:
+        if _hidden_depth == 0:
+            _hidden_main = sys.modules.get("__main__")
+            sys.modules["__main__"] = types.ModuleType("__main__")
+        _hidden_depth += 1
     try:
         yield
     finally:
-        if main is not None:
-            sys.modules["__main__"] = main
+        with _hidden_lock:
+            _hidden_depth -= 1
+            if _hidden_depth == 0 and _hidden_main is not None:
+                sys.modules["__main__"] = _hidden_main
+                _hidden_main = None
+
+
+#: nested or concurrent ``_main_hidden`` (threads): the real ``__main__`` is put back by the last
+_hidden_lock = threading.RLock()
+_hidden_depth = 0
+_hidden_main: types.ModuleType | None = None
+
+
+def _may_start_processes(pool: ProcessPoolExecutor, size: int) -> bool:
+    """Whether a submission may start a worker process (then ``__main__`` is hidden)."""
+    return len(getattr(pool, "_processes", None) or ()) < size
 
 
 #: what a worker runs: one item's ``(state name, batch)`` pairs
@@ -215,11 +261,11 @@ def start(workers: int | None = None, modules: tuple[str, ...] = ("statequery.sc
     n = resolve_workers(workers)
     if n <= 1:
         return
-    pool = _get_pool(n - 1)
+    pool, size = _get_pool(n - 1)
     if _ready_pool is pool:
         return
     with _main_hidden():
-        futures = [pool.submit(_warm_up, modules) for _ in range(n - 1)]
+        futures = [pool.submit(_warm_up, modules) for _ in range(size)]
     for f in futures:
         f.result()
     with _lock:
@@ -244,6 +290,21 @@ def shutdown() -> None:
 atexit.register(shutdown)
 
 
+def _forget_in_child() -> None:
+    """In a child forked from a reading process (``os.fork``, multiprocessing's ``fork``): the
+    parent's pool and slots are not the child's (its exit must not stop or remove them)."""
+    global _pool, _slots, _ready_pool, _active, _lock
+    _pool = None
+    _slots = None
+    _ready_pool = None
+    _active = 0
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
 class _WorkerError(Exception):
     """A typed error of a worker, carried to the caller (typed errors do not all pickle through
     their constructors): its class, message and attributes."""
@@ -259,15 +320,28 @@ class _WorkerError(Exception):
         return err
 
 
+#: shared memory with less free than this is passed over for the temporary directory (a
+#: container's /dev/shm is often 64 MiB)
+MIN_SHM_FREE = 1 << 30
+
+
 def _spool_dir() -> str:
-    """Where workers leave their results: shared memory when there is some, else the temporary
-    directory."""
+    """Where workers leave their results: shared memory when there is enough free, else the
+    temporary directory (slots are mapped files either way)."""
     import tempfile
 
     shm = "/dev/shm"
-    if os.path.isdir(shm) and os.access(shm, os.W_OK):
-        return shm
+    try:
+        st = os.statvfs(shm)
+        if os.access(shm, os.W_OK) and st.f_bavail * st.f_frsize >= MIN_SHM_FREE:
+            return shm
+    except OSError:
+        pass
     return tempfile.gettempdir()
+
+
+class _SlotFull(Exception):
+    """A slot could not grow: no room left where the slots are (the caller computes the item)."""
 
 
 #: the name of a slot file: ``statequery-<pid of the reading process>-<n>.slot``
@@ -287,25 +361,35 @@ class _Slots:
     batches into through a mapping and this process maps to read them, with no copy. A slot
     is reused (its pages already there: writing into it is a ``memcpy``, not a page fault per
     4 KB and a system call per buffer) once every batch read from it is gone: each batch holds
-    a :class:`_Lease` of its slot. The files are removed when the pool stops, and files left by
-    a process that died are removed by the next one."""
+    a :class:`_Lease` of its slot.
+
+    Names: ``statequery-<pid>-<token>-<n>.slot``, the token random per instance (a new instance
+    after :func:`shutdown` never reuses a name an older batch may still map). The instance holds
+    an ``flock`` on ``statequery-<pid>-<token>.lock`` while it lives: files whose lock nobody
+    holds (their process died; another PID namespace sharing ``/dev/shm`` cannot fool this, as a
+    pid could) are removed by the next instance. The files are removed when the pool stops."""
 
     def __init__(self) -> None:
+        import secrets
         from collections import deque
 
         self.spool = _spool_dir()
+        self.stem = f"{_SLOT_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
         self.free: deque[str] = deque()
         self.count = 0
+        self.lock = threading.Lock()
         self.maps: dict[str, Any] = {}  # path -> pa.Buffer over this process's mapping
+        self._lock_fd = _hold_lock(os.path.join(self.spool, self.stem + _LOCK_SUFFIX))
         self._remove_orphans()
 
     def take(self) -> str:
         try:
             return self.free.popleft()
         except IndexError:
-            self.count += 1
-            return os.path.join(self.spool,
-                                f"{_SLOT_PREFIX}{os.getpid()}-{self.count}{_SLOT_SUFFIX}")
+            with self.lock:
+                self.count += 1
+                n = self.count
+            return os.path.join(self.spool, f"{self.stem}-{n}{_SLOT_SUFFIX}")
 
     def release(self, path: str) -> None:
         self.free.append(path)
@@ -327,33 +411,81 @@ class _Slots:
         return buf
 
     def remove(self) -> None:
-        for i in range(1, self.count + 1):
-            _unlink(os.path.join(self.spool,
-                                 f"{_SLOT_PREFIX}{os.getpid()}-{i}{_SLOT_SUFFIX}"))
+        with self.lock:
+            count = self.count
+        for i in range(1, count + 1):
+            _unlink(os.path.join(self.spool, f"{self.stem}-{i}{_SLOT_SUFFIX}"))
         self.maps.clear()
         self.free.clear()
+        if self._lock_fd is not None:
+            _unlink(os.path.join(self.spool, self.stem + _LOCK_SUFFIX))
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     def _remove_orphans(self) -> None:
+        """Remove the slots of instances whose lock nobody holds (and slots with no lock)."""
         try:
             names = os.listdir(self.spool)
         except OSError:
             return
+        live: dict[str, bool] = {}
         for name in names:
-            if not (name.startswith(_SLOT_PREFIX) and name.endswith(_SLOT_SUFFIX)):
+            if not name.startswith(_SLOT_PREFIX) or name.startswith(self.stem):
                 continue
-            pid = name[len(_SLOT_PREFIX):].split("-", 1)[0]
-            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            if name.endswith(_LOCK_SUFFIX):
+                stem = name[: -len(_LOCK_SUFFIX)]
+            elif name.endswith(_SLOT_SUFFIX):
+                stem = name[: -len(_SLOT_SUFFIX)].rsplit("-", 1)[0]
+            else:
+                continue
+            if stem not in live:
+                live[stem] = _held(os.path.join(self.spool, stem + _LOCK_SUFFIX))
+            if not live[stem]:
                 _unlink(os.path.join(self.spool, name))
 
 
-def _alive(pid: int) -> bool:
+_LOCK_SUFFIX = ".lock"
+
+
+def _hold_lock(path: str) -> int | None:
+    """An exclusive ``flock`` on ``path``, held until the descriptor closes: taken on a new
+    0600 file that is then renamed to ``path``, so the lock file never shows unlocked."""
+    import fcntl
+    import tempfile
+
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        fd, tmp = tempfile.mkstemp(prefix=_SLOT_PREFIX, suffix=".tmp",
+                                   dir=os.path.dirname(path))
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.rename(tmp, path)
+    except OSError:
+        os.close(fd)
+        _unlink(tmp)
+        return None
+    return fd
+
+
+def _held(path: str) -> bool:
+    """Whether a live process holds the lock at ``path`` (True when it cannot be told: another
+    user's file, say; False when there is no lock file)."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
         return False
     except OSError:
         return True
-    return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 class _Lease:
@@ -395,8 +527,12 @@ class _SlotSink:
         got = self.maps.get(path)
         if got is None:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-            if os.fstat(fd).st_size < _SLOT_MIN_BYTES:
-                os.ftruncate(fd, _SLOT_MIN_BYTES)
+            try:
+                if os.fstat(fd).st_size < _SLOT_MIN_BYTES:
+                    _reserve(fd, _SLOT_MIN_BYTES)
+            except _SlotFull:
+                os.close(fd)
+                raise
             got = self.maps[path] = (fd, self._map(fd))
         self.fd, self.mm = got
 
@@ -414,7 +550,7 @@ class _SlotSink:
             size = len(self.mm)
             while size < end:
                 size *= 2
-            os.ftruncate(self.fd, size)
+            _reserve(self.fd, size)
             self.mm.close()
             self.mm = self._map(self.fd)
             self.maps[self.path] = (self.fd, self.mm)
@@ -435,6 +571,15 @@ class _SlotSink:
         pass
 
 
+def _reserve(fd: int, size: int) -> None:
+    """The slot file at ``size`` bytes with every page allocated (a page written through a
+    mapping of a full tmpfs would kill the process with SIGBUS; an allocation fails here)."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as e:
+        raise _SlotFull(str(e)) from e
+
+
 def _run_piece(fn: Pairs, item: Any, slot: str, pure: str | None) -> _Result:
     """In a worker: ``fn(item)``'s batches, each written as an Arrow IPC stream into the result
     slot ``slot`` (pickling the batches back costs the caller as much CPU as decoding them did;
@@ -453,18 +598,34 @@ def _run_piece(fn: Pairs, item: Any, slot: str, pure: str | None) -> _Result:
     else:
         os.environ[PURE_ENV] = pure
 
-    sink = _SlotSink(slot)
-    out = pa.PythonFile(sink, mode="w")
     parts: list[tuple[str, int, int]] = []
     try:
+        sink = _SlotSink(slot)
+        out = pa.PythonFile(sink, mode="w")
         for name, batch in fn(item):
             start = sink.pos
             with pa.ipc.new_stream(out, batch.schema) as writer:
                 writer.write_batch(batch)
             parts.append((name, start, sink.pos - start))
+    except _SlotFull:
+        return slot, -1, []  # no room for the result: the caller computes the item itself
     except StatequeryError as e:
-        raise _WorkerError(type(e), str(e), dict(e.__dict__)) from None
+        raise _WorkerError(type(e), str(e), _picklable(e.__dict__)) from None
     return slot, len(sink.mm), parts
+
+
+def _picklable(attrs: dict[str, Any]) -> dict[str, Any]:
+    """The attributes of an error that can travel back to the caller (the others as text)."""
+    import pickle
+
+    out: dict[str, Any] = {}
+    for k, v in attrs.items():
+        try:
+            pickle.dumps(v)
+            out[k] = v
+        except Exception:  # noqa: BLE001 - anything unpicklable travels as its repr
+            out[k] = repr(v)
+    return out
 
 
 def _unlink(path: str) -> None:
@@ -481,27 +642,36 @@ def _release_unless_read(slots: _Slots, slot: str, future: Future[_Result]) -> N
         slots.release(slot)
 
 
-def _unread(future: Future[_Result]) -> None:
+def _unread(slots: _Slots, future: Future[_Result]) -> None:
     """A result nobody will read (the caller stopped early): its slot is free again."""
     if not future.cancelled() and future.exception() is None:
-        slot = future.result()[0]
-        if _slots is not None:
-            _slots.release(slot)
+        slots.release(future.result()[0])
 
 
-def _read_result(result: _Result, slots: _Slots) -> Iterator[tuple[str, pa.RecordBatch]]:
-    """The batches of a worker's result, read in place from its slot (each holds the slot's
-    lease: the slot is reused once they are all gone)."""
+def _open_result(result: _Result, slots: _Slots) -> Any | None:
+    """The slot of a worker's result as one buffer whose base is the slot's lease (the batches
+    read from it hold it: the slot is reused once they are all gone); None when the worker gave
+    the item back (no room) or the slot cannot be mapped (removed by :func:`shutdown` during
+    the read): the slot is free again and the caller computes the item."""
     import pyarrow as pa
 
-    path, size, parts = result
+    path, size, _parts = result
+    if size < 0:
+        slots.release(path)
+        return None
     try:
         whole = slots.region(path, size)
-    except BaseException:
+    except OSError:
         slots.release(path)
-        raise
-    region = pa.foreign_buffer(whole.address, size, base=_Lease(slots, path, whole))
-    del whole
+        return None
+    return pa.foreign_buffer(whole.address, size, base=_Lease(slots, path, whole))
+
+
+def _read_result(region: Any, parts: list[tuple[str, int, int]]
+                 ) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """The batches of a worker's result, read in place from its slot."""
+    import pyarrow as pa
+
     for name, offset, length in parts:
         reader = pa.ipc.open_stream(pa.BufferReader(region.slice(offset, length)))
         for batch in reader:
@@ -589,6 +759,10 @@ class _Schedule:
                 event = f
             event.wait()
 
+    def taken(self, index: int) -> None:
+        with self.lock:
+            self.futures.pop(index, None)
+
     def advance(self) -> None:
         with self.lock:
             self.futures.pop(self.pos, None)
@@ -619,10 +793,11 @@ class _Schedule:
                 slot = self.slots.take()
                 event = self.futures[index] = threading.Event()
             try:
-                with _main_hidden() if first else nullcontext():
+                hide = first and _may_start_processes(self.pool, self.size)
+                with _main_hidden() if hide else nullcontext():
                     future = self.pool.submit(_run_piece, self.fn, self.items[index], slot,
                                               self.pure)
-            except BaseException:
+            except (RuntimeError, BrokenExecutor):
                 # the pool cannot take it (broken, shut down): the item is nobody's again (the
                 # caller computes it) and no more go to the pool
                 with self.lock:
@@ -633,13 +808,17 @@ class _Schedule:
                     self.low = min(self.low, index)
                 self.slots.release(slot)
                 event.set()
-                if first:
-                    raise
                 return
             future.add_done_callback(partial(_release_unless_read, self.slots, slot))
             with self.lock:
-                self.futures[index] = future
+                late = self.closed  # close() ran meanwhile: nobody will read this one
+                if not late:
+                    self.futures[index] = future
             event.set()
+            if late:
+                if not future.cancel():
+                    future.add_done_callback(partial(_unread, self.slots))
+                return
             future.add_done_callback(partial(self._done, index))
 
     def _warm_up(self) -> None:
@@ -647,8 +826,13 @@ class _Schedule:
             self.warming = True
             self.inflight += self.size
         for _ in range(self.size):
-            with _main_hidden():
-                future = self.pool.submit(_warm_up, _module_of(self.fn))
+            try:
+                with _main_hidden():
+                    future = self.pool.submit(_warm_up, _module_of(self.fn))
+            except (RuntimeError, BrokenExecutor):  # shut down or broken: the caller reads
+                with self.lock:
+                    self.closed = True
+                return
             future.add_done_callback(self._warmed)
 
     def _warmed(self, future: Future[int]) -> None:
@@ -677,6 +861,11 @@ class _Schedule:
         if not future.cancelled() and future.exception() is None:
             self.feed()
 
+    def stop(self) -> None:
+        """No more items to the pool (the caller computes the rest; those given are read)."""
+        with self.lock:
+            self.closed = True
+
     def close(self) -> None:
         """The caller stopped (or finished): no more submissions; results nobody reads go."""
         with self.lock:
@@ -685,7 +874,7 @@ class _Schedule:
             self.futures = {}
         for f in futures:
             if not f.cancel():
-                f.add_done_callback(_unread)
+                f.add_done_callback(partial(_unread, self.slots))
 
 
 def _pure_env() -> str | None:
@@ -709,7 +898,15 @@ def ordered_map(
         for item in todo:
             yield from run_here(item)
         return
-    sched = _Schedule(_get_pool(workers - 1), workers - 1, fn, todo, 2 * workers)
+    with _using_pool():
+        yield from _ordered(fn, todo, run_here, workers)
+
+
+def _ordered(
+    fn: Pairs, todo: list[Any], run_here: Pairs, workers: int
+) -> Iterator[tuple[str, pa.RecordBatch]]:
+    pool, size = _get_pool(workers - 1)
+    sched = _Schedule(pool, size, fn, todo, 2 * workers)
     try:
         sched.feed(first=True)
         while sched.pos < len(todo):
@@ -717,13 +914,24 @@ def ordered_map(
             if move == "pool":
                 assert future is not None
                 try:
-                    result = future.result()
+                    result: _Result | None = future.result()
                 except _WorkerError as e:
                     raise e.rebuild() from None
+                except (CancelledError, BrokenExecutor):
+                    result = None  # the pool was shut down or a worker died
+                sched.taken(index)  # its slot is this branch's now (close() must not free it)
+                region = None if result is None else _open_result(result, sched.slots)
+                if region is None:  # computed here, and the pool is not used further
+                    sched.stop()
+                    yield from run_here(todo[index])
+                    sched.advance()
+                    continue
+                assert result is not None
                 sched.advance()
                 sched.feed(first=True)
                 began = time.perf_counter()
-                yield from _read_result(result, sched.slots)
+                yield from _read_result(region, result[2])
+                del region
                 sched.timed("taken", time.perf_counter() - began)
             else:  # the caller's own item, streamed
                 began = time.perf_counter()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from concurrent.futures import CancelledError
 from pathlib import Path
 from typing import Any
 
@@ -244,24 +245,167 @@ def test_an_early_stop_and_an_error_leave_no_slot_and_the_pool_reads_on() -> Non
     assert _slot_files() == []
 
 
-def test_slots_left_by_a_process_that_died_are_removed(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    spool = parallel._spool_dir()
-    orphan = Path(spool) / f"{parallel._SLOT_PREFIX}{dead}-1{parallel._SLOT_SUFFIX}"
-    alive = Path(spool) / f"{parallel._SLOT_PREFIX}1-1{parallel._SLOT_SUFFIX}"  # pid 1 lives
-    orphan.write_bytes(b"x" * 100)
-    alive.write_bytes(b"x" * 100)
+def test_slots_whose_lock_nobody_holds_are_removed_and_held_ones_kept() -> None:
+    spool = Path(parallel._spool_dir())
+    dead = spool / f"{parallel._SLOT_PREFIX}999999-deadbeef-1{parallel._SLOT_SUFFIX}"
+    dead_lock = spool / f"{parallel._SLOT_PREFIX}999998-deadbeef{parallel._LOCK_SUFFIX}"
+    dead_of_lock = spool / f"{parallel._SLOT_PREFIX}999998-deadbeef-3{parallel._SLOT_SUFFIX}"
+    live_stem = f"{parallel._SLOT_PREFIX}{os.getpid()}-livelock"
+    fd = parallel._hold_lock(str(spool / (live_stem + parallel._LOCK_SUFFIX)))
+    assert fd is not None
+    live = spool / f"{live_stem}-1{parallel._SLOT_SUFFIX}"
+    for f in (dead, dead_lock, dead_of_lock, live):
+        f.write_bytes(b"x" * 100)
     try:
-        parallel._Slots()
-        assert not orphan.exists()
-        assert alive.exists()
+        slots = parallel._Slots()
+        assert not dead.exists()  # no lock file: its process is gone
+        assert not dead_lock.exists() and not dead_of_lock.exists()  # a lock nobody holds
+        assert live.exists()  # held (by this process here; any live process, any namespace)
+        slots.remove()
     finally:
-        orphan.unlink(missing_ok=True)
-        alive.unlink(missing_ok=True)
+        os.close(fd)
+        for f in (dead, dead_lock, dead_of_lock, live,
+                  spool / (live_stem + parallel._LOCK_SUFFIX)):
+            f.unlink(missing_ok=True)
+
+
+def test_a_new_pool_never_reuses_the_slot_names_of_batches_still_held() -> None:
+    from support.pieces import tagged
+
+    parallel.shutdown()
+    parallel.start(2)
+    held = list(parallel.ordered_map(tagged, [(i, 30_000) for i in range(16)], 2))
+    parallel.shutdown()  # the slot files go; the held batches keep their mappings
+    parallel.start(2)
+    list(parallel.ordered_map(tagged, [(500 + i, 30_000) for i in range(16)], 2))
+    assert [b.column("value")[0].as_py() for _, b in held if b.num_rows] == [
+        i for i in range(16) for _ in range(2)]
+    assert all(len(set(b.column("value").to_pylist())) == 1 for _, b in held if b.num_rows)
+    # a read suspended across shutdown() and another read: its own rows or an error, never
+    # the other read's (its results are not found under a name the other read reuses)
+    suspended = parallel.ordered_map(tagged, [(i, 30_000) for i in range(16)], 2)
+    first = [next(suspended) for _ in range(3)]
+    parallel.shutdown()
+    parallel.start(2)
+    list(parallel.ordered_map(tagged, [(700 + i, 30_000) for i in range(16)], 2))
+    seen: list[int] = [v for _, b in first for v in set(b.column("value").to_pylist())]
+    try:
+        for _, b in suspended:
+            seen.extend(set(b.column("value").to_pylist()))
+    except (OSError, CancelledError):
+        pass
+    assert seen and all(v < 16 for v in seen)
+    parallel.shutdown()
+
+
+def _in_thread(fn: Any, timeout: float = 120) -> None:
+    import threading
+
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(timeout)
+    assert not t.is_alive(), "hung"
+    if errors:
+        raise errors[0]
+
+
+def test_another_worker_count_while_the_pool_warms_or_is_in_use_does_not_hang() -> None:
+    from support.pieces import tagged
+
+    parallel.shutdown()
+
+    def reads() -> None:
+        # over before the worker is up (its warm-up still running), then another size
+        assert sum(b.num_rows for _, b in parallel.ordered_map(tagged, [(1, 10), (2, 10)], 2)) == 20
+        assert sum(b.num_rows for _, b in parallel.ordered_map(
+            tagged, [(i, 1_000) for i in range(20)], 3)) == 20_000
+        # a read inside another's iteration asks for a third size: the pool in use stays
+        outer = parallel.ordered_map(tagged, [(i, 1_000) for i in range(20)], 3)
+        n = 0
+        for _, b in outer:
+            n += b.num_rows
+            if n == 1_000:
+                inner = list(parallel.ordered_map(tagged, [(i, 100) for i in range(10)], 2))
+                assert sum(x.num_rows for _, x in inner) == 1_000
+        assert n == 20_000
+
+    _in_thread(reads)
+    parallel.shutdown()
+
+
+def test_a_pool_whose_worker_died_is_replaced() -> None:
+    import signal
+    import time
+
+    from support.pieces import tagged
+
+    parallel.shutdown()
+    parallel.start(2)
+    pool = parallel._pool
+    assert pool is not None
+    for proc in list(pool._processes.values()):
+        os.kill(proc.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while not pool._broken and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pool._broken
+    got = list(parallel.ordered_map(tagged, [(i, 1_000) for i in range(12)], 2))
+    assert sum(b.num_rows for _, b in got) == 12_000
+    assert parallel._pool is not pool
+    parallel.shutdown()
+
+
+def test_a_worker_that_dies_mid_read_leaves_its_items_to_the_caller() -> None:
+    from support.pieces import dying_in_worker
+
+    parallel.shutdown()
+    parallel.start(2)
+    got = list(parallel.ordered_map(dying_in_worker, [(i, os.getpid()) for i in range(10)], 2))
+    assert [b.column("value")[0].as_py() for _, b in got if b.num_rows] == [
+        i for i in range(10) for _ in range(2)]
+    assert {b.column("pid")[0].as_py() for _, b in got if b.num_rows} == {os.getpid()}
+    parallel.shutdown()
+
+
+def test_a_forked_child_leaves_the_parents_pool_and_slots_alone() -> None:
+    from support.pieces import tagged
+
+    parallel.shutdown()
+    parallel.start(2)
+    held = list(parallel.ordered_map(tagged, [(i, 20_000) for i in range(12)], 2))
+    files = _slot_files()
+    assert files
+    pid = os.fork()
+    if pid == 0:  # the child ends as a script would: its exit handlers run
+        try:
+            parallel.shutdown()
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert _slot_files() == files
+    again = list(parallel.ordered_map(tagged, [(i, 20_000) for i in range(12)], 2))
+    assert sum(b.num_rows for _, b in again) == sum(b.num_rows for _, b in held) == 240_000
+    parallel.shutdown()
+
+
+def test_a_slot_with_no_room_hands_the_item_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    from support.pieces import tagged
+
+    from statequery.backends.fastpath import PURE_ENV
+
+    monkeypatch.setattr(parallel, "_in_worker", False)  # run here as a worker would
+    # /dev/full takes no allocation: the worker side gives the item back unwritten
+    result = parallel._run_piece(tagged, (1, 10), "/dev/full", os.environ.get(PURE_ENV))
+    assert result == ("/dev/full", -1, [])
+    assert "/dev/full" not in parallel._SlotSink.maps
 
 
 def test_an_error_in_the_worker_comes_back_typed_with_its_attributes() -> None:

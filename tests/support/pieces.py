@@ -39,3 +39,12 @@ def failing_in_worker(item: tuple[int, int]) -> Iterator[tuple[str, pa.RecordBat
         raise CorruptStateError(f"item {value} failed in worker: bad bytes", f"item-{value}",
                                 value)
     yield from tagged((value, 2))
+
+
+def dying_in_worker(item: tuple[int, int]) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """Item ``(value, caller pid)``: a worker process dies on it (as the kernel's OOM killer
+    would end it); the calling process computes it."""
+    value, caller = item
+    if os.getpid() != caller:
+        os._exit(9)
+    yield from tagged((value, 3))
