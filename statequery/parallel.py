@@ -257,17 +257,29 @@ def start(workers: int | None = None, modules: tuple[str, ...] = ("statequery.sc
     them) and wait until every worker has imported pyarrow and ``modules``, so that the next
     large read gives them pieces from its first moment (a read starts the pool itself otherwise
     and reads alone meanwhile). Nothing to start for one worker."""
-    global _ready_pool
     n = resolve_workers(workers)
     if n <= 1:
         return
     pool, size = _get_pool(n - 1)
     if _ready_pool is pool:
         return
-    with _main_hidden():
-        futures = [pool.submit(_warm_up, modules) for _ in range(size)]
-    for f in futures:
+    for f in _submit_warm_ups(pool, size, modules):
         f.result()
+    _mark_ready(pool)
+
+
+def _submit_warm_ups(
+    pool: ProcessPoolExecutor, size: int, modules: tuple[str, ...]
+) -> list[Future[int]]:
+    """One :func:`_warm_up` per worker (processes may start: ``__main__`` hidden)."""
+    with _main_hidden():
+        return [pool.submit(_warm_up, modules) for _ in range(size)]
+
+
+def _mark_ready(pool: ProcessPoolExecutor) -> None:
+    """Every worker of ``pool`` has warmed up: reads give it pieces from their start (unless
+    the pool was replaced meanwhile)."""
+    global _ready_pool
     with _lock:
         if _pool is pool:
             _ready_pool = pool
@@ -825,18 +837,16 @@ class _Schedule:
         with self.lock:
             self.warming = True
             self.inflight += self.size
-        for _ in range(self.size):
-            try:
-                with _main_hidden():
-                    future = self.pool.submit(_warm_up, _module_of(self.fn))
-            except (RuntimeError, BrokenExecutor):  # shut down or broken: the caller reads
-                with self.lock:
-                    self.closed = True
-                return
+        try:
+            futures = _submit_warm_ups(self.pool, self.size, _module_of(self.fn))
+        except (RuntimeError, BrokenExecutor):  # shut down or broken: the caller reads
+            with self.lock:
+                self.closed = True
+            return
+        for future in futures:
             future.add_done_callback(self._warmed)
 
     def _warmed(self, future: Future[int]) -> None:
-        global _ready_pool
         with self.lock:
             self.inflight -= 1
             if future.cancelled() or future.exception() is not None:
@@ -845,9 +855,7 @@ class _Schedule:
             self.warmed += 1
             if self.warmed < self.size:
                 return
-        with _lock:
-            if _pool is self.pool:
-                _ready_pool = self.pool
+        _mark_ready(self.pool)
         self.feed()
 
     def _done(self, index: int, future: Future[_Result]) -> None:
