@@ -32,8 +32,11 @@ at its start:
   state, imports excluded, CPU of that only) and warm (the same key 20 more times on the same
   ``Savepoint``; then 20 other keys of the same key group, and 20 random keys).
 * ``workers``: the full scan with ``workers=1`` and ``workers=2`` (statequery/parallel.py),
-  alternated; ``--only workers`` runs this alone, for the wall-clock 1-vs-2 comparison on an
-  idle machine (a few minutes at 10M keys).
+  alternated, in a new process (its first read imports pyarrow and the readers; two workers:
+  and starts the pool), in a process that has read before, and in one whose pool runs
+  (``WORKER_VARIANTS``), with Python's bytecode cached as for an installed package;
+  ``--only workers`` runs this alone, for the wall-clock 1-vs-2 comparison on an idle machine
+  (a few minutes at 10M keys).
 * ``spark``: one state through Spark ``local[2]`` (``bench_spark.py``'s child: scans to the
   ``noop`` sink, the JVM data source and the Python one); ``--spark-conf
   spark.driver.memory=...`` if a size needs it.
@@ -116,15 +119,24 @@ def descendants() -> dict[int, tuple[float, float]]:
 # -- children (each a fresh process) -------------------------------------------------------------
 
 
-def child_scan(path: str, state: str, workers: int, warm: bool = False) -> dict[str, Any]:
+def child_scan(path: str, state: str, workers: int, warm: bool = False,
+               prepared: bool = False) -> dict[str, Any]:
     """One full scan (every state, or ``state``) with ``workers``; figures of this process and
-    of the pool's worker processes (read before the pool is shut down). ``warm``: the pool
-    started before the timing (``parallel.start``: a read in a process that read before)."""
+    of the pool's worker processes (read before the pool is shut down). ``prepared``: a
+    process that has read before (the catalog's ``word_counts`` read first: the modules a
+    read imports on first use, pyarrow among them, are imported before the timing); ``warm``:
+    and the pool started before the timing (``parallel.start``)."""
+    import pyarrow.compute  # noqa: F401 - this benchmark's own counting (0.3 s to import)
+
     import statequery
     from statequery import parallel
     from statequery.backends import fastpath
     from statequery.reader import list_states
 
+    if prepared:
+        small = statequery.open(os.path.join(REPO, "catalog", "word_counts"))
+        for op in small.keyed_operators():
+            small.read_states(op, workers=1)
     if warm:
         parallel.start(workers)
     c0, t0 = time.process_time(), time.perf_counter()
@@ -148,6 +160,7 @@ def child_scan(path: str, state: str, workers: int, warm: bool = False) -> dict[
         "decode_path": "compiled" if fastpath.compiled() is not None else "pure",
         "workers": workers,
         "warm": warm,
+        "prepared": prepared,
         "entries": sum(per_state.values()),
         "states": per_state,
         "rows": rows,
@@ -288,24 +301,61 @@ def part_lookup(keys: int, path: str, runs: int) -> list[dict[str, Any]]:
     return out
 
 
+#: the workers part's variants: (workers, the flags of ``child_scan``)
+WORKER_VARIANTS = {
+    "1": ("1", []),  # a new process: its first read imports pyarrow and the readers
+    "2": ("2", []),  # ... and starts the pool
+    "1-prepared": ("1", ["prepared"]),  # a process that has read before
+    "2-prepared": ("2", ["prepared"]),  # ... whose first parallel read starts the pool
+    "2-warm": ("2", ["prepared", "warm"]),  # ... with the pool running (any read after)
+}
+
+
+def _installed_env() -> dict[str, str]:
+    """The environment of a process running statequery as installed: Python's bytecode cached
+    (pip compiles a wheel's modules; a ``PYTHONDONTWRITEBYTECODE`` machine would have every new
+    process, each pool worker among them, compile every module it imports), in a cache
+    directory outside the repository."""
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "statequery",
+        "bench-pycache")
+    return env
+
+
 def part_workers(keys: int, path: str, runs: int) -> dict[str, list[dict[str, Any]]]:
-    """One worker, two with the pool started by the read (a new process: ``2``) and two with
-    the pool started before (``2-warm``), alternated. The ratio is of the scan as a program
-    times it (``open`` + the read, in the process); the process's wall (interpreter, imports,
-    pool shutdown) is printed too."""
-    out: dict[str, list[dict[str, Any]]] = {"1": [], "2": [], "2-warm": []}
+    """The full scan with one worker and with two (the caller and one pool worker), alternated,
+    in the variants of :data:`WORKER_VARIANTS`. The ratio is of the scan as a program times it
+    (``open`` + the read, in the process); the process's wall (interpreter, imports, pool
+    shutdown) is printed too."""
+    out: dict[str, list[dict[str, Any]]] = {w: [] for w in WORKER_VARIANTS}
+    env = _installed_env()
+    subprocess.run([sys.executable, "-c", "import statequery.scan; "
+                    "statequery.scan.warm_worker()"], env=env, check=True)  # bytecode cached
     print(f"\nworkers, canonical {keys:,} keys, every state: {path}", flush=True)
     for _ in range(runs):
-        for w in out:
-            r = measured(_child("scan", path, "", w[0], *(["warm"] if "warm" in w else [])))
+        for w, (n, flags) in WORKER_VARIANTS.items():
+            r = measured(_child("scan", path, "", n, *flags), env)
             bench_vs_flink._check(f"workers={w}", r, bench_vs_flink.expected_counts(keys, 0))
             out[w].append(r)
             print(_line(f"workers={w}", r) + f"  scan {r['open_s'] + r['scan_s']:.2f} s",
                   flush=True)
-    best = {w: min(x["open_s"] + x["scan_s"] for x in rs) for w, rs in out.items()}
-    print(f"  best scan (open + read): 1 worker {best['1']:.2f} s, 2 workers {best['2']:.2f} s "
-          f"({best['1'] / best['2']:.2f}x), pool started ahead {best['2-warm']:.2f} s "
-          f"({best['1'] / best['2-warm']:.2f}x) (meaningful on an idle machine only)", flush=True)
+    scan = {w: sorted(x["open_s"] + x["scan_s"] for x in rs) for w, rs in out.items()}
+
+    def ratio(one: str, two: str, pick: int) -> str:
+        return f"{scan[one][pick] / scan[two][pick]:.2f}x"
+
+    mid = (runs - 1) // 2
+    print(f"  scan (open + read), best / median: a new process 1 worker {scan['1'][0]:.2f} / "
+          f"{scan['1'][mid]:.2f} s, 2 workers {scan['2'][0]:.2f} / {scan['2'][mid]:.2f} s "
+          f"({ratio('1', '2', 0)} / {ratio('1', '2', mid)}); a process that has read before "
+          f"1 worker {scan['1-prepared'][0]:.2f} / {scan['1-prepared'][mid]:.2f} s, 2 workers "
+          f"starting the pool {scan['2-prepared'][0]:.2f} / {scan['2-prepared'][mid]:.2f} s "
+          f"({ratio('1-prepared', '2-prepared', 0)} / {ratio('1-prepared', '2-prepared', mid)}),"
+          f" with the pool running {scan['2-warm'][0]:.2f} / {scan['2-warm'][mid]:.2f} s "
+          f"({ratio('1-prepared', '2-warm', 0)} / {ratio('1-prepared', '2-warm', mid)}) "
+          f"(meaningful on an idle machine only)", flush=True)
     return out
 
 
@@ -403,7 +453,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
         if argv[1] == "scan":
-            print(json.dumps(child_scan(argv[2], argv[3], int(argv[4]), argv[5:6] == ["warm"])))
+            print(json.dumps(child_scan(argv[2], argv[3], int(argv[4]), "warm" in argv[5:],
+                                        "prepared" in argv[5:])))
         else:
             print(json.dumps(child_lookup(argv[2], int(argv[3]), int(argv[4]))))
         return 0

@@ -9,14 +9,19 @@ in ``workers`` processes and yields their ``(state name, batch)`` pairs **in ite
 Items are claimed in order (:class:`_Schedule`): this process streams the items it claims as it
 computes them (nothing waits in its memory, and it works while the pool starts); a worker,
 when idle, claims the next item but the ones this process will get through meanwhile (measured
-as they go), so each finds the other's items done when it gets there. A worker writes its
-batches as Arrow IPC into a **result slot**: a file in shared memory (``/dev/shm``) it keeps
-mapped, which this process maps and reads in place (no copy, no unpickling); the slot is
-reused once every batch read from it is gone (:class:`_Lease`), so writing is a ``memcpy``
-into pages that are already there (allocated up front: a full ``/dev/shm`` is an error the
-worker reports, and the caller computes that item, never a ``SIGBUS``). A worker that dies, a
-pool shut down during a read, a slot that cannot be mapped: the caller computes those items
-itself, so a read gives the same rows whatever happens to the pool. ``workers=1`` is the
+as they go), so each finds the other's items done when it gets there. A worker's batches go
+into a **result slot**: a file in shared memory (``/dev/shm``) it keeps mapped, which this
+process maps; the compiled decoders build the batches' buffers straight into it (the copy they
+make into a new bytes object otherwise: ``_read.arena_set``), the worker sends where each
+buffer lies (the layout of the Arrow C data interface) and this process rebuilds the batches
+over its mapping: no copy, no serialisation, no unpickling (a buffer built elsewhere is copied
+in; a dictionary or extension type travels as Arrow IPC). The slot is reused once every batch
+read from it is gone (:class:`_Lease`), so its pages are already there (allocated up front: a
+full ``/dev/shm`` is an error the worker reports, and the caller computes that item, never a
+``SIGBUS``); a worker that finds a buffer it built into a slot still alive after its item (a
+cache keeping it) never has that slot reused and builds no more buffers in slots. A worker
+that dies, a pool shut down during a read, a slot that cannot be mapped: the caller computes
+those items itself, so a read gives the same rows whatever happens to the pool. ``workers=1`` is the
 in-process path; so is any read too small to pay for a pool (a lookup, a key, fewer than
 :data:`MIN_PARALLEL_BYTES` of state files).
 
@@ -69,6 +74,11 @@ MIN_PARALLEL_BYTES = 8 << 20
 #: key-group ranges per worker a large read is cut into (the finer, the better the calling process
 #: and the workers balance; a piece costs ~nothing more since local files are read with pread)
 PIECES_PER_WORKER = 16
+
+#: items a pool worker is given ahead: the next one waits in its queue while it computes one,
+#: so it never idles while its result goes back and this process hands it another (the
+#: pool's result thread needs the GIL, which this process's decoding holds most of the time)
+QUEUED_PER_WORKER = 2
 
 #: the most bytes of state files in one piece: a piece's batches wait in a result slot of shared
 #: memory until the caller reads them, so this bounds the slots (about this size each, a few of
@@ -127,9 +137,33 @@ def _warm_up(modules: tuple[str, ...]) -> int:
     import pyarrow  # noqa: F401
 
     _keep_memory()
+    _fault_in_heap()
     for name in modules:
-        importlib.import_module(name)
+        module = importlib.import_module(name)
+        warm = getattr(module, "warm_worker", None)
+        if callable(warm):
+            warm()
     return os.getpid()
+
+
+_faulted = False
+
+#: heap a worker faults in before its first item: what one piece's buffers take (a piece of
+#: :data:`MAX_PIECE_BYTES` of state files and its Arrow buffers)
+_HEAP_BYTES = 4 * MAX_PIECE_BYTES
+
+
+def _fault_in_heap() -> None:
+    """In a worker (glibc, after :func:`_keep_memory`): grow the heap to what a piece needs
+    and free it; glibc keeps it (trim threshold), so the first piece does not fault in every
+    page it allocates (10M keys: the first piece took 0.23 s against 0.08 s for the next)."""
+    global _faulted
+    if not _kept_set or _faulted:
+        return
+    _faulted = True
+    chunk = MAX_PIECE_BYTES - (1 << 20)  # under the mmap threshold: from the heap
+    blocks = [bytearray(chunk) for _ in range(_HEAP_BYTES // chunk)]
+    del blocks
 
 
 #: glibc ``mallopt`` parameters (malloc.h)
@@ -159,10 +193,15 @@ def _keep_memory() -> None:
         import ctypes
 
         libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(_M_MMAP_THRESHOLD, 32 << 20)
-        libc.mallopt(_M_TRIM_THRESHOLD, 256 << 20)
+        global _kept_set
+        _kept_set = bool(libc.mallopt(_M_MMAP_THRESHOLD, 32 << 20)) and bool(
+            libc.mallopt(_M_TRIM_THRESHOLD, 256 << 20))
     except (OSError, AttributeError):
         pass
+
+
+#: whether :func:`_keep_memory` set glibc's thresholds (then freed heap stays this process's)
+_kept_set = False
 
 
 def _module_of(fn: Callable[..., Any]) -> tuple[str, ...]:
@@ -252,20 +291,40 @@ def _may_start_processes(pool: ProcessPoolExecutor, size: int) -> bool:
 Pairs = Callable[[Any], Iterable[tuple[str, "pa.RecordBatch"]]]
 
 
-def start(workers: int | None = None, modules: tuple[str, ...] = ("statequery.scan",)) -> None:
+def start(workers: int | None = None, modules: tuple[str, ...] = ("statequery.scan",),
+          wait: bool = True) -> None:
     """Start the pool for ``workers`` (as :func:`resolve_workers`; the calling process is one of
     them) and wait until every worker has imported pyarrow and ``modules``, so that the next
     large read gives them pieces from its first moment (a read starts the pool itself otherwise
-    and reads alone meanwhile). Nothing to start for one worker."""
+    and reads alone meanwhile). Nothing to start for one worker. ``wait=False``: return at once
+    (the workers start while this process goes on: the CLI starts them before it imports and
+    opens what it reads)."""
     n = resolve_workers(workers)
     if n <= 1:
         return
     pool, size = _get_pool(n - 1)
     if _ready_pool is pool:
         return
-    for f in _submit_warm_ups(pool, size, modules):
-        f.result()
-    _mark_ready(pool)
+    futures = _submit_warm_ups(pool, size, modules)
+    if wait:
+        for f in futures:
+            f.result()
+        _mark_ready(pool)
+        return
+    left = [len(futures)]
+    left_lock = threading.Lock()
+
+    def warmed(f: Future[int]) -> None:
+        if f.cancelled() or f.exception() is not None:
+            return  # a read gives this pool no pieces before its own warm-up then
+        with left_lock:
+            left[0] -= 1
+            if left[0]:
+                return
+        _mark_ready(pool)
+
+    for f in futures:
+        f.add_done_callback(warmed)
 
 
 def _submit_warm_ups(
@@ -365,7 +424,7 @@ _SLOT_MIN_BYTES = 16 << 20
 
 #: a worker's result: its slot, the slot file's size, and per batch (in the order of the
 #: item's pairs) the state name and where the batch's Arrow IPC stream lies in the slot
-_Result = tuple[str, int, list[tuple[str, int, int]]]
+_Result = tuple[str, int, list["_Part"], bool, float]
 
 
 class _Slots:
@@ -504,13 +563,14 @@ class _Lease:
     """Held by every batch read from a slot (the base of their buffers): the slot goes back
     to the free ones when the last of them is gone."""
 
-    __slots__ = ("buf", "path", "slots")
+    __slots__ = ("buf", "path", "reuse", "slots")
 
-    def __init__(self, slots: _Slots, path: str, buf: Any) -> None:
-        self.slots, self.path, self.buf = slots, path, buf
+    def __init__(self, slots: _Slots, path: str, buf: Any, reuse: bool = True) -> None:
+        self.slots, self.path, self.buf, self.reuse = slots, path, buf, reuse
 
     def __del__(self) -> None:
-        self.slots.release(self.path)
+        if self.reuse:
+            self.slots.release(self.path)
 
 
 _slots: _Slots | None = None
@@ -533,20 +593,41 @@ class _SlotSink:
 
     closed = False
 
+    #: the largest slot this worker has filled (a new slot starts at that size)
+    largest = _SLOT_MIN_BYTES
+
     def __init__(self, path: str) -> None:
         self.path = path
         self.pos = 0
+        #: the mappings handed out as arenas during this item: (address, size)
+        self.bases: list[tuple[int, int]] = []
         got = self.maps.get(path)
         if got is None:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
             try:
-                if os.fstat(fd).st_size < _SLOT_MIN_BYTES:
-                    _reserve(fd, _SLOT_MIN_BYTES)
+                if os.fstat(fd).st_size < _SlotSink.largest:
+                    _reserve(fd, _SlotSink.largest)
             except _SlotFull:
                 os.close(fd)
                 raise
             got = self.maps[path] = (fd, self._map(fd))
         self.fd, self.mm = got
+
+    def arena(self) -> memoryview:
+        """The slot's mapping for the compiled builders to build buffers into (``_read.arena_set``):
+        a view that keeps the mapping alive while any buffer built into it is."""
+        import pyarrow as pa
+
+        view = memoryview(self.mm)
+        self.bases.append((pa.py_buffer(view).address, len(view)))
+        return view
+
+    def offset_of(self, address: int, size: int) -> int | None:
+        """Where in the slot a buffer built into one of its arenas lies (None: elsewhere)."""
+        for base, length in self.bases:
+            if base <= address and address + size <= base + length:
+                return address - base
+        return None
 
     @staticmethod
     def _map(fd: int) -> Any:
@@ -558,17 +639,42 @@ class _SlotSink:
         view = memoryview(data).cast("B")
         n = len(view)
         end = self.pos + n
+        self._room(end)
+        self.mm[self.pos:end] = view
+        self.pos = end
+        return n
+
+    def _room(self, end: int) -> None:
         if end > len(self.mm):
             size = len(self.mm)
             while size < end:
                 size *= 2
             _reserve(self.fd, size)
-            self.mm.close()
-            self.mm = self._map(self.fd)
+            _SlotSink.largest = max(_SlotSink.largest, size)
+            old, self.mm = self.mm, self._map(self.fd)
             self.maps[self.path] = (self.fd, self.mm)
-        self.mm[self.pos:end] = view
+            try:
+                old.close()
+            except BufferError:
+                pass  # buffers of this item built into it map it still: it goes with them
+
+    def align(self) -> int:
+        """The next write starts on a 64-byte boundary (Arrow's alignment); where it starts."""
+        self.pos = (self.pos + 63) & ~63
+        return self.pos
+
+    def put(self, address: int, size: int) -> int:
+        """``size`` bytes at ``address`` (a buffer of this process) copied into the slot, on a
+        64-byte boundary; where they start."""
+        import pyarrow as pa
+
+        start = self.align()
+        end = start + size
+        self._room(end)
+        if size:
+            self.mm[start:end] = pa.foreign_buffer(address, size)
         self.pos = end
-        return n
+        return start
 
     def tell(self) -> int:
         return self.pos
@@ -593,12 +699,12 @@ def _reserve(fd: int, size: int) -> None:
 
 
 def _run_piece(fn: Pairs, item: Any, slot: str, pure: str | None) -> _Result:
-    """In a worker: ``fn(item)``'s batches, each written as an Arrow IPC stream into the result
-    slot ``slot`` (pickling the batches back costs the caller as much CPU as decoding them did;
-    the caller maps the slot). ``pure``: the caller's ``$STATEQUERY_PURE_PYTHON`` (the decode
-    path it asked for)."""
-    import pyarrow as pa
-
+    """In a worker: ``fn(item)``'s batches written into the result slot ``slot``
+    (:func:`_write_parts`: their buffers built there, the caller rebuilds the batches over its
+    mapping; pickling them back would cost the caller as much CPU as decoding them did).
+    ``pure``: the caller's ``$STATEQUERY_PURE_PYTHON`` (the decode path it asked for). The
+    result: the slot, its size, the parts, and whether the slot may be reused once the caller
+    is done with it."""
     from statequery.backends.fastpath import PURE_ENV
     from statequery.exceptions import StatequeryError
 
@@ -610,20 +716,234 @@ def _run_piece(fn: Pairs, item: Any, slot: str, pure: str | None) -> _Result:
     else:
         os.environ[PURE_ENV] = pure
 
-    parts: list[tuple[str, int, int]] = []
+    parts: list[_Part] = []
+    began = time.perf_counter()
     try:
         sink = _SlotSink(slot)
-        out = pa.PythonFile(sink, mode="w")
-        for name, batch in fn(item):
-            start = sink.pos
-            with pa.ipc.new_stream(out, batch.schema) as writer:
-                writer.write_batch(batch)
-            parts.append((name, start, sink.pos - start))
+        arena = _arena_module()
+        parts = _write_parts(fn, item, sink, arena)
     except _SlotFull:
-        return slot, -1, []  # no room for the result: the caller computes the item itself
+        # no room for the result: the caller computes the item itself
+        return slot, -1, [], True, time.perf_counter() - began
     except StatequeryError as e:
         raise _WorkerError(type(e), str(e), _picklable(e.__dict__)) from None
-    return slot, len(sink.mm), parts
+    # every buffer built into the slot is gone with the item's batches, unless something kept
+    # one: then the slot is never reused (its bytes stay what that buffer holds) and this
+    # worker builds no more buffers in slots
+    reuse = arena is None or arena.arena_live() == 0
+    if not reuse:
+        global _arena_off
+        _arena_off = True
+    return slot, len(sink.mm), parts, reuse, time.perf_counter() - began
+
+
+#: set in a worker when a buffer built into a slot outlived its item (see _run_piece)
+_arena_off = False
+
+
+def _arena_module() -> Any:
+    """The compiled decode module when a worker builds buffers straight into its result slot
+    (not on the pure path, not once a buffer outlived its item)."""
+    if _arena_off:
+        return None
+    from statequery.backends import fastpath
+
+    return fastpath.compiled()
+
+
+def _write_parts(fn: Pairs, item: Any, sink: _SlotSink, arena: Any) -> list[_Part]:
+    """``fn(item)``'s batches written into the slot: with ``arena`` (the compiled module) their
+    buffers are built into the slot as they are decoded; a buffer built elsewhere is copied
+    there; a batch of a type :func:`_plain_schema` rejects is written as Arrow IPC."""
+    import pyarrow as pa
+
+    parts: list[_Part] = []
+    held: list[pa.RecordBatch] = []  # the item's batches (their buffers' addresses stay theirs)
+    placed: dict[int, int] = {}
+    out = None
+    schema = None
+    mapped = None
+    if arena is not None:
+        mapped = sink.mm
+        arena.arena_set(sink.arena(), 0)
+    try:
+        for name, batch in fn(item):
+            held.append(batch)
+            if arena is not None:  # the slot's bytes up to here are the arena's
+                sink.pos = max(sink.pos, arena.arena_pos())
+            node = _place(batch, sink, placed) if _plain_schema(batch.schema) else None
+            if node is not None:
+                if schema is None or not (batch.schema is schema
+                                          or batch.schema.equals(schema, check_metadata=True)):
+                    schema = batch.schema
+                    parts.append((name, _SCHEMA, schema))
+                parts.append((name, _RAW, node))
+            else:
+                if out is None:
+                    out = pa.PythonFile(sink, mode="w")
+                start = sink.align()
+                with pa.ipc.new_stream(out, batch.schema) as writer:
+                    writer.write_batch(batch)
+                parts.append((name, _IPC, (start, sink.pos - start)))
+            if arena is not None:  # the next buffers after what was copied (in a grown slot)
+                if sink.mm is not mapped:
+                    mapped = sink.mm
+                    arena.arena_set(sink.arena(), sink.pos)
+                else:
+                    arena.arena_seek(sink.pos)
+    finally:
+        if arena is not None:
+            arena.arena_set(None)
+    return parts
+
+
+#: what a part of a worker's result is: ``_SCHEMA`` (the schema of the raw batches after it),
+#: ``_RAW`` (a batch as its buffers in the slot: a :data:`_Node`), ``_IPC`` (a batch as an Arrow
+#: IPC stream at ``(offset, length)`` in the slot: a type :func:`_plain_schema` rejects)
+_SCHEMA, _RAW, _IPC = 0, 1, 2
+
+#: a part: the state name, its kind, and the schema, node or IPC stream
+_Part = tuple[str, int, Any]
+
+#: an array as placed in a slot, the layout of the Arrow C data interface: ``(length, null
+#: count, offset, buffers, children)``, each buffer ``(offset in the slot, size)`` or None
+_Node = tuple[int, int, int, tuple[tuple[int, int] | None, ...], tuple[Any, ...]]
+
+
+def _plain_type(t: pa.DataType) -> bool:
+    """Whether an array of type ``t`` travels as its buffers: primitive, temporal, decimal,
+    binary and string types, and lists, maps and structs of them. (Dictionaries, unions,
+    views and extension types travel as IPC: their C layouts differ from their buffers.)"""
+    import pyarrow as pa
+
+    types = pa.types  # (an extension type is none of these)
+    if types.is_struct(t):
+        return all(_plain_type(t.field(i).type) for i in range(t.num_fields))
+    if types.is_map(t):
+        return _plain_type(t.key_type) and _plain_type(t.item_type)
+    if types.is_list(t) or types.is_large_list(t) or types.is_fixed_size_list(t):
+        return _plain_type(t.value_type)
+    return bool(types.is_null(t) or types.is_boolean(t) or types.is_integer(t)
+            or types.is_floating(t) or types.is_temporal(t) or types.is_decimal(t)
+            or types.is_string(t) or types.is_large_string(t) or types.is_binary(t)
+            or types.is_large_binary(t) or types.is_fixed_size_binary(t))
+
+
+_plain_cache: dict[Any, bool] = {}
+
+
+def _plain_schema(schema: pa.Schema) -> bool:
+    got = _plain_cache.get(schema)
+    if got is None:
+        got = _plain_cache[schema] = all(_plain_type(f.type) for f in schema)
+        if len(_plain_cache) > 256:
+            _plain_cache.clear()
+    return got
+
+
+def _c_array() -> Any:
+    """The ``ArrowArray`` structure of the Arrow C data interface, as a ctypes type."""
+    global _CArray
+    if _CArray is None:
+        import ctypes
+
+        class CArray(ctypes.Structure):
+            pass
+
+        CArray._fields_ = [
+            ("length", ctypes.c_int64), ("null_count", ctypes.c_int64),
+            ("offset", ctypes.c_int64), ("n_buffers", ctypes.c_int64),
+            ("n_children", ctypes.c_int64), ("buffers", ctypes.POINTER(ctypes.c_void_p)),
+            ("children", ctypes.POINTER(ctypes.POINTER(CArray))),
+            ("dictionary", ctypes.POINTER(CArray)),
+            ("release", ctypes.CFUNCTYPE(None, ctypes.POINTER(CArray))),
+            ("private_data", ctypes.c_void_p),
+        ]
+        _CArray = CArray
+    return _CArray
+
+
+_CArray: Any = None
+
+
+class _NotPlain(Exception):
+    """A batch whose C layout holds a buffer its arrays do not list (it travels as IPC)."""
+
+
+def _place(batch: pa.RecordBatch, sink: _SlotSink, placed: dict[int, int]) -> _Node | None:
+    """In a worker: ``batch``'s buffers copied into the slot (each once per piece: the slices
+    of one chunk share their buffers; ``placed`` maps their addresses to their offsets) and its
+    layout, read from its export through the Arrow C data interface (offsets, lengths and
+    children as they are, so a slice travels as a slice). The caller rebuilds it over its
+    mapping of the slot, with no copy (:func:`_rebuild`). None: it travels as IPC."""
+    import ctypes
+
+    sizes: dict[int, int] = {}
+    for column in batch.columns:
+        for buf in column.buffers():
+            if buf is not None and sizes.get(buf.address, -1) < buf.size:
+                sizes[buf.address] = buf.size
+    c = _c_array()()
+    batch._export_to_c(ctypes.addressof(c))
+    try:
+        if c.offset != 0 or c.dictionary:
+            return None
+        return _walk(c, sizes, sink, placed)
+    except _NotPlain:
+        return None
+    finally:
+        if c.release:
+            c.release(ctypes.byref(c))
+
+
+def _walk(c: Any, sizes: dict[int, int], sink: _SlotSink, placed: dict[int, int]) -> _Node:
+    bufs: list[tuple[int, int] | None] = []
+    for i in range(c.n_buffers):
+        address = c.buffers[i]
+        if not address:
+            bufs.append(None)
+            continue
+        size = sizes.get(address)
+        if size is None:
+            raise _NotPlain(address)
+        at = placed.get(address)
+        if at is None:
+            at = sink.offset_of(address, size)
+            if at is None:
+                at = sink.put(address, size)
+            placed[address] = at
+        bufs.append((at, size))
+    kids = []
+    for i in range(c.n_children):
+        child = c.children[i].contents
+        if child.dictionary:
+            raise _NotPlain("dictionary")
+        kids.append(_walk(child, sizes, sink, placed))
+    return (c.length, c.null_count, c.offset, tuple(bufs), tuple(kids))
+
+
+def _rebuild(t: pa.DataType, node: _Node, region: Any) -> pa.Array:
+    """In the caller: an array of type ``t`` over ``region`` (its mapping of the slot) as the
+    worker placed it (:func:`_place`)."""
+    import pyarrow as pa
+
+    length, nulls, offset, bufs, kids = node
+    buffers = [None if b is None else region.slice(b[0], b[1]) for b in bufs]
+    types = pa.types
+    if types.is_struct(t):
+        child_types = [t.field(i).type for i in range(t.num_fields)]
+    elif types.is_map(t):
+        child_types = [pa.struct([t.key_field, t.item_field])]
+    elif types.is_list(t) or types.is_large_list(t) or types.is_fixed_size_list(t):
+        child_types = [t.value_type]
+    else:
+        child_types = []
+        if types.is_null(t):
+            buffers = [None]
+    if len(child_types) != len(kids):
+        raise ValueError(f"a worker's {t} array has {len(kids)} children")
+    children = [_rebuild(ct, k, region) for ct, k in zip(child_types, kids, strict=True)]
+    return pa.Array.from_buffers(t, length, buffers, nulls, offset, children or None)
 
 
 def _picklable(attrs: dict[str, Any]) -> dict[str, Any]:
@@ -656,7 +976,7 @@ def _release_unless_read(slots: _Slots, slot: str, future: Future[_Result]) -> N
 
 def _unread(slots: _Slots, future: Future[_Result]) -> None:
     """A result nobody will read (the caller stopped early): its slot is free again."""
-    if not future.cancelled() and future.exception() is None:
+    if not future.cancelled() and future.exception() is None and future.result()[3]:
         slots.release(future.result()[0])
 
 
@@ -667,36 +987,50 @@ def _open_result(result: _Result, slots: _Slots) -> Any | None:
     the read): the slot is free again and the caller computes the item."""
     import pyarrow as pa
 
-    path, size, _parts = result
+    path, size, _parts, reuse, _seconds = result
     if size < 0:
         slots.release(path)
         return None
     try:
         whole = slots.region(path, size)
     except OSError:
-        slots.release(path)
+        if reuse:
+            slots.release(path)
         return None
-    return pa.foreign_buffer(whole.address, size, base=_Lease(slots, path, whole))
+    return pa.foreign_buffer(whole.address, size, base=_Lease(slots, path, whole, reuse))
 
 
-def _read_result(region: Any, parts: list[tuple[str, int, int]]
-                 ) -> Iterator[tuple[str, pa.RecordBatch]]:
+def _read_result(region: Any, parts: list[_Part]) -> Iterator[tuple[str, pa.RecordBatch]]:
     """The batches of a worker's result, read in place from its slot."""
     import pyarrow as pa
 
-    for name, offset, length in parts:
-        reader = pa.ipc.open_stream(pa.BufferReader(region.slice(offset, length)))
-        for batch in reader:
+    schema = None
+    for name, kind, what in parts:
+        if kind == _SCHEMA:
+            schema = what
+        elif kind == _RAW:
+            assert schema is not None
+            columns = [_rebuild(f.type, node, region)
+                       for f, node in zip(schema, what[4], strict=True)]
+            batch = pa.RecordBatch.from_arrays(columns, schema=schema)
+            batch.validate()
             yield name, batch
+        else:
+            offset, length = what
+            reader = pa.ipc.open_stream(pa.BufferReader(region.slice(offset, length)))
+            for batch in reader:
+                yield name, batch
 
 
 class _Schedule:
     """Who computes which item of one :func:`ordered_map`. The calling process streams the
-    lowest item nobody claimed once it has yielded every item before it; a pool worker that
-    is idle claims the lowest unclaimed item but one (that one is left for the caller, so the
-    two alternate and the caller finds a worker's item finished when it gets there), never
-    more than ``ahead`` items past the one the caller yields next. A worker is given its next
-    item as soon as it finishes one (from the pool's result thread)."""
+    lowest item nobody claimed once it has yielded every item before it; a pool worker claims
+    the lowest unclaimed item after those the caller gets through while the worker computes
+    what it was given before and this one (:meth:`_skip`: at first one, then as measured), so
+    the two alternate and the caller finds a worker's item finished when it gets there; never
+    more than ``ahead`` items past the one the caller yields next. A worker holds
+    :data:`QUEUED_PER_WORKER` items (the next waits in its queue) and is given another as soon
+    as it finishes one (from the pool's result thread)."""
 
     def __init__(self, pool: ProcessPoolExecutor, size: int, fn: Pairs, items: list[Any],
                  ahead: int) -> None:
@@ -719,7 +1053,6 @@ class _Schedule:
         self.t_taken = 0.0
         self.t_pool: float | None = None
         self.credit = 0.0
-        self.started: dict[int, float] = {}
 
     def _lowest(self, skip: int) -> int | None:
         """The lowest unclaimed item after ``skip`` unclaimed ones (None: none left)."""
@@ -736,11 +1069,13 @@ class _Schedule:
 
     def _skip(self) -> int:
         """How many unclaimed items a worker leaves to the caller (lock held): as many as the
-        caller gets through while a worker computes one (at first one), so that both finish
-        their shares together and the caller finds a worker's item done when it gets there."""
+        caller gets through while a worker computes the items it was given before this one and
+        this one (at first one each), so that both finish their shares together and the caller
+        finds a worker's item done when it gets there."""
+        queued = 1 + self.inflight // self.size
         if self.t_here is None or self.t_pool is None:
-            return 1
-        share = max(0.0, self.t_pool - self.t_taken) / max(self.t_here, 1e-6)
+            return queued
+        share = queued * max(0.0, self.t_pool - self.t_taken) / max(self.t_here, 1e-6)
         share = min(share + self.credit, float(self.ahead))
         skip = int(share)
         self.credit = share - skip
@@ -794,14 +1129,13 @@ class _Schedule:
             return
         while True:
             with self.lock:
-                if self.closed or self.inflight >= self.size:
+                if self.closed or self.inflight >= self.size * QUEUED_PER_WORKER:
                     return
                 index = self._lowest(self._skip())
                 if index is None or index - self.pos > self.ahead:
                     return
                 self.claimed[index] = True
                 self.inflight += 1
-                self.started[index] = time.perf_counter()
                 slot = self.slots.take()
                 event = self.futures[index] = threading.Event()
             try:
@@ -859,14 +1193,13 @@ class _Schedule:
         self.feed()
 
     def _done(self, index: int, future: Future[_Result]) -> None:
-        now = time.perf_counter()
+        ok = not future.cancelled() and future.exception() is None
         with self.lock:
             self.inflight -= 1
-            began = self.started.pop(index, None)
-            if began is not None:
-                took = now - began
+            if ok:  # the worker's own time (an item queued behind another waited meanwhile)
+                took = future.result()[4]
                 self.t_pool = took if self.t_pool is None else (self.t_pool + took) / 2
-        if not future.cancelled() and future.exception() is None:
+        if ok:
             self.feed()
 
     def stop(self) -> None:
@@ -898,7 +1231,7 @@ def ordered_map(
     ``workers`` processes: this one (``local(item)``, default ``fn``) and ``workers - 1`` pool
     workers (see :class:`_Schedule`): this process streams its items as it computes them, a
     worker's come back through shared memory; nothing waits in this process's memory. At
-    most two items per worker past the one yielded next are claimed. ``fn`` and the items
+    most ``2 * QUEUED_PER_WORKER`` items per worker past the one yielded next are claimed. ``fn`` and the items
     must pickle (a module-level function, frozen dataclasses)."""
     todo = list(items)
     run_here = local or fn
@@ -914,7 +1247,7 @@ def _ordered(
     fn: Pairs, todo: list[Any], run_here: Pairs, workers: int
 ) -> Iterator[tuple[str, pa.RecordBatch]]:
     pool, size = _get_pool(workers - 1)
-    sched = _Schedule(pool, size, fn, todo, 2 * workers)
+    sched = _Schedule(pool, size, fn, todo, 2 * QUEUED_PER_WORKER * workers)
     try:
         sched.feed(first=True)
         while sched.pos < len(todo):

@@ -914,6 +914,18 @@ def _piece_pairs(
         io.close()
 
 
+def warm_worker() -> None:
+    """In a pool worker before its first piece (:mod:`statequery.parallel`): the modules a scan
+    imports on first use, so that the first piece decodes at once."""
+    import statequery.backends.keyedstream  # noqa: F401
+    import statequery.backends.keygroups  # noqa: F401
+    import statequery.backends.registry  # noqa: F401
+    import statequery.backends.snappy  # noqa: F401
+    from statequery.backends import fastpath
+
+    fastpath.compiled()
+
+
 def run_tasks(
     ctx: ReadContext, tasks: Sequence[ScanTask], batch_size: int, workers: int = 1
 ) -> Iterator[tuple[str, pa.RecordBatch]]:

@@ -21,6 +21,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcmp, memcpy
 
+from cpython.buffer cimport PyBuffer_FillInfo
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
 import pyarrow as pa
@@ -90,6 +91,83 @@ cdef int64_t TS_LO = -62135596800000
 cdef int64_t TS_HI = 253402300799999
 
 
+# -- the arena: where a pool worker's Arrow buffers are built (statequery/parallel.py) -----------
+#
+# A worker's result slot is shared memory the calling process maps. With the slot's mapping set
+# as the arena, every buffer a column hands to Arrow is copied there instead of into a new bytes
+# object (the same one copy), so the worker sends the caller the buffers' places, not their bytes.
+# Buffers that do not fit go to bytes objects as without an arena. ``_arena_live`` counts the
+# slices alive: the worker reuses a slot's memory only when none is (parallel._run_piece).
+
+cdef char* _arena = NULL
+cdef Py_ssize_t _arena_cap = 0
+cdef Py_ssize_t _arena_pos = 0
+cdef object _arena_owner = None
+cdef Py_ssize_t _arena_live = 0
+
+
+cdef class _Slice:
+    """A read-only piece of the arena (its owner keeps the memory mapped)."""
+    cdef char* p
+    cdef Py_ssize_t n
+    cdef object owner
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        PyBuffer_FillInfo(view, self, self.p, self.n, 1, flags)
+
+    def __releasebuffer__(self, Py_buffer* view):
+        pass
+
+    def __dealloc__(self):
+        global _arena_live
+        if self.owner is not None:
+            _arena_live -= 1
+
+    def __len__(self):
+        return self.n
+
+
+def arena_set(object view, Py_ssize_t pos=0):
+    """Build buffers into ``view`` (a writable, C-contiguous buffer: a worker's mapping of its
+    result slot) from byte ``pos`` on; ``None``: into bytes objects again."""
+    global _arena, _arena_cap, _arena_pos, _arena_owner
+    cdef unsigned char[::1] mem
+    _arena = NULL
+    _arena_cap = 0
+    _arena_pos = 0
+    _arena_owner = None
+    if view is None:
+        return
+    mem = view
+    if mem.shape[0] == 0:
+        return
+    if pos < 0 or pos > mem.shape[0]:
+        raise ValueError(f"arena position {pos} outside its {mem.shape[0]} bytes")
+    _arena_owner = view
+    _arena = <char*>&mem[0]
+    _arena_cap = mem.shape[0]
+    _arena_pos = pos
+
+
+def arena_pos():
+    """Where the arena's next buffer goes (after the last one built into it)."""
+    return _arena_pos
+
+
+def arena_seek(Py_ssize_t pos):
+    """The arena's next buffer goes at ``pos`` or after (bytes up to it were written by others)."""
+    global _arena_pos
+    if _arena != NULL:
+        if pos < 0 or pos > _arena_cap:
+            raise ValueError(f"arena position {pos} outside its {_arena_cap} bytes")
+        _arena_pos = pos
+
+
+def arena_live():
+    """How many slices of an arena are alive."""
+    return _arena_live
+
+
 cdef class _Buf:
     """A growable byte buffer."""
     cdef char* data
@@ -120,8 +198,25 @@ cdef class _Buf:
         self.size = need
         return p
 
-    cdef bytes take(self):
-        cdef bytes out = PyBytes_FromStringAndSize(self.data, self.size)
+    cdef object take(self):
+        """The bytes appended, as an object with the buffer protocol (a ``bytes``, or a slice of
+        the arena when one is set), and the buffer empty again (its memory kept)."""
+        global _arena_pos, _arena_live
+        cdef Py_ssize_t start, n = self.size
+        cdef _Slice piece
+        if _arena != NULL and n > 0:
+            start = (_arena_pos + 63) & ~(<Py_ssize_t>63)
+            if start <= _arena_cap and n <= _arena_cap - start:
+                memcpy(_arena + start, self.data, n)
+                _arena_pos = start + n
+                self.size = 0
+                piece = _Slice.__new__(_Slice)
+                piece.p = _arena + start
+                piece.n = n
+                piece.owner = _arena_owner
+                _arena_live += 1
+                return piece
+        out = PyBytes_FromStringAndSize(self.data, n)
         self.size = 0
         return out
 

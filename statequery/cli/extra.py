@@ -184,6 +184,10 @@ def _splits(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    if args.key is None:  # a full read: the pool starts while this process imports and opens
+        from statequery import parallel
+
+        parallel.start(args.workers, wait=False)
     from statequery.cli.export import export_operator
     from statequery.keys import parse_key_text
     from statequery.savepoint import Savepoint

@@ -713,6 +713,43 @@ def test_canonical_streams_read_the_same(data: Any) -> None:
     assert_same(pure, fast, "canonical, mutated")
 
 
+def _into_arena(read: Callable[[], pa.Table], capacity: int) -> Any:
+    """The compiled path's outcome with its buffers built into an arena of ``capacity`` bytes
+    (as a pool worker builds them into its result slot; what does not fit goes to bytes)."""
+    from statequery.backends import _read
+
+    saved = os.environ.get(fastpath.PURE_ENV)
+    _pure(False)
+    _read.arena_set(memoryview(bytearray(capacity)), 0)
+    try:
+        return _outcome(read)
+    finally:
+        _read.arena_set(None)
+        if saved is not None:
+            os.environ[fastpath.PURE_ENV] = saved
+
+
+@SETTINGS
+@given(data=st.data())
+def test_canonical_streams_read_the_same_into_an_arena(data: Any) -> None:
+    from statequery.backends import _read
+
+    _check_built()
+    c = case(data.draw)
+    _compiled(c)
+    assume(_delimitable(c))
+    stream, offsets = canonical_bytes(c, [])
+    capacity = data.draw(st.sampled_from([0, 1, 63, 200, 4096, 1 << 20]), label="arena bytes")
+    bad = _mutate(data.draw, stream, 8)
+    for what, raw in (("canonical", stream), ("canonical, mutated", bad)):
+        pure, fast = _both(lambda raw=raw: read_canonical(c, raw, offsets))
+        arena = _into_arena(lambda raw=raw: read_canonical(c, raw, offsets), capacity)
+        assert_same(pure, arena, f"{what}, into a {capacity}-byte arena")
+        assert_same(fast, arena, f"{what}, into a {capacity}-byte arena (compiled)")
+        del arena
+        assert _read.arena_live() == 0  # every slice of the arena went with the table
+
+
 @SETTINGS
 @given(data=st.data())
 def test_heap_key_groups_read_the_same(data: Any) -> None:

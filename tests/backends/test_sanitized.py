@@ -44,6 +44,10 @@ SUITES = [
     "tests/backends/test_table_scan.py",
     # the lookups' kept key-group index (_keyindex) on fixtures and on mutated key groups
     "tests/backends/test_keyindex.py",
+    # a pool worker's buffers built into its result slot (_read.arena_set), read back over a
+    # mapping, and one kept after its item
+    "tests/reader/test_parallel.py::test_a_reads_buffers_are_built_in_the_slot_not_copied",
+    "tests/reader/test_parallel.py::test_a_buffer_kept_after_its_item_retires_its_slot",
 ]
 
 

@@ -404,7 +404,7 @@ def test_a_slot_with_no_room_hands_the_item_back(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(parallel, "_in_worker", False)  # run here as a worker would
     # /dev/full takes no allocation: the worker side gives the item back unwritten
     result = parallel._run_piece(tagged, (1, 10), "/dev/full", os.environ.get(PURE_ENV))
-    assert result == ("/dev/full", -1, [])
+    assert result[:4] == ("/dev/full", -1, [], True)
     assert "/dev/full" not in parallel._SlotSink.maps
 
 
@@ -421,4 +421,152 @@ def test_an_error_in_the_worker_comes_back_typed_with_its_attributes() -> None:
     assert str(e.value) == "item-1 at byte 1: item 1 failed in worker: bad bytes"
     assert (e.value.source, e.value.offset, e.value.reason) == (
         "item-1", 1, "item 1 failed in worker: bad bytes")
+    parallel.shutdown()
+
+
+def _in_process(monkeypatch: pytest.MonkeyPatch, fn: Any, item: Any
+                ) -> tuple[Any, list[tuple[str, Any]], Any]:
+    """``fn(item)`` run here as a worker runs it (into a slot of this process's), and read back
+    as the caller reads it: (the worker's result, the pairs read, the slots)."""
+    from statequery.backends.fastpath import PURE_ENV
+
+    monkeypatch.setattr(parallel, "_in_worker", False)
+    monkeypatch.setattr(parallel, "_arena_off", False)
+    slots = parallel._Slots()
+    slot = slots.take()
+    result = parallel._run_piece(fn, item, slot, os.environ.get(PURE_ENV))
+    region = parallel._open_result(result, slots)
+    assert region is not None
+    pairs = list(parallel._read_result(region, result[2]))
+    return result, pairs, slots
+
+
+def _forget(slots: Any) -> None:
+    for path in list(parallel._SlotSink.maps):
+        if path.startswith(os.path.join(slots.spool, slots.stem)):
+            fd, _mm = parallel._SlotSink.maps.pop(path)
+            os.close(fd)
+    slots.remove()
+
+
+@pytest.mark.parametrize("rows", [1, 7, 2_000])
+def test_every_arrow_type_comes_back_from_a_slot_as_it_was(
+    rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from support.pieces import zoo
+
+    result, pairs, slots = _in_process(monkeypatch, zoo, (rows, rows))
+    try:
+        expected = list(zoo((rows, rows)))
+        assert [n for n, _ in pairs] == [n for n, _ in expected]
+        for (_, got), (_, want) in zip(pairs, expected, strict=True):
+            got.validate(full=True)
+            assert got.schema == want.schema
+            assert repr(got.to_pylist()) == repr(want.to_pylist())  # NaN and -0.0 as they were
+        kinds = [kind for _, kind, _ in result[2]]
+        assert kinds.count(parallel._RAW) == len(expected) - 1  # each batch but the dictionary
+        assert kinds[-1] == parallel._IPC
+        # slices of one batch share their buffers in the slot, as they did in the worker
+        first, second = pairs[0][1], pairs[1][1]
+        if rows > 1:
+            assert first.column("string").buffers()[2].address == \
+                second.column("string").buffers()[2].address
+    finally:
+        del pairs
+        _forget(slots)
+
+
+def test_a_reads_buffers_are_built_in_the_slot_not_copied(
+    monkeypatch: pytest.MonkeyPatch, decode_path: str
+) -> None:
+    from support.pieces import decoded_piece
+
+    from statequery.backends import _read
+
+    path = str(fixture_dir("datastream-hashmap-canonical"))
+    key_group = _busiest_key_group(path)
+    copied: list[int] = []
+    put = parallel._SlotSink.put
+
+    def counting_put(self: Any, address: int, size: int) -> int:
+        copied.append(size)
+        return put(self, address, size)
+
+    monkeypatch.setattr(parallel._SlotSink, "put", counting_put)
+    result, pairs, slots = _in_process(monkeypatch, decoded_piece, (path, key_group))
+    try:
+        expected = list(decoded_piece((path, key_group)))
+        assert [n for n, _ in pairs] == [n for n, _ in expected]
+        for (_, got), (_, want) in zip(pairs, expected, strict=True):
+            assert got.equals(want)
+        assert result[3] is True and _read.arena_live() == 0  # nothing outlived the item
+        total = sum(b.size for _, b in pairs for c in b.columns for b in c.buffers() if b)
+        if decode_path == "compiled":
+            assert sum(copied) < total / 4  # only the validity bitmaps built in Python
+        else:
+            assert sum(copied) >= total / 2  # no arena on the pure path: every buffer copied
+    finally:
+        del pairs
+        _forget(slots)
+
+
+def _busiest_key_group(path: str) -> int:
+    sp = statequery.open(path, use_snapshot=False)
+    counts: dict[int, int] = {}
+    for op in sp.keyed_operators():
+        for table in sp.read_states(op).values():
+            for kg in table.column("key_group").to_pylist():
+                counts[kg] = counts.get(kg, 0) + 1
+    return max(counts, key=lambda kg: counts[kg])
+
+
+def test_a_buffer_kept_after_its_item_retires_its_slot(monkeypatch: pytest.MonkeyPatch) -> None:
+    import support.pieces as pieces
+
+    from statequery.backends import fastpath
+
+    if fastpath.compiled() is None:
+        pytest.fail("the compiled path is not built")
+    path = str(fixture_dir("datastream-hashmap-canonical"))
+    key_group = _busiest_key_group(path)
+    monkeypatch.setattr(pieces, "_kept", [])
+    result, pairs, slots = _in_process(monkeypatch, pieces.keeping, (path, key_group))
+    try:
+        kept = pieces._kept[0]
+        before = kept.to_pylist()
+        assert result[3] is False  # not reused: the kept batch's bytes stay in it
+        assert parallel._arena_off  # and this worker builds no more buffers in slots
+        slot = result[0]
+        del pairs
+        import gc
+
+        gc.collect()
+        assert slot not in slots.free
+        # the next item is written as copies into another slot; the kept batch is unchanged
+        other = slots.take()
+        assert other != slot
+        second = parallel._run_piece(pieces.decoded_piece, (path, key_group), other, None)
+        assert second[3] is True and all(k != parallel._IPC for _, k, _ in second[2])
+        assert kept.to_pylist() == before
+    finally:
+        pieces._kept.clear()
+        _forget(slots)
+
+
+def test_a_pool_started_without_waiting_is_ready_soon_and_reads_the_same() -> None:
+    import time
+
+    from support.pieces import tagged
+
+    parallel.shutdown()
+    parallel.start(2, wait=False)  # returns at once: the worker starts meanwhile
+    got = list(parallel.ordered_map(tagged, [(i, 1_000) for i in range(20)], 2))
+    assert [b.column("value")[0].as_py() for _, b in got if b.num_rows] == [
+        i for i in range(20) for _ in range(2)]
+    deadline = time.monotonic() + 60
+    while parallel._ready_pool is not parallel._pool and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert parallel._ready_pool is parallel._pool is not None
+    parallel.start(2, wait=False)  # a ready pool: nothing more to do
+    assert parallel._ready_pool is parallel._pool
     parallel.shutdown()
