@@ -1231,8 +1231,8 @@ def ordered_map(
     ``workers`` processes: this one (``local(item)``, default ``fn``) and ``workers - 1`` pool
     workers (see :class:`_Schedule`): this process streams its items as it computes them, a
     worker's come back through shared memory; nothing waits in this process's memory. At
-    most ``2 * QUEUED_PER_WORKER`` items per worker past the one yielded next are claimed. ``fn`` and the items
-    must pickle (a module-level function, frozen dataclasses)."""
+    most ``2 * QUEUED_PER_WORKER`` items per worker past the one yielded next are claimed.
+    ``fn`` and the items must pickle (a module-level function, frozen dataclasses)."""
     todo = list(items)
     run_here = local or fn
     if workers <= 1 or len(todo) <= 1:
