@@ -356,6 +356,18 @@ def part_workers(keys: int, path: str, runs: int) -> dict[str, list[dict[str, An
           f" with the pool running {scan['2-warm'][0]:.2f} / {scan['2-warm'][mid]:.2f} s "
           f"({ratio('1-prepared', '2-warm', 0)} / {ratio('1-prepared', '2-warm', mid)}) "
           f"(meaningful on an idle machine only)", flush=True)
+
+    def paired(one: str, two: str) -> str:  # run by run: neighbours in time (the machine drifts)
+        rs = [a["open_s"] + a["scan_s"] for a in out[one]]
+        ts = [b["open_s"] + b["scan_s"] for b in out[two]]
+        ratios = sorted(a / b for a, b in zip(rs, ts, strict=True))
+        return (f"{statistics.median(ratios):.2f}x (" + ", ".join(f"{r:.2f}" for r in ratios)
+                + ")")
+
+    print(f"  two workers against one, run by run, median (all): a new process "
+          f"{paired('1', '2')}; a process that has read before, starting the pool "
+          f"{paired('1-prepared', '2-prepared')}, with the pool running "
+          f"{paired('1-prepared', '2-warm')}", flush=True)
     return out
 
 

@@ -1025,10 +1025,10 @@ def _read_result(region: Any, parts: list[_Part]) -> Iterator[tuple[str, pa.Reco
 class _Schedule:
     """Who computes which item of one :func:`ordered_map`. The calling process streams the
     lowest item nobody claimed once it has yielded every item before it; a pool worker claims
-    the lowest unclaimed item after those the caller gets through while the worker computes
-    what it was given before and this one (:meth:`_skip`: at first one, then as measured), so
-    the two alternate and the caller finds a worker's item finished when it gets there; never
-    more than ``ahead`` items past the one the caller yields next. A worker holds
+    the lowest unclaimed item the caller reaches no sooner than the worker finishes it
+    (:meth:`_pick`, from the times measured so far), so the two alternate and the caller
+    finds a worker's item finished when it gets there; never more than ``ahead`` items past
+    the one the caller yields next. A worker holds
     :data:`QUEUED_PER_WORKER` items (the next waits in its queue) and is given another as soon
     as it finishes one (from the pool's result thread)."""
 
@@ -1048,11 +1048,11 @@ class _Schedule:
         self.warming = False
         self.warmed = 0
         #: seconds (moving averages): an item computed here, one of a worker's taken in here,
-        #: an item in a worker; the fraction of an item the workers' claims lag their share
+        #: an item in a worker (its own time); when the caller began the item it computes
         self.t_here: float | None = None
         self.t_taken = 0.0
         self.t_pool: float | None = None
-        self.credit = 0.0
+        self.here_began = time.perf_counter()
 
     def _lowest(self, skip: int) -> int | None:
         """The lowest unclaimed item after ``skip`` unclaimed ones (None: none left)."""
@@ -1067,19 +1067,29 @@ class _Schedule:
             i += 1
         return None
 
-    def _skip(self) -> int:
-        """How many unclaimed items a worker leaves to the caller (lock held): as many as the
-        caller gets through while a worker computes the items it was given before this one and
-        this one (at first one each), so that both finish their shares together and the caller
-        finds a worker's item done when it gets there."""
+    def _pick(self) -> int | None:
+        """The item a worker claims next (lock held): the lowest unclaimed one that the caller
+        reaches no sooner than the worker finishes it, after the items it holds (the caller
+        computing the unclaimed items before it and taking in the workers', each as long as
+        they took so far), so that the caller finds a worker's item done when it gets there
+        and both finish their shares together; at first the lowest unclaimed but one per item
+        the worker holds. None: none left within ``ahead`` items of the caller."""
         queued = 1 + self.inflight // self.size
         if self.t_here is None or self.t_pool is None:
-            return queued
-        share = queued * max(0.0, self.t_pool - self.t_taken) / max(self.t_here, 1e-6)
-        share = min(share + self.credit, float(self.ahead))
-        skip = int(share)
-        self.credit = share - skip
-        return skip
+            index = self._lowest(queued)
+            return None if index is None or index - self.pos > self.ahead else index
+        done = queued * self.t_pool
+        arrive = 0.0
+        for i in range(self.pos, min(len(self.items), self.pos + self.ahead + 1)):
+            if not self.claimed[i]:
+                if arrive >= done:
+                    return i
+                arrive += self.t_here
+            elif i in self.futures:  # a worker's: taken in
+                arrive += self.t_taken
+            else:  # the caller's, being computed
+                arrive += max(0.0, self.t_here - (time.perf_counter() - self.here_began))
+        return None
 
     def timed(self, kind: str, seconds: float) -> None:
         """A duration the caller measured: ``here`` (one of its items) or ``taken`` (taking
@@ -1100,6 +1110,7 @@ class _Schedule:
                 f = self.futures.get(pos)
                 if f is None:
                     self.claimed[pos] = True
+                    self.here_began = time.perf_counter()
                     return "here", pos, None
                 if isinstance(f, Future):
                     return "pool", pos, f
@@ -1131,8 +1142,8 @@ class _Schedule:
             with self.lock:
                 if self.closed or self.inflight >= self.size * QUEUED_PER_WORKER:
                     return
-                index = self._lowest(self._skip())
-                if index is None or index - self.pos > self.ahead:
+                index = self._pick()
+                if index is None:
                     return
                 self.claimed[index] = True
                 self.inflight += 1
