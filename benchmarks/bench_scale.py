@@ -92,28 +92,10 @@ def vm_hwm_mb(pid: int | str = "self") -> float:
 
 def descendants() -> dict[int, tuple[float, float]]:
     """``pid -> (CPU seconds, VmHWM MB)`` of every live descendant of this process."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    parent: dict[int, int] = {}
-    cpu: dict[int, float] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parent[int(entry)] = int(fields[1])
-        cpu[int(entry)] = sum(int(x) for x in fields[11:15]) / ticks
-    me = os.getpid()
-    out: dict[int, tuple[float, float]] = {}
-    for pid in parent:
-        node = parent.get(pid, 0)
-        while node and node != me:
-            node = parent.get(node, 0)
-        if node == me:
-            out[pid] = (cpu[pid], vm_hwm_mb(pid))
-    return out
+    import bench_spark
+
+    return {pid: (cpu, vm_hwm_mb(pid))
+            for pid, (_, cpu) in bench_spark._descendants([os.getpid()]).items()}
 
 
 # -- children (each a fresh process) -------------------------------------------------------------

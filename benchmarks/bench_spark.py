@@ -54,9 +54,9 @@ def _spark_conf(master: str, extra: dict[str, str]) -> dict[str, str]:
     return conf
 
 
-def _tree_cpu(roots: list[int]) -> dict[str, float]:
-    """CPU seconds (user + system, with reaped children's) so far of the descendants of
-    ``roots`` (Linux ``/proc``): JVMs (driver, executors) and Python workers, by kind."""
+def _descendants(roots: list[int]) -> dict[int, tuple[str, float]]:
+    """``pid -> (command name, CPU seconds)`` of every live descendant of ``roots`` (Linux
+    ``/proc``; the roots themselves left out): user + system, with its reaped children's."""
     ticks = os.sysconf("SC_CLK_TCK")
     procs: dict[int, tuple[int, str, float]] = {}
     for entry in os.listdir("/proc"):
@@ -70,36 +70,30 @@ def _tree_cpu(roots: list[int]) -> dict[str, float]:
         fields = tail.split()
         cpu = sum(int(x) for x in fields[11:15]) / ticks  # utime stime cutime cstime
         procs[int(entry)] = (int(fields[1]), head.split("(", 1)[1], cpu)
-    out = {"jvm": 0.0, "python": 0.0}
+    out: dict[int, tuple[str, float]] = {}
     for pid, (_, comm, cpu) in procs.items():
         node = pid
         while node and node not in roots:
             node = procs.get(node, (0, "", 0.0))[0]
         if node and pid not in roots:
-            out["jvm" if comm == "java" else "python"] += cpu
+            out[pid] = (comm, cpu)
+    return out
+
+
+def _tree_cpu(roots: list[int]) -> dict[str, float]:
+    """CPU seconds (user + system, with reaped children's) so far of the descendants of
+    ``roots``: JVMs (driver, executors) and Python workers, by kind."""
+    out = {"jvm": 0.0, "python": 0.0}
+    for comm, cpu in _descendants(roots).values():
+        out["jvm" if comm == "java" else "python"] += cpu
     return out
 
 
 def _tree_hwm(roots: list[int]) -> dict[str, list[float]]:
     """Peak resident set (``VmHWM``, MB) of each live descendant of ``roots``, by kind (``jvm``,
     ``python``), largest first."""
-    parent: dict[int, tuple[int, str]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
-                head, tail = f.read().rsplit(")", 1)
-        except OSError:
-            continue
-        parent[int(entry)] = (int(tail.split()[1]), head.split("(", 1)[1])
     out: dict[str, list[float]] = {"jvm": [], "python": []}
-    for pid, (_, comm) in parent.items():
-        node = pid
-        while node and node not in roots:
-            node = parent.get(node, (0, ""))[0]
-        if not node or pid in roots:
-            continue
+    for pid, (comm, _) in _descendants(roots).items():
         try:
             with open(f"/proc/{pid}/status", encoding="ascii") as f:
                 hwm = next((int(x.split()[1]) / 1024 for x in f if x.startswith("VmHWM:")), 0.0)
