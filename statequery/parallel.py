@@ -137,7 +137,6 @@ def _warm_up(modules: tuple[str, ...]) -> int:
     import pyarrow  # noqa: F401
 
     _keep_memory()
-    _fault_in_heap()
     for name in modules:
         module = importlib.import_module(name)
         warm = getattr(module, "warm_worker", None)
@@ -146,21 +145,16 @@ def _warm_up(modules: tuple[str, ...]) -> int:
     return os.getpid()
 
 
-_faulted = False
-
 #: heap a worker faults in before its first item: what one piece's buffers take (a piece of
 #: :data:`MAX_PIECE_BYTES` of state files and its Arrow buffers)
 _HEAP_BYTES = 4 * MAX_PIECE_BYTES
 
 
 def _fault_in_heap() -> None:
-    """In a worker (glibc, after :func:`_keep_memory`): grow the heap to what a piece needs
-    and free it; glibc keeps it (trim threshold), so the first piece does not fault in every
-    page it allocates (10M keys: the first piece took 0.23 s against 0.08 s for the next)."""
-    global _faulted
-    if not _kept_set or _faulted:
-        return
-    _faulted = True
+    """In a worker, once glibc keeps freed memory (:func:`_keep_memory`): grow the heap to what
+    a piece needs and free it; glibc keeps it (trim threshold), so the first piece does not
+    fault in every page it allocates (10M keys: the first piece took 0.23 s against 0.08 s for
+    the next)."""
     chunk = MAX_PIECE_BYTES - (1 << 20)  # under the mmap threshold: from the heap
     blocks = [bytearray(chunk) for _ in range(_HEAP_BYTES // chunk)]
     del blocks
@@ -180,7 +174,8 @@ def _keep_memory() -> None:
     third of a piece's CPU on a virtual machine where a page fault is dear (10M keys: 7.2
     CPU-s for the pieces one after the other in one process, 5.6 with this). The mmap
     threshold fixed at glibc's maximum (32 MiB) and trimming above 256 MiB free: a worker's
-    resident memory stays at what one piece needs. The calling process is left as it is."""
+    resident memory stays at what one piece needs, and that is faulted in now
+    (:func:`_fault_in_heap`). The calling process is left as it is."""
     global _kept
     if _kept:
         return
@@ -193,15 +188,12 @@ def _keep_memory() -> None:
         import ctypes
 
         libc = ctypes.CDLL("libc.so.6")
-        global _kept_set
-        _kept_set = bool(libc.mallopt(_M_MMAP_THRESHOLD, 32 << 20)) and bool(
+        kept = bool(libc.mallopt(_M_MMAP_THRESHOLD, 32 << 20)) and bool(
             libc.mallopt(_M_TRIM_THRESHOLD, 256 << 20))
     except (OSError, AttributeError):
-        pass
-
-
-#: whether :func:`_keep_memory` set glibc's thresholds (then freed heap stays this process's)
-_kept_set = False
+        return
+    if kept:
+        _fault_in_heap()
 
 
 def _module_of(fn: Callable[..., Any]) -> tuple[str, ...]:
@@ -311,17 +303,12 @@ def start(workers: int | None = None, modules: tuple[str, ...] = ("statequery.sc
             f.result()
         _mark_ready(pool)
         return
-    left = [len(futures)]
-    left_lock = threading.Lock()
 
-    def warmed(f: Future[int]) -> None:
-        if f.cancelled() or f.exception() is not None:
-            return  # a read gives this pool no pieces before its own warm-up then
-        with left_lock:
-            left[0] -= 1
-            if left[0]:
-                return
-        _mark_ready(pool)
+    def warmed(_: Future[int]) -> None:
+        # every warm-up done and none failed (else a read gives this pool no pieces before its
+        # own warm-up); two last ones both seeing it mark the pool ready twice, which is harmless
+        if all(f.done() and not f.cancelled() and f.exception() is None for f in futures):
+            _mark_ready(pool)
 
     for f in futures:
         f.add_done_callback(warmed)
