@@ -797,19 +797,31 @@ _Part = tuple[str, int, Any]
 _Node = tuple[int, int, int, tuple[tuple[int, int] | None, ...], tuple[Any, ...]]
 
 
+def _child_types(t: pa.DataType) -> list[pa.DataType] | None:
+    """The types of the children of an array of type ``t`` in its C layout (a map's child is
+    its entries struct), for the nested types that travel as buffers; None for any other."""
+    import pyarrow as pa
+
+    types = pa.types
+    if types.is_struct(t):
+        return [t.field(i).type for i in range(t.num_fields)]
+    if types.is_map(t):
+        return [pa.struct([t.key_field, t.item_field])]
+    if types.is_list(t) or types.is_large_list(t) or types.is_fixed_size_list(t):
+        return [t.value_type]
+    return None
+
+
 def _plain_type(t: pa.DataType) -> bool:
     """Whether an array of type ``t`` travels as its buffers: primitive, temporal, decimal,
     binary and string types, and lists, maps and structs of them. (Dictionaries, unions,
     views and extension types travel as IPC: their C layouts differ from their buffers.)"""
     import pyarrow as pa
 
+    children = _child_types(t)
+    if children is not None:
+        return all(_plain_type(c) for c in children)
     types = pa.types  # (an extension type is none of these)
-    if types.is_struct(t):
-        return all(_plain_type(t.field(i).type) for i in range(t.num_fields))
-    if types.is_map(t):
-        return _plain_type(t.key_type) and _plain_type(t.item_type)
-    if types.is_list(t) or types.is_large_list(t) or types.is_fixed_size_list(t):
-        return _plain_type(t.value_type)
     return bool(types.is_null(t) or types.is_boolean(t) or types.is_integer(t)
             or types.is_floating(t) or types.is_temporal(t) or types.is_decimal(t)
             or types.is_string(t) or types.is_large_string(t) or types.is_binary(t)
@@ -916,17 +928,9 @@ def _rebuild(t: pa.DataType, node: _Node, region: Any) -> pa.Array:
 
     length, nulls, offset, bufs, kids = node
     buffers = [None if b is None else region.slice(b[0], b[1]) for b in bufs]
-    types = pa.types
-    if types.is_struct(t):
-        child_types = [t.field(i).type for i in range(t.num_fields)]
-    elif types.is_map(t):
-        child_types = [pa.struct([t.key_field, t.item_field])]
-    elif types.is_list(t) or types.is_large_list(t) or types.is_fixed_size_list(t):
-        child_types = [t.value_type]
-    else:
-        child_types = []
-        if types.is_null(t):
-            buffers = [None]
+    child_types = _child_types(t) or []
+    if pa.types.is_null(t):
+        buffers = [None]  # none in the C layout, one (absent) for from_buffers
     if len(child_types) != len(kids):
         raise ValueError(f"a worker's {t} array has {len(kids)} children")
     children = [_rebuild(ct, k, region) for ct, k in zip(child_types, kids, strict=True)]
