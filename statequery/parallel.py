@@ -129,14 +129,17 @@ _pool_size = 0
 _ready_pool: ProcessPoolExecutor | None = None
 
 
-def _warm_up(modules: tuple[str, ...]) -> int:
+def _warm_up(modules: tuple[str, ...], fault_in: bool = True) -> int:
     """In a worker, before its first item: pyarrow and ``modules`` (the module of the function
-    the items run) imported, so that the first item claimed is computed at once."""
+    the items run) imported, so that the first item claimed is computed at once; ``fault_in``:
+    and a piece's heap faulted in (:func:`_keep_memory`): when the pool starts ahead of the
+    reads; a read that starts the pool waits for no fault-in (its first piece faults in what
+    it takes, once)."""
     import importlib
 
     import pyarrow  # noqa: F401
 
-    _keep_memory()
+    _keep_memory(fault_in)
     for name in modules:
         module = importlib.import_module(name)
         warm = getattr(module, "warm_worker", None)
@@ -167,7 +170,7 @@ _M_MMAP_THRESHOLD = -3
 _kept = False
 
 
-def _keep_memory() -> None:
+def _keep_memory(fault_in: bool = True) -> None:
     """In a worker (glibc only): keep freed memory for the next piece. A worker builds a piece's
     buffers and frees them all at its end; glibc's defaults hand large blocks back to the
     kernel (``munmap``, heap trimming) and the next piece faults every page in again, a
@@ -175,7 +178,7 @@ def _keep_memory() -> None:
     CPU-s for the pieces one after the other in one process, 5.6 with this). The mmap
     threshold fixed at glibc's maximum (32 MiB) and trimming above 256 MiB free: a worker's
     resident memory stays at what one piece needs, and that is faulted in now
-    (:func:`_fault_in_heap`). The calling process is left as it is."""
+    (:func:`_fault_in_heap`) when ``fault_in``. The calling process is left as it is."""
     global _kept
     if _kept:
         return
@@ -192,7 +195,7 @@ def _keep_memory() -> None:
             libc.mallopt(_M_TRIM_THRESHOLD, 256 << 20))
     except (OSError, AttributeError):
         return
-    if kept:
+    if kept and fault_in:
         _fault_in_heap()
 
 
@@ -297,7 +300,9 @@ def start(workers: int | None = None, modules: tuple[str, ...] = ("statequery.sc
     pool, size = _get_pool(n - 1)
     if _ready_pool is pool:
         return
-    futures = _submit_warm_ups(pool, size, modules)
+    # a pool waited for faults its workers' heap in now (the reads come later); one started
+    # without waiting (the CLI, reading at once) does not delay its workers' first pieces
+    futures = _submit_warm_ups(pool, size, modules, fault_in=wait)
     if wait:
         for f in futures:
             f.result()
@@ -315,11 +320,11 @@ def start(workers: int | None = None, modules: tuple[str, ...] = ("statequery.sc
 
 
 def _submit_warm_ups(
-    pool: ProcessPoolExecutor, size: int, modules: tuple[str, ...]
+    pool: ProcessPoolExecutor, size: int, modules: tuple[str, ...], fault_in: bool
 ) -> list[Future[int]]:
     """One :func:`_warm_up` per worker (processes may start: ``__main__`` hidden)."""
     with _main_hidden():
-        return [pool.submit(_warm_up, modules) for _ in range(size)]
+        return [pool.submit(_warm_up, modules, fault_in) for _ in range(size)]
 
 
 def _mark_ready(pool: ProcessPoolExecutor) -> None:
@@ -1174,7 +1179,7 @@ class _Schedule:
             self.warming = True
             self.inflight += self.size
         try:
-            futures = _submit_warm_ups(self.pool, self.size, _module_of(self.fn))
+            futures = _submit_warm_ups(self.pool, self.size, _module_of(self.fn), False)
         except (RuntimeError, BrokenExecutor):  # shut down or broken: the caller reads
             with self.lock:
                 self.closed = True

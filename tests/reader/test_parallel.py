@@ -570,3 +570,63 @@ def test_a_pool_started_without_waiting_is_ready_soon_and_reads_the_same() -> No
     parallel.start(2, wait=False)  # a ready pool: nothing more to do
     assert parallel._ready_pool is parallel._pool
     parallel.shutdown()
+
+
+_RSS_AFTER_WARM_UP = """
+import sys
+import statequery.scan
+from statequery import parallel
+
+def rss():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) << 10
+
+before = rss()
+parallel._warm_up(("statequery.scan",), sys.argv[1] == "fault-in")
+print(rss() - before)
+"""
+
+
+@pytest.mark.parametrize("fault_in", [True, False])
+def test_a_worker_faults_in_its_heap_only_when_asked(fault_in: bool) -> None:
+    """A worker warmed up ahead of the reads faults in a piece's heap (kept by glibc: its first
+    piece faults in nothing); one warmed up by a read that waits for it does not."""
+    import platform
+    import subprocess
+    import sys
+
+    assert platform.libc_ver()[0] == "glibc"  # the malloc settings are glibc's
+    out = subprocess.run(
+        [sys.executable, "-c", _RSS_AFTER_WARM_UP, "fault-in" if fault_in else "no"],
+        capture_output=True, text=True, check=True)
+    grown = int(out.stdout)
+    if fault_in:
+        assert grown >= parallel._HEAP_BYTES * 9 // 10
+    else:
+        assert grown < 16 << 20
+
+
+def test_a_read_starting_the_pool_does_not_wait_for_a_fault_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from support.pieces import tagged
+
+    asked: list[bool] = []
+    submit = parallel._submit_warm_ups
+
+    def recorded(pool: Any, size: int, modules: tuple[str, ...], fault_in: bool) -> Any:
+        asked.append(fault_in)
+        return submit(pool, size, modules, fault_in)
+
+    monkeypatch.setattr(parallel, "_submit_warm_ups", recorded)
+    parallel.shutdown()
+    got = list(parallel.ordered_map(tagged, [(i, 1_000) for i in range(8)], 2))
+    assert len(got) == 16
+    parallel.shutdown()
+    parallel.start(2)  # ahead of the reads, waited for
+    parallel.shutdown()
+    parallel.start(2, wait=False)  # the CLI: its read comes at once
+    parallel.shutdown()
+    assert asked == [False, True, False]
