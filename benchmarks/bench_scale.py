@@ -36,7 +36,11 @@ at its start:
   and starts the pool), in a process that has read before, and in one whose pool runs
   (``WORKER_VARIANTS``), with Python's bytecode cached as for an installed package;
   ``--only workers`` runs this alone, for the wall-clock 1-vs-2 comparison on an idle machine
-  (a few minutes at 10M keys).
+  (a few minutes at 10M keys). Each round of variants is bracketed by a machine check
+  (``machine_check``: a memory-bound loop alone and two at once): the ratios are printed for
+  every round and for the rounds whose checks found a lone process not slowed (this VM has
+  phases where a lone busy process runs slower than each of two, which overstates two workers
+  against one).
 * ``spark``: one state through Spark ``local[2]`` (``bench_spark.py``'s child: scans to the
   ``noop`` sink, the JVM data source and the Python one); ``--spark-conf
   spark.driver.memory=...`` if a size needs it.
@@ -306,6 +310,36 @@ def _installed_env() -> dict[str, str]:
     return env
 
 
+_COPY_LOOP = ("import time\nb = bytearray(64 << 20)\nc = bytearray(64 << 20)\n"
+              "t = time.process_time()\nfor _ in range(80):\n    c[:] = b\n"
+              "print(time.process_time() - t)\n")
+
+
+def machine_check() -> dict[str, float]:
+    """A memory-bound loop (copies between two 64 MiB buffers, no page faults) alone, then two at
+    once: CPU seconds of the one alone and of the slower of the two. On this VM the ratio
+    ``alone / two`` drifts: below 1 (two copiers slow each other down, as on any machine) in
+    its steady phases, above 1 in phases where a lone busy process runs slower than each of
+    two; a one-worker scan is then slowed as much and two workers against one overstated."""
+
+    def run(n: int) -> list[float]:
+        procs = [subprocess.Popen([sys.executable, "-c", _COPY_LOOP], stdout=subprocess.PIPE,
+                                  text=True) for _ in range(n)]
+        return [float(p.communicate()[0]) for p in procs]
+
+    alone = run(1)[0]
+    two = max(run(2))
+    return {"alone_s": round(alone, 2), "two_s": round(two, 2),
+            "alone_over_two": round(alone / two, 2)}
+
+
+def _check_line(when: str, check: dict[str, float]) -> str:
+    return (f"  machine check {when}: a memory-bound loop alone {check['alone_s']:.2f} CPU-s, "
+            f"each of two at once {check['two_s']:.2f}: alone / two "
+            f"{check['alone_over_two']:.2f} (above 1: a lone process is slowed, one worker's "
+            f"figures with it)")
+
+
 def part_workers(keys: int, path: str, runs: int) -> dict[str, list[dict[str, Any]]]:
     """The full scan with one worker and with two (the caller and one pool worker), alternated,
     in the variants of :data:`WORKER_VARIANTS`. The ratio is of the scan as a program times it
@@ -316,13 +350,18 @@ def part_workers(keys: int, path: str, runs: int) -> dict[str, list[dict[str, An
     subprocess.run([sys.executable, "-c", "import statequery.scan; "
                     "statequery.scan.warm_worker()"], env=env, check=True)  # bytecode cached
     print(f"\nworkers, canonical {keys:,} keys, every state: {path}", flush=True)
-    for _ in range(runs):
+    checks = []
+    for i in range(runs):
+        checks.append(machine_check())
+        print(_check_line(f"before round {i + 1}", checks[-1]), flush=True)
         for w, (n, flags) in WORKER_VARIANTS.items():
             r = measured(_child("scan", path, "", n, *flags), env)
             bench_vs_flink._check(f"workers={w}", r, bench_vs_flink.expected_counts(keys, 0))
             out[w].append(r)
             print(_line(f"workers={w}", r) + f"  scan {r['open_s'] + r['scan_s']:.2f} s",
                   flush=True)
+    checks.append(machine_check())
+    print(_check_line("after", checks[-1]), flush=True)
     scan = {w: sorted(x["open_s"] + x["scan_s"] for x in rs) for w, rs in out.items()}
 
     def ratio(one: str, two: str, pick: int) -> str:
@@ -339,10 +378,16 @@ def part_workers(keys: int, path: str, runs: int) -> dict[str, list[dict[str, An
           f"({ratio('1-prepared', '2-warm', 0)} / {ratio('1-prepared', '2-warm', mid)}) "
           f"(meaningful on an idle machine only)", flush=True)
 
-    def paired(one: str, two: str) -> str:  # run by run: neighbours in time (the machine drifts)
+    def paired(one: str, two: str, steady: bool = False) -> str:
+        """Run by run (neighbours in time: the machine drifts); ``steady``: only the rounds
+        whose machine check (before and after) found a lone process not slowed."""
         rs = [a["open_s"] + a["scan_s"] for a in out[one]]
         ts = [b["open_s"] + b["scan_s"] for b in out[two]]
-        ratios = sorted(a / b for a, b in zip(rs, ts, strict=True))
+        ratios = sorted(a / b for i, (a, b) in enumerate(zip(rs, ts, strict=True))
+                        if not steady or max(checks[i]["alone_over_two"],
+                                             checks[i + 1]["alone_over_two"]) <= 1.0)
+        if not ratios:
+            return "none"
         return (f"{statistics.median(ratios):.2f}x (" + ", ".join(f"{r:.2f}" for r in ratios)
                 + ")")
 
@@ -350,6 +395,11 @@ def part_workers(keys: int, path: str, runs: int) -> dict[str, list[dict[str, An
           f"{paired('1', '2')}; a process that has read before, starting the pool "
           f"{paired('1-prepared', '2-prepared')}, with the pool running "
           f"{paired('1-prepared', '2-warm')}", flush=True)
+    print(f"  the same, rounds whose machine checks (before and after) are at most 1: a new "
+          f"process {paired('1', '2', True)}; starting the pool "
+          f"{paired('1-prepared', '2-prepared', True)}, with the pool running "
+          f"{paired('1-prepared', '2-warm', True)}", flush=True)
+    out["machine_check"] = checks  # before and after the runs
     return out
 
 
@@ -594,6 +644,10 @@ def table(json_path: str) -> None:
     print("|---|---:|---|---|---|---|")
     for r in records:
         for w, rs in r.get("workers", {}).items():
+            if w == "machine_check":  # before and after the runs (machine_check())
+                print(f"| {r['keys'] / 1e6:g}M {r['kind']} | machine check: alone / two | "
+                      + ", ".join(f"{c['alone_over_two']:.2f}" for c in rs) + " | | | |")
+                continue
             for x in rs:
                 print(f"| {r['keys'] / 1e6:g}M {r['kind']} | {w} | "
                       f"{x['open_s'] + x['scan_s']:.2f} ({x['wall_s']:.1f}) | "
