@@ -1584,54 +1584,75 @@ cdef Col _as_col(c):
     return Column(c)
 
 
-def scan_key_group(buf, int kg, int prefix_len, handlers, finishers=(), list runs=None):
+def scan_key_group(buf, int kg, int prefix_len, handlers, finishers=(), list runs=None,
+                   Py_ssize_t base=0, Py_ssize_t avail=-1, tuple state=None):
     """The compiled twin of :func:`statequery.backends.keygroups.scan_key_group` (``runs``:
-    ``state id, start, length`` appended per run, the run index)."""
+    ``state id, start, length`` appended per run, the run index; ``base``, ``avail``,
+    ``state``: a walk in pieces, as there)."""
     cdef const uint8_t[::1] view = buf
     cdef Py_ssize_t n = view.shape[0]
     cdef const uint8_t* b = &view[0] if n else NULL
+    cdef Py_ssize_t end = n if avail < 0 else avail
     cdef Py_ssize_t n_states = len(handlers)
     cdef Py_ssize_t pos, entry, kpos, kend, vpos, vend, entries = 0, run_start
     cdef int32_t klen, vlen
-    cdef int sid, nxt, first, hi, lo, prefix
+    cdef int sid, nxt, first, hi, lo, prefix, phase
     cdef object handler
     cdef EntrySink sink
     cdef KeyFilter filt
     cdef bint is_sink
-    if n < 2:
-        raise DecodeError("key group shorter than its state id", 0)
-    sid = (b[0] << 8) | b[1]
-    if sid >= n_states:
-        raise DecodeError(f"state id {sid} but the header lists {n_states} states", 0)
+    if end < n:
+        raise ValueError(f"{end} bytes of the key group available, the buffer holds {n}")
+    if state is None:
+        if n < 2:
+            if end >= 2:
+                raise ValueError("a piece of a key group shorter than its state id")
+            raise DecodeError("key group shorter than its state id", 0)
+        sid = (b[0] << 8) | b[1]
+        if sid >= n_states:
+            raise DecodeError(f"state id {sid} but the header lists {n_states} states", 0)
+        pos = run_start = 2
+        phase = 0
+    else:
+        sid, phase, run_start = state
+        if not 0 <= sid < n_states:
+            raise ValueError(f"resumed at state id {sid} of {n_states}")
+        run_start -= base
+        pos = 0
     handler = handlers[sid]
-    pos = run_start = 2
     if prefix_len == 1:
         hi, lo = kg, -1
     else:
         hi, lo = kg >> 8, kg & 0xFF
     while True:
-        if handler is None:
+        if phase == 0 and handler is None:
             while True:
                 entry = pos
                 if pos + 4 > n:
-                    raise DecodeError("key group ends inside an entry (truncated?)", entry)
+                    if pos + 4 > end:
+                        raise DecodeError("key group ends inside an entry (truncated?)", entry)
+                    return entries, entry, sid, 0, base + run_start
                 klen = be_i32(b, pos)
                 kend = pos + 4 + klen
                 if kend < 0 or kend + 4 > n:
-                    raise DecodeError("key group ends inside an entry (truncated?)", entry)
+                    if kend < 0 or kend + 4 > end:
+                        raise DecodeError("key group ends inside an entry (truncated?)", entry)
+                    return entries, entry, sid, 0, base + run_start
                 vlen = be_i32(b, kend)
                 if klen < prefix_len or vlen < 0:
                     raise DecodeError(f"impossible key/value length {klen}/{vlen}", entry)
                 first = b[pos + 4]
                 pos = kend + 4 + vlen
                 if pos > n:
-                    raise DecodeError(f"impossible value length {vlen}", kend)
+                    if pos > end:
+                        raise DecodeError(f"impossible value length {vlen}", kend)
+                    return entries, entry, sid, 0, base + run_start
                 entries += 1
                 if first & 0x80:
                     break
             if (first & 0x7F) != hi:
                 raise DecodeError(f"entry of another key group inside key group {kg}", entry + 4)
-        else:
+        elif phase == 0:
             filt = handler if isinstance(handler, KeyFilter) else None
             if filt is not None:
                 handler = filt.inner
@@ -1640,17 +1661,23 @@ def scan_key_group(buf, int kg, int prefix_len, handlers, finishers=(), list run
             while True:
                 entry = pos
                 if pos + 4 > n:
-                    raise DecodeError("key group ends before its end mark", pos)
+                    if pos + 4 > end:
+                        raise DecodeError("key group ends before its end mark", pos)
+                    return entries, entry, sid, 0, base + run_start
                 klen = be_i32(b, pos)
                 kpos = pos + 4
                 kend = kpos + klen
                 if klen < prefix_len or kend + 4 > n:
-                    raise DecodeError(f"impossible key length {klen}", entry)
+                    if klen < prefix_len or kend + 4 > end:
+                        raise DecodeError(f"impossible key length {klen}", entry)
+                    return entries, entry, sid, 0, base + run_start
                 vlen = be_i32(b, kend)
                 vpos = kend + 4
                 vend = vpos + vlen
                 if vlen < 0 or vend > n:
-                    raise DecodeError(f"impossible value length {vlen}", kend)
+                    if vlen < 0 or vend > end:
+                        raise DecodeError(f"impossible value length {vlen}", kend)
+                    return entries, entry, sid, 0, base + run_start
                 first = b[kpos]
                 if (first & 0x7F) != hi or (lo >= 0 and b[kpos + 1] != lo):
                     prefix = (first & 0x7F) if lo < 0 else ((first & 0x7F) << 8) | b[kpos + 1]
@@ -1670,17 +1697,22 @@ def scan_key_group(buf, int kg, int prefix_len, handlers, finishers=(), list run
                 pos = vend
                 if first & 0x80:
                     break
-        if runs is not None:
-            runs.append(sid)
-            runs.append(run_start)
-            runs.append(pos - run_start)
+        if phase == 0:
+            if runs is not None:
+                runs.append(sid)
+                runs.append(base + run_start)
+                runs.append(pos - run_start)
+            phase = 1
+        # the last entry of a run carried the flag: a state switch or the end of the key group
         if pos + 2 > n:
-            raise DecodeError("key group ends inside its state-switch mark", pos)
+            if pos + 2 > end:
+                raise DecodeError("key group ends inside its state-switch mark", pos)
+            return entries, pos, sid, 1, base + run_start
         nxt = (b[pos] << 8) | b[pos + 1]
         pos += 2
         if nxt == 0xFFFF:
-            if pos != n:
-                raise DecodeError(f"{n - pos} bytes after the end-of-key-group mark", pos)
+            if pos != end:
+                raise DecodeError(f"{end - pos} bytes after the end-of-key-group mark", pos)
             for f in finishers:
                 f()
             return entries
@@ -1691,6 +1723,7 @@ def scan_key_group(buf, int kg, int prefix_len, handlers, finishers=(), list run
         sid = nxt
         handler = handlers[sid]
         run_start = pos
+        phase = 0
 
 
 cdef class KeyFilter:

@@ -12,7 +12,9 @@ File layout (§2 of the format reference)::
                     u16 next: 0xFFFF = end of key group, else the next kvStateId
 
 A key group's bytes end where the next non-empty key group starts (or at the end of the stream),
-so adjacent key groups are read with one ranged read (:func:`read_key_group_spans`) and memory
+so adjacent key groups are read with one ranged read (:func:`read_key_group_spans`); a large
+uncompressed key group is walked in pieces read one after the other
+(:meth:`KeyGroupStream._walk_in_pieces`, the walk resuming where a piece cut an entry). Memory
 stays bounded by one such read.
 
 :class:`CompositeEntryDecoder` turns one state's entries (``prefix | key | [len] | namespace |
@@ -608,26 +610,51 @@ def scan_key_group(
     handlers: Sequence[Callable[..., None] | None],
     finishers: Iterable[Callable[[], None]] = (),
     runs: list[int] | None = None,
-) -> int:
+    base: int = 0,
+    avail: int = -1,
+    state: tuple[int, int, int] | None = None,
+) -> Any:
     """Walk one decompressed canonical key group, calling ``handlers[state_id]`` per entry.
 
     States whose handler is None are skipped without decoding. Returns the number of entries.
     ``runs`` (a list) gets ``state id, start, length`` appended per run of one state's entries
-    (``start``: the offset of its first entry in ``buf``, 2 bytes after the state id; the run
-    ends where the next state id or the end-of-key-group mark begins): the run index
+    (``start``: the offset of its first entry in the key group, 2 bytes after the state id; the
+    run ends where the next state id or the end-of-key-group mark begins): the run index
     (:mod:`statequery.metadata.runindex`).
     Raises :class:`DecodeError` (positions relative to ``buf``) on anything that is not exactly
     the canonical format; the caller adds file and key group.
+
+    A key group walked in pieces (:meth:`KeyGroupStream._walk_in_pieces`): ``buf`` holds its
+    bytes from offset ``base`` on, ``avail`` bytes of it are left from there (``-1``: ``buf``
+    is all of them), ``state`` is where the walk of the piece before stopped (None: at the
+    start). While ``buf`` holds fewer than ``avail`` bytes, the walk stops before the first
+    entry or mark that does not fit and returns ``(entries, offset in buf, state id, phase,
+    start of the run)``, the last three the ``state`` to go on with from that offset; a check
+    that needs bytes past ``buf`` is made against ``avail``, so the pieces raise what one walk
+    of the whole would, at the same places.
     """
     n = len(buf)
-    if n < 2:
-        raise DecodeError("key group shorter than its state id", 0)
+    end = n if avail < 0 else avail
+    if end < n:
+        raise ValueError(f"{end} bytes of the key group available, the buffer holds {n}")
     n_states = len(handlers)
-    sid = _U16(buf, 0)[0]
-    if sid >= n_states:
-        raise DecodeError(f"state id {sid} but the header lists {n_states} states", 0)
+    if state is None:
+        if n < 2:
+            if end >= 2:
+                raise ValueError("a piece of a key group shorter than its state id")
+            raise DecodeError("key group shorter than its state id", 0)
+        sid = _U16(buf, 0)[0]
+        if sid >= n_states:
+            raise DecodeError(f"state id {sid} but the header lists {n_states} states", 0)
+        pos = run_start = 2
+        phase = 0
+    else:
+        sid, phase, run_start = state
+        if not 0 <= sid < n_states:
+            raise ValueError(f"resumed at state id {sid} of {n_states}")
+        run_start -= base
+        pos = 0
     handler = handlers[sid]
-    pos = run_start = 2
     entries = 0
     if prefix_len == 1:
         hi, lo = kg, -1
@@ -635,45 +662,55 @@ def scan_key_group(
         hi, lo = kg >> 8, kg & 0xFF
     I32 = _I32
     while True:
-        if handler is None:
+        if phase == 0 and handler is None:
             # a run of entries of a state nobody asked for: walk the lengths only
-            entry = pos
-            try:
-                while True:
-                    entry = pos
-                    klen = I32(buf, pos)[0]
-                    kend = pos + 4 + klen
-                    vlen = I32(buf, kend)[0]
-                    if klen < prefix_len or vlen < 0:
-                        raise DecodeError(f"impossible key/value length {klen}/{vlen}", entry)
-                    first = buf[pos + 4]
-                    pos = kend + 4 + vlen
-                    if pos > n:
-                        raise DecodeError(f"impossible value length {vlen}", kend)
-                    entries += 1
-                    if first & _FLAG:
-                        break
-            except (struct.error, IndexError) as e:
-                raise DecodeError("key group ends inside an entry (truncated?)", entry) from e
-            if pos > n:
-                raise DecodeError("entry runs past the end of the key group", entry)
-            if (first & 0x7F) != hi:
-                raise DecodeError(f"entry of another key group inside key group {kg}", entry + 4)
-        else:
             while True:
                 entry = pos
                 if pos + 4 > n:
-                    raise DecodeError("key group ends before its end mark", pos)
+                    if pos + 4 > end:
+                        raise DecodeError("key group ends inside an entry (truncated?)", entry)
+                    return entries, entry, sid, 0, base + run_start
+                klen = I32(buf, pos)[0]
+                kend = pos + 4 + klen
+                if kend < 0 or kend + 4 > n:
+                    if kend < 0 or kend + 4 > end:
+                        raise DecodeError("key group ends inside an entry (truncated?)", entry)
+                    return entries, entry, sid, 0, base + run_start
+                vlen = I32(buf, kend)[0]
+                if klen < prefix_len or vlen < 0:
+                    raise DecodeError(f"impossible key/value length {klen}/{vlen}", entry)
+                first = buf[pos + 4]
+                pos = kend + 4 + vlen
+                if pos > n:
+                    if pos > end:
+                        raise DecodeError(f"impossible value length {vlen}", kend)
+                    return entries, entry, sid, 0, base + run_start
+                entries += 1
+                if first & _FLAG:
+                    break
+            if (first & 0x7F) != hi:
+                raise DecodeError(f"entry of another key group inside key group {kg}", entry + 4)
+        elif phase == 0:
+            while True:
+                entry = pos
+                if pos + 4 > n:
+                    if pos + 4 > end:
+                        raise DecodeError("key group ends before its end mark", pos)
+                    return entries, entry, sid, 0, base + run_start
                 klen = I32(buf, pos)[0]
                 kpos = pos + 4
                 kend = kpos + klen
                 if klen < prefix_len or kend + 4 > n:
-                    raise DecodeError(f"impossible key length {klen}", entry)
+                    if klen < prefix_len or kend + 4 > end:
+                        raise DecodeError(f"impossible key length {klen}", entry)
+                    return entries, entry, sid, 0, base + run_start
                 vlen = I32(buf, kend)[0]
                 vpos = kend + 4
                 vend = vpos + vlen
                 if vlen < 0 or vend > n:
-                    raise DecodeError(f"impossible value length {vlen}", kend)
+                    if vlen < 0 or vend > end:
+                        raise DecodeError(f"impossible value length {vlen}", kend)
+                    return entries, entry, sid, 0, base + run_start
                 first = buf[kpos]
                 if (first & 0x7F) != hi or (lo >= 0 and buf[kpos + 1] != lo):
                     prefix = (first & 0x7F) if lo < 0 else ((first & 0x7F) << 8) | buf[kpos + 1]
@@ -688,16 +725,20 @@ def scan_key_group(
                 pos = vend
                 if first & _FLAG:
                     break
-        # the last entry of a run carried the flag: a state switch or the end of the key group
-        if runs is not None:
-            runs += (sid, run_start, pos - run_start)
+        if phase == 0:
+            # the last entry of a run carried the flag: a state switch or the end of the key group
+            if runs is not None:
+                runs += (sid, base + run_start, pos - run_start)
+            phase = 1
         if pos + 2 > n:
-            raise DecodeError("key group ends inside its state-switch mark", pos)
+            if pos + 2 > end:
+                raise DecodeError("key group ends inside its state-switch mark", pos)
+            return entries, pos, sid, 1, base + run_start
         nxt = _U16(buf, pos)[0]
         pos += 2
         if nxt == END_OF_KEY_GROUP:
-            if pos != n:
-                raise DecodeError(f"{n - pos} bytes after the end-of-key-group mark", pos)
+            if pos != end:
+                raise DecodeError(f"{end - pos} bytes after the end-of-key-group mark", pos)
             for f in finishers:
                 f()
             return entries
@@ -708,6 +749,7 @@ def scan_key_group(
         sid = nxt
         handler = handlers[sid]
         run_start = pos
+        phase = 0
 
 
 def key_group_scanner() -> Callable[..., int]:
@@ -762,8 +804,17 @@ def read_key_group_bytes(stream: ByteStream, kg: int, start: int, end: int) -> b
     return data
 
 
+#: A key group over twice this many bytes of a local file is walked in pieces of this size
+#: (``KeyGroupStream._walk_in_pieces``): memory holds a piece, not the key group (a key group is
+#: the keyed state over the maximum parallelism: 8 GB for 1 TB at 128).
+WALK_PIECE_BYTES = 1 << 20
+
+#: The same where each read is a request (object storage): fewer, longer reads.
+REMOTE_WALK_PIECE_BYTES = 64 << 20
+
 #: Adjacent key groups are fetched together in reads of up to this many bytes (one request for
-#: many small key groups; memory stays bounded by one span or one key group).
+#: many small key groups; memory stays bounded by one span, or by a piece of a larger key group
+#: walked in pieces).
 MAX_COALESCED_READ = 8 << 20
 
 #: Reads of state runs (the run index) on remote storage also join runs separated by at most
@@ -892,10 +943,11 @@ class KeyGroupStream:
         """
         scan = key_group_scanner()
         if runs is None:
-            for kg, start, _end, data in read_key_group_spans(
-                self.stream, self.iter_extents(key_groups)
-            ):
-                self._walk_whole(scan, kg, start, data, handlers, finishers, record)
+            for kg, start, end, data in self._whole_or_in_pieces(self.iter_extents(key_groups)):
+                if data is None:
+                    self._walk_in_pieces(scan, kg, start, end, handlers, finishers, record)
+                else:
+                    self._walk_whole(scan, kg, start, data, handlers, finishers, record)
                 yield kg
             return
         wanted = {sid for sid, h in enumerate(handlers) if h is not None}
@@ -1022,7 +1074,7 @@ class KeyGroupStream:
 
     def _walk(
         self,
-        scan: Callable[..., int],
+        scan: Callable[..., Any],
         kg: int,
         start: int,
         base: int,
@@ -1030,13 +1082,18 @@ class KeyGroupStream:
         handlers: Sequence[Callable[..., None] | None],
         finishers: Sequence[Callable[[], None]],
         found: list[int] | None = None,
-    ) -> None:
-        """Walk ``buf`` (the key group's bytes from offset ``base`` on), errors named by file."""
+        avail: int = -1,
+        state: tuple[int, int, int] | None = None,
+    ) -> Any:
+        """Walk ``buf`` (the key group's bytes from offset ``base`` on), errors named by file;
+        ``avail`` and ``state``: a piece of a walk in pieces (:func:`scan_key_group`)."""
         try:
+            if avail >= 0:
+                return scan(buf, kg, self.prefix_len, handlers, finishers, found, base, avail,
+                            state)
             if found is None:
-                scan(buf, kg, self.prefix_len, handlers, finishers)
-            else:
-                scan(buf, kg, self.prefix_len, handlers, finishers, found)
+                return scan(buf, kg, self.prefix_len, handlers, finishers)
+            return scan(buf, kg, self.prefix_len, handlers, finishers, found)
         except DecodeError as e:
             pos = base + e.pos
             where = f"offset {pos} of the decompressed key group" if self.compressed else None
@@ -1049,6 +1106,70 @@ class KeyGroupStream:
             raise CorruptStateError(
                 f"key group {kg}: {type(e).__name__}: {e}", self.stream.name, start
             ) from e
+
+    def _piece_bytes(self) -> int:
+        """How many bytes of a key group one read of a walk in pieces takes: little on a local
+        file (the read lands in the CPU's cache and its buffer is reused), more where each read
+        is a request (:func:`read_gap`)."""
+        return WALK_PIECE_BYTES if not getattr(self.stream, "read_gap", 0) else (
+            REMOTE_WALK_PIECE_BYTES)
+
+    def _whole_or_in_pieces(
+        self, extents: Iterable[tuple[int, int, int]]
+    ) -> Iterator[tuple[int, int, int, bytes | None]]:
+        """``(kg, start, end, bytes)`` per extent as :func:`read_key_group_spans` reads them,
+        bytes None for a key group walked in pieces (uncompressed, over twice
+        :meth:`_piece_bytes`)."""
+        limit = 2 * self._piece_bytes()
+        small: list[tuple[int, int, int]] = []
+        for ext in list(extents):  # all first: a bad offset fails before any read, as there
+            if not self.compressed and ext[2] - ext[1] > limit:
+                if small:
+                    yield from read_key_group_spans(self.stream, small)
+                    small = []
+                yield ext[0], ext[1], ext[2], None
+            else:
+                small.append(ext)
+        if small:
+            yield from read_key_group_spans(self.stream, small)
+
+    def _walk_in_pieces(
+        self,
+        scan: Callable[..., Any],
+        kg: int,
+        start: int,
+        end: int,
+        handlers: Sequence[Callable[..., None] | None],
+        finishers: Sequence[Callable[[], None]],
+        record: Callable[[int, list[int]], None] | None,
+    ) -> None:
+        """Walk the uncompressed key group ``[start, end)`` read in pieces of
+        :meth:`_piece_bytes` (a longer one where an entry does not fit): memory holds a piece,
+        not the key group. Each piece's walk stops before the first entry or mark it does not
+        hold whole; the next piece is read from there (:func:`scan_key_group`). The rows, the
+        runs recorded and the errors (message, offset) are those of one walk of the whole."""
+        total = end - start
+        if self.stream.size() < end:  # a short stream fails as one read of the whole does
+            self._walk_whole(scan, kg, start, read_key_group_bytes(self.stream, kg, start, end),
+                             handlers, finishers, record)
+            return
+        found: list[int] | None = [] if record is not None else None
+        piece = self._piece_bytes()
+        base, want = 0, max(piece, 2)  # the first piece holds the state id
+        state: tuple[int, int, int] | None = None
+        while True:
+            length = min(total - base, want)
+            data = read_key_group_bytes(self.stream, kg, start + base, start + base + length)
+            got = self._walk(scan, kg, start, base, data, handlers, finishers, found,
+                             total - base, state)
+            if base + length == total:
+                break
+            _entries, at, sid, phase, run_start = got
+            want = piece if at > 0 else 2 * length  # nothing fitted: a longer piece
+            base += at
+            state = (sid, phase, run_start)
+        if record is not None and found is not None:
+            record(kg, found)
 
 
 _END_MARK = struct.pack(">H", END_OF_KEY_GROUP)

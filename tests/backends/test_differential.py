@@ -713,11 +713,35 @@ def test_canonical_streams_read_the_same(data: Any) -> None:
     assert_same(pure, fast, "canonical")
     _same_in_arena(pure, fast, lambda: read_canonical(c, stream, offsets), capacity,
                    "canonical")
+    piece = data.draw(st.sampled_from([1, 2, 3, 7, 16, 61]), label="walk piece bytes")
+    _same_in_pieces(pure, fast, lambda: read_canonical(c, stream, offsets), piece, "canonical")
     bad = _mutate(data.draw, stream, 8)
     pure, fast = _both(lambda: read_canonical(c, bad, offsets))
     assert_same(pure, fast, "canonical, mutated")
     _same_in_arena(pure, fast, lambda: read_canonical(c, bad, offsets), capacity,
                    "canonical, mutated")
+    _same_in_pieces(pure, fast, lambda: read_canonical(c, bad, offsets), piece,
+                    "canonical, mutated")
+
+
+def _same_in_pieces(pure: Any, fast: Any, read: Callable[[], pa.Table], piece: int,
+                    what: str) -> None:
+    """``read`` with every key group over ``2 * piece`` bytes walked in pieces of ``piece``
+    bytes (``KeyGroupStream._walk_in_pieces``) gives on each path what one walk of the whole
+    gave, a corrupt stream the same error, message and offset."""
+    from statequery.backends import keygroups
+
+    saved = keygroups.WALK_PIECE_BYTES
+    keygroups.WALK_PIECE_BYTES = piece
+    try:
+        pure_pieces, fast_pieces = _both(read)
+    finally:
+        keygroups.WALK_PIECE_BYTES = saved
+    for whole, pieces, path in ((pure, pure_pieces, "pure"), (fast, fast_pieces, "compiled")):
+        label = f"{what}, in {piece}-byte pieces ({path})"
+        assert_same(whole, pieces, label)
+        if isinstance(whole, Corrupt):
+            assert whole.message == pieces.message, label
 
 
 def _same_in_arena(pure: Any, fast: Any, read: Callable[[], pa.Table], capacity: int,
